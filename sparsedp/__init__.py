@@ -1,0 +1,68 @@
+"""sparsedp: differentially private release of linear queries on sparse linear operators.
+
+A workload ``W`` (what to answer), a strategy ``M`` (what to measure with noise), a privacy budget:
+sparsedp measures ``y = M x + z``, reconstructs ``x_hat`` and answers ``W x_hat``.
+
+>>> import numpy as np, sparsedp
+>>> x = np.array([3, 0, 5, 2, 7, 1, 0, 4])
+>>> mech = sparsedp.MatrixMechanism(sparsedp.workloads.prefix(8), sparsedp.strategies.fenwick(8), epsilon=1.0)
+>>> release = mech.run(x, rng=0)
+>>> release.answers.shape
+(8,)
+"""
+
+from . import accuracy, inference, noise, operators, privacy, strategies, workloads
+from .accuracy import ErrorReport, expected_error
+from .errors import (
+    BudgetExceededError,
+    InfeasibleConstraintsError,
+    InvalidPrivacyParameterError,
+    NegativeCountError,
+    NonFiniteInputError,
+    ShapeError,
+    SparseDPError,
+    UnsupportedStructureError,
+)
+from .inference import Reconstruction, l1_fit, least_squares, nnls, reconstruct
+from .mechanism import MatrixMechanism, Measurement, Release
+from .operators import Operator, SparseOperator, aslinearoperator, kron, scale_rows, sensitivity, vstack
+from .privacy import Accountant, PrivacyCost
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "accuracy",
+    "inference",
+    "noise",
+    "operators",
+    "privacy",
+    "strategies",
+    "workloads",
+    "Accountant",
+    "BudgetExceededError",
+    "ErrorReport",
+    "InfeasibleConstraintsError",
+    "InvalidPrivacyParameterError",
+    "MatrixMechanism",
+    "Measurement",
+    "NegativeCountError",
+    "NonFiniteInputError",
+    "Operator",
+    "PrivacyCost",
+    "Reconstruction",
+    "Release",
+    "ShapeError",
+    "SparseDPError",
+    "SparseOperator",
+    "UnsupportedStructureError",
+    "aslinearoperator",
+    "expected_error",
+    "kron",
+    "l1_fit",
+    "least_squares",
+    "nnls",
+    "reconstruct",
+    "scale_rows",
+    "sensitivity",
+    "vstack",
+]

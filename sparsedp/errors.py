@@ -1,0 +1,50 @@
+"""The exceptions sparsedp raises.
+
+Every error is a :class:`SparseDPError`, itself a :class:`ValueError`, so callers may catch either.
+Bad input is rejected *before* any noise is drawn and before any privacy budget is spent.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "SparseDPError",
+    "ShapeError",
+    "NonFiniteInputError",
+    "InvalidPrivacyParameterError",
+    "BudgetExceededError",
+    "NegativeCountError",
+    "InfeasibleConstraintsError",
+    "UnsupportedStructureError",
+]
+
+
+class SparseDPError(ValueError):
+    """Root of every error raised by sparsedp."""
+
+
+class ShapeError(SparseDPError):
+    """An array or operator has the wrong shape for the operation."""
+
+
+class NonFiniteInputError(SparseDPError):
+    """Input contains NaN or infinity."""
+
+
+class InvalidPrivacyParameterError(SparseDPError):
+    """A privacy parameter is out of range (epsilon <= 0, delta outside (0, 1), rho <= 0, ...)."""
+
+
+class BudgetExceededError(SparseDPError):
+    """A measurement would spend more privacy budget than is left. Nothing was spent."""
+
+
+class NegativeCountError(SparseDPError):
+    """Counts were required but a negative or non-integral value was given."""
+
+
+class InfeasibleConstraintsError(SparseDPError):
+    """A system of linear constraints has no solution."""
+
+
+class UnsupportedStructureError(SparseDPError):
+    """A fast path was requested for an operator that does not have the needed structure."""

@@ -1,0 +1,137 @@
+import numpy as np
+import pytest
+
+from sparsedp import (
+    Accountant,
+    BudgetExceededError,
+    InvalidPrivacyParameterError,
+    MatrixMechanism,
+    NegativeCountError,
+    NonFiniteInputError,
+    ShapeError,
+    reconstruct,
+)
+from sparsedp import noise as noise_module
+from sparsedp import strategies as st
+from sparsedp import workloads as wl
+
+
+def test_seed_000_expected_error_is_32():
+    assert MatrixMechanism(wl.prefix(3), st.fenwick(3), epsilon=1).expected_error() == 32
+
+
+def test_calibration_laplace_and_gaussian():
+    M = st.hierarchical(64, 2)  # 7 levels
+    lap = MatrixMechanism(wl.prefix(64), M, epsilon=0.5)
+    assert lap.sensitivity == 7 and lap.noise_scale() == 14
+    np.testing.assert_allclose(lap.variances(), 2 * 14.0**2)
+    gau = MatrixMechanism(wl.prefix(64), M, rho=0.5, noise="gaussian")
+    assert gau.sensitivity == pytest.approx(np.sqrt(7))
+    assert gau.noise_scale() == pytest.approx(np.sqrt(7) / np.sqrt(2 * 0.5))
+
+
+@pytest.mark.parametrize("strategy", [st.identity(64), st.hierarchical(64, 2), st.fenwick(64)], ids=repr)
+def test_empirical_error_matches_expected(strategy):
+    mech = MatrixMechanism(wl.prefix(64), strategy, epsilon=1.0)
+    x = np.random.default_rng(0).integers(0, 50, 64)
+    truth = np.cumsum(x)
+    rng = np.random.default_rng(12345)
+    errs = [np.sum((mech.run(x, rng=rng).answers - truth) ** 2) for _ in range(2000)]
+    expected = mech.expected_error()
+    assert np.mean(errs) == pytest.approx(expected, rel=0.10)
+
+
+def test_gaussian_empirical_variance():
+    mech = MatrixMechanism(wl.identity(50), st.identity(50), rho=0.125, noise="gaussian")
+    x = np.zeros(50)
+    ys = np.array([mech.measure(x, rng=i).y for i in range(400)])
+    assert ys.var() == pytest.approx(mech.noise_scale() ** 2, rel=0.05)  # sigma = 1 / sqrt(0.25) = 2
+
+
+def test_measurement_is_frozen_and_reconstructs():
+    mech = MatrixMechanism(wl.prefix(8), st.haar(8), epsilon=1.0)
+    meas = mech.measure(np.arange(8), rng=0)
+    with pytest.raises(AttributeError):
+        meas.y = None  # type: ignore[misc]
+    assert meas.cost.epsilon == 1.0 and meas.sensitivity == 4
+    assert reconstruct(meas).x.shape == (8,)
+
+
+class Tripwire:
+    """Records whether noise was drawn."""
+
+    def __init__(self, monkeypatch):
+        self.calls = 0
+        real = noise_module.noise
+
+        def counting(*args, **kwargs):
+            self.calls += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(noise_module, "noise", counting)
+
+
+@pytest.mark.parametrize(
+    "x,err",
+    [
+        (np.array([1.0, np.nan, 2.0, 3.0]), NonFiniteInputError),
+        (np.array([1.0, np.inf, 2.0, 3.0]), NonFiniteInputError),
+        (np.array([1.0, 2.0, 3.0]), ShapeError),
+        (np.ones((2, 2)), ShapeError),
+        (np.array([1.0, -2.0, 2.0, 3.0]), NegativeCountError),
+        (np.array([1.0, 0.5, 2.0, 3.0]), NegativeCountError),
+    ],
+)
+def test_bad_data_raises_before_noise_and_budget(monkeypatch, x, err):
+    trip = Tripwire(monkeypatch)
+    acc = Accountant(epsilon=1.0)
+    mech = MatrixMechanism(wl.prefix(4), st.fenwick(4), epsilon=0.5, accountant=acc)
+    with pytest.raises(err):
+        mech.measure(x, rng=0)
+    assert trip.calls == 0 and acc.spent == 0
+
+
+def test_budget_refused_before_noise(monkeypatch):
+    trip = Tripwire(monkeypatch)
+    acc = Accountant(epsilon=1.0)
+    mech = MatrixMechanism(wl.prefix(4), st.fenwick(4), epsilon=0.4, accountant=acc)
+    mech.measure(np.ones(4), rng=0)
+    mech.measure(np.ones(4), rng=1)
+    assert trip.calls == 2
+    with pytest.raises(BudgetExceededError):
+        mech.measure(np.ones(4), rng=2)
+    assert trip.calls == 2 and acc.spent == pytest.approx(0.8)
+
+
+@pytest.mark.parametrize("eps", [0, -1, float("nan"), float("inf"), None])
+def test_bad_epsilon(eps):
+    with pytest.raises(InvalidPrivacyParameterError):
+        MatrixMechanism(wl.prefix(4), st.fenwick(4), epsilon=eps)
+
+
+def test_bad_parameters():
+    with pytest.raises(ShapeError):
+        MatrixMechanism(wl.prefix(4), st.fenwick(5), epsilon=1)
+    with pytest.raises(InvalidPrivacyParameterError):
+        MatrixMechanism(wl.prefix(4), st.fenwick(4), noise="gaussian", epsilon=1)  # no delta
+    with pytest.raises(ValueError):
+        MatrixMechanism(wl.prefix(4), st.fenwick(4), epsilon=1, noise="cauchy")
+
+
+def test_secure_mode_integer_grid():
+    mech = MatrixMechanism(wl.prefix(16), st.fenwick(16), epsilon=1.0, secure=True)
+    x = np.random.default_rng(1).integers(0, 9, 16)
+    ys = np.array([mech.measure(x, rng=i).y for i in range(300)])
+    assert np.all(ys == np.round(ys))  # integers: no floating-point low bits to leak
+    resid = ys - st.fenwick(16).matvec(x)
+    t = 5.0  # Delta_1 = floor(log2 16) + 1 = 5 at eps = 1
+    q = np.exp(-1 / t)
+    assert mech.variances()[0] == pytest.approx(2 * q / (1 - q) ** 2)
+    assert resid.var() == pytest.approx(mech.variances()[0], rel=0.1)
+
+
+def test_secure_mode_rounding_grid_inflates_sensitivity():
+    M = st.weighted(st.identity(4), [0.5, 0.5, 0.5, 0.5])
+    mech = MatrixMechanism(wl.identity(4), M, epsilon=1.0, secure=True, grid=1.0)
+    # 0.5 x is not integral: rounding may move a row by one more unit: Delta = 0.5 + 1
+    assert mech._grid_sensitivity == pytest.approx(1.5)

@@ -1,0 +1,57 @@
+import math
+
+import pytest
+
+from sparsedp import Accountant, BudgetExceededError, InvalidPrivacyParameterError, PrivacyCost
+from sparsedp.privacy import parallel, rho_for_approx_dp, sequential, zcdp_to_approx_dp
+
+
+def test_pure_budget_sequential_and_refusal():
+    acc = Accountant(epsilon=1.0)
+    for _ in range(10):
+        acc.spend(PrivacyCost(epsilon=0.1))  # 10 x 0.1 fits despite float round-off
+    assert acc.remaining == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(BudgetExceededError):
+        acc.spend(PrivacyCost(epsilon=1e-9))
+    assert len(acc.history) == 10  # the refused spend was not recorded
+
+
+def test_overspend_in_one_step():
+    acc = Accountant(epsilon=0.5)
+    with pytest.raises(BudgetExceededError):
+        acc.spend(PrivacyCost(epsilon=0.5000001))
+    assert acc.spent == 0
+
+
+def test_composition_rules():
+    a, b = PrivacyCost(epsilon=0.3), PrivacyCost(epsilon=0.5)
+    assert sequential(a, b).epsilon == pytest.approx(0.8)
+    assert parallel(a, b).epsilon == 0.5
+    assert sequential(a, PrivacyCost(rho=0.1)).rho == pytest.approx(0.3**2 / 2 + 0.1)
+
+
+def test_zcdp_budget_and_conversion():
+    acc = Accountant(rho=0.5)
+    acc.spend(PrivacyCost(rho=0.25))
+    acc.spend(PrivacyCost(epsilon=math.sqrt(0.5)))  # pure eps costs eps^2 / 2 = 0.25
+    with pytest.raises(BudgetExceededError):
+        acc.spend(PrivacyCost(rho=1e-6))
+    eps = zcdp_to_approx_dp(0.5, 1e-6)
+    assert eps == pytest.approx(0.5 + 2 * math.sqrt(0.5 * math.log(1e6)))
+    assert rho_for_approx_dp(eps, 1e-6) == pytest.approx(0.5)
+
+
+def test_pure_budget_refuses_zcdp_cost():
+    with pytest.raises(BudgetExceededError):
+        Accountant(epsilon=1.0).spend(PrivacyCost(rho=0.01))
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
+def test_invalid_parameters(bad):
+    with pytest.raises(InvalidPrivacyParameterError):
+        Accountant(epsilon=bad)
+    with pytest.raises(InvalidPrivacyParameterError):
+        zcdp_to_approx_dp(bad, 1e-6)
+    if bad != 0.0:
+        with pytest.raises(InvalidPrivacyParameterError):
+            PrivacyCost(epsilon=bad)
