@@ -80,10 +80,14 @@ def sparse_inverse(M: Operator) -> sp.csr_matrix | None:
     if M.structure == "identity":
         return sp.identity(n, format="csr")
     if M.structure == "fenwick":
-        return fenwick_inverse(n)
+        if "inverse" not in M.meta:  # type: ignore[attr-defined]
+            M.meta["inverse"] = fenwick_inverse(n)  # type: ignore[attr-defined]
+        return M.meta["inverse"]  # type: ignore[attr-defined]
     if M.structure == "haar":
         assert isinstance(M, SparseOperator)
-        return sp.csr_matrix(M.matrix.T @ sp.diags(1.0 / M.meta["row_sq_norms"]))
+        if "inverse" not in M.meta:  # built once per operator
+            M.meta["inverse"] = sp.csr_matrix(M.matrix.T @ sp.diags(1.0 / M.meta["row_sq_norms"]))
+        return M.meta["inverse"]
     return None
 
 

@@ -144,7 +144,7 @@ class MatrixMechanism:
             self.sensitivity = sensitivity(self.M, 2)
         if self.sensitivity == 0:
             raise ShapeError("the strategy has no non-zero entry: nothing to measure")
-        self._grid_exact, self._grid_sensitivity = self._grid_calibration()
+        self._grid_exact, self._grid_sensitivity = self._grid_calibration() if self.secure else (True, 0.0)
 
     # -- calibration -----------------------------------------------------------------------------
     def _grid_calibration(self) -> tuple[bool, float]:

@@ -157,7 +157,7 @@ def column_norms(A: Any, p: int = 1) -> np.ndarray:
     """Per-column ``L_p`` norms (``p`` in {1, 2}) of a sparse matrix or operator, without densifying."""
     if isinstance(A, Operator):
         return A.column_norms(p)
-    mat = sp.csc_matrix(A, dtype=np.float64)
+    mat = A if sp.issparse(A) else sp.csr_matrix(A, dtype=np.float64)
     if p == 1:
         return np.asarray(abs(mat).sum(axis=0)).ravel()
     if p == 2:

@@ -72,6 +72,15 @@ def _prefix_moments(X: np.ndarray | sp.spmatrix) -> tuple[np.ndarray, np.ndarray
     return s1, s2
 
 
+def _zero_one_norms(counts: np.ndarray, p: int) -> np.ndarray:
+    """Column ``p``-norms of a 0/1 matrix whose column ``j`` holds ``counts[j]`` ones."""
+    if p == 1:
+        return counts
+    if p == 2:
+        return np.sqrt(counts)
+    raise SparseDPError(f"norm must be 1 or 2, got {p!r}")
+
+
 class PrefixWorkload(Operator):
     """Running sums: ``W[i, j] = 1`` for ``j <= i`` (lower-triangular ones, ``n x n``).
 
@@ -100,11 +109,7 @@ class PrefixWorkload(Operator):
 
     def column_norms(self, p: int = 1) -> np.ndarray:
         counts = np.arange(self.n, 0, -1, dtype=np.float64)
-        if p == 1:
-            return counts
-        if p == 2:
-            return np.sqrt(counts)
-        raise SparseDPError(f"norm must be 1 or 2, got {p!r}")
+        return _zero_one_norms(counts, p)
 
     def image_sq_norms(self, X: np.ndarray | sp.spmatrix) -> np.ndarray:
         return _prefix_moments(X)[1]
@@ -169,11 +174,7 @@ class RangeQueriesWorkload(Operator):
         np.add.at(diff, self.lo, 1.0)
         np.add.at(diff, self.hi + 1, -1.0)
         counts = np.cumsum(diff[:-1])
-        if p == 1:
-            return counts
-        if p == 2:
-            return np.sqrt(counts)
-        raise SparseDPError(f"norm must be 1 or 2, got {p!r}")
+        return _zero_one_norms(counts, p)
 
     def image_sq_norms(self, X: np.ndarray | sp.spmatrix) -> np.ndarray:
         dense = X.toarray() if sp.issparse(X) else np.asarray(X, dtype=np.float64)
@@ -227,11 +228,7 @@ class AllRangesWorkload(Operator):
     def column_norms(self, p: int = 1) -> np.ndarray:
         j = np.arange(self.n, dtype=np.float64)
         counts = (j + 1) * (self.n - j)
-        if p == 1:
-            return counts
-        if p == 2:
-            return np.sqrt(counts)
-        raise SparseDPError(f"norm must be 1 or 2, got {p!r}")
+        return _zero_one_norms(counts, p)
 
     def image_sq_norms(self, X: np.ndarray | sp.spmatrix) -> np.ndarray:
         s1, s2 = _prefix_moments(X)  # sums over S[1:], and S[0] = 0 adds nothing

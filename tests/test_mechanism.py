@@ -135,3 +135,13 @@ def test_secure_mode_rounding_grid_inflates_sensitivity():
     mech = MatrixMechanism(wl.identity(4), M, epsilon=1.0, secure=True, grid=1.0)
     # 0.5 x is not integral: rounding may move a row by one more unit: Delta = 0.5 + 1
     assert mech._grid_sensitivity == pytest.approx(1.5)
+
+
+def test_low_rank_form_of_seed_000():
+    """With a square strategy, GLS answers are the low-rank mechanism's B (M x + noise), B = W M^-1."""
+    n = 37
+    mech = MatrixMechanism(wl.prefix(n), st.fenwick(n), epsilon=1.0)
+    x = np.random.default_rng(2).integers(0, 9, n)
+    rel = mech.run(x, rng=3)
+    B = wl.prefix(n).tosparse() @ st.fenwick_inverse(n)  # seed Algorithm 5.3's B
+    np.testing.assert_allclose(rel.answers, B @ rel.measurement.y, atol=1e-9)
