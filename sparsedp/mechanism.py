@@ -37,9 +37,10 @@ from .errors import InvalidPrivacyParameterError, ShapeError, SparseDPError
 from .inference import Reconstruction, reconstruct
 from .operators import Operator, aslinearoperator, sensitivity
 from .privacy import Accountant, PrivacyCost, rho_for_approx_dp
+from .noise import discrete_gaussian_variance, discrete_laplace_variance, snap_to_grid
 from .validation import check_counts, check_positive, check_vector
 
-__all__ = ["Measurement", "Release", "MatrixMechanism", "discrete_laplace_variance", "discrete_gaussian_variance"]
+__all__ = ["Measurement", "Release", "MatrixMechanism"]
 
 
 @dataclass(frozen=True)
@@ -64,20 +65,6 @@ class Release:
     x_hat: np.ndarray
     measurement: Measurement
     reconstruction: Reconstruction
-
-
-def discrete_laplace_variance(scale: float) -> float:
-    """Variance of ``P(k) ~ exp(-|k| / t)`` on the integers: ``2 q / (1 - q)^2``, ``q = exp(-1/t)``."""
-    q = math.exp(-1.0 / scale)
-    return 2.0 * q / (1.0 - q) ** 2
-
-
-def discrete_gaussian_variance(sigma: float) -> float:
-    """Variance of ``P(k) ~ exp(-k^2 / (2 sigma^2))`` on the integers (pmf summed to 1e-300)."""
-    K = int(math.ceil(40 * sigma + 10))
-    k = np.arange(-K, K + 1, dtype=np.float64)
-    w = np.exp(-(k * k) / (2 * sigma * sigma))
-    return float((w * k * k).sum() / w.sum())
 
 
 class MatrixMechanism:
@@ -198,7 +185,7 @@ class MatrixMechanism:
         m = self.M.shape[0]
         exact = self.M.matvec(xv)
         if self.secure:
-            cells = np.round(exact / self.grid)
+            cells = snap_to_grid(exact, self.grid)
             k = _noise.noise(self.noise, self._secure_scale(), size=m, rng=rng, secure=True)
             y = self.grid * (cells + k)
             scale = self._secure_scale() * self.grid

@@ -1,0 +1,541 @@
+"""Tests for sparsedp.noise: distributions, exactness of the integer samplers, parameter checks."""
+
+from __future__ import annotations
+
+import math
+import os
+from decimal import Decimal, localcontext
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from sparsedp import noise as nz
+from sparsedp.errors import InvalidPrivacyParameterError, NonFiniteInputError, ShapeError, SparseDPError
+
+N = 200_000
+MASK64 = (1 << 64) - 1
+
+# ----------------------------------------------------------------------------------------------
+# helpers
+# ----------------------------------------------------------------------------------------------
+
+
+def dlap_pmf(k: np.ndarray, t: float) -> np.ndarray:
+    q = math.exp(-1.0 / t)
+    return (1 - q) / (1 + q) * q ** np.abs(k)
+
+
+def dgauss_pmf_table(sigma: float) -> tuple[np.ndarray, np.ndarray]:
+    K = int(math.ceil(40 * sigma + 10))
+    k = np.arange(-K, K + 1)
+    w = np.exp(-(k.astype(float) ** 2) / (2 * sigma * sigma))
+    return k, w / w.sum()
+
+
+def chisquare_integer(x: np.ndarray, support: np.ndarray, pmf: np.ndarray) -> float:
+    """Chi-square p-value of integer samples ``x`` against ``pmf`` on ``support`` (sorted).
+
+    Bins: one per integer where the expected count is >= 5, the two tails pooled with the
+    outermost bins until they also have >= 5 expected.
+    """
+    n = x.size
+    exp = n * pmf
+    ok = np.flatnonzero(exp >= 5)
+    lo, hi = support[ok[0]], support[ok[-1]]
+    inner = np.arange(lo + 1, hi)
+    e_inner = n * pmf[(support > lo) & (support < hi)]
+    e_lo = n * pmf[support <= lo].sum()
+    e_hi = n * pmf[support >= hi].sum()
+    o_inner = np.bincount(np.clip(x, lo, hi) - lo, minlength=hi - lo + 1)[1:-1]
+    o_lo = np.count_nonzero(x <= lo)
+    o_hi = np.count_nonzero(x >= hi)
+    obs = np.concatenate([[o_lo], o_inner, [o_hi]])
+    expv = np.concatenate([[e_lo], e_inner, [e_hi]])
+    assert obs.sum() == n and inner.size == o_inner.size
+    expv = expv * (n / expv.sum())  # the pmf table is normalised up to ~1e-16
+    return float(stats.chisquare(obs, expv).pvalue)
+
+
+def dec_bits(value_fn, nbits: int, digits: int = 150) -> int:
+    """floor(v * 2^nbits) with plain high-precision decimal (independent of the module's code)."""
+    with localcontext() as ctx:
+        ctx.prec = digits
+        v = value_fn()
+        return int((v * (Decimal(2) ** nbits)).to_integral_value(rounding="ROUND_FLOOR"))
+
+
+def dec_p0(t: float) -> Decimal:
+    q = (-(Decimal(1) / Decimal(t))).exp()
+    return (1 - q) / (1 + q)
+
+
+class RecordingBits(nz.SecureRandomBits):
+    """Byte source that records whether anything was drawn."""
+
+    def __init__(self) -> None:
+        super().__init__(np.random.default_rng(0))
+        self.calls = 0
+
+    def bytes(self, n: int) -> bytes:
+        self.calls += 1
+        return super().bytes(n)
+
+
+class RiggedBits(nz.SecureRandomBits):
+    """Byte source with programmed draws.
+
+    ``uint16`` calls return ``u16`` (a scalar, broadcast, or an array for the first call only
+    if ``u16`` is a list of arrays, consumed one per call).  Each ``script`` entry answers one
+    ``uint64(n)`` call (a scalar is broadcast); once the script is used up, uint64 draws come
+    from a seeded generator.
+    """
+
+    def __init__(self, u16, script: list, seed: int = 0) -> None:
+        super().__init__(np.random.default_rng(seed))
+        self.u16 = u16
+        self.script = list(script)
+
+    def uint16(self, n: int) -> np.ndarray:
+        if isinstance(self.u16, list):
+            v = np.asarray(self.u16.pop(0), dtype=np.uint16)
+        else:
+            v = np.asarray(self.u16, dtype=np.uint16)
+        return np.broadcast_to(v, (int(n),)).copy()
+
+    def uint64(self, n: int) -> np.ndarray:
+        if self.script:
+            v = np.asarray(self.script.pop(0), dtype=np.uint64)
+            out = np.broadcast_to(v, (int(n),)).copy()
+            return out
+        return super().uint64(n)
+
+
+# ----------------------------------------------------------------------------------------------
+# as_generator and sources
+# ----------------------------------------------------------------------------------------------
+
+
+def test_as_generator_semantics():
+    a = nz.as_generator(123).random(5)
+    b = nz.as_generator(123).random(5)
+    np.testing.assert_array_equal(a, b)
+    g = np.random.default_rng(1)
+    assert nz.as_generator(g) is g
+    assert isinstance(nz.as_generator(None), np.random.Generator)
+    assert isinstance(nz.as_generator(np.int64(7)), np.random.Generator)
+    for bad in ["abc", 1.5, True, object(), -1]:
+        with pytest.raises(SparseDPError):
+            nz.as_generator(bad)
+
+
+def test_seeded_samplers_reproducible():
+    np.testing.assert_array_equal(nz.laplace(2.0, 10, rng=5), nz.laplace(2.0, 10, rng=5))
+    np.testing.assert_array_equal(nz.gaussian(2.0, 10, rng=5), nz.gaussian(2.0, 10, rng=5))
+    np.testing.assert_array_equal(nz.discrete_laplace(7.5, 1000, rng=5), nz.discrete_laplace(7.5, 1000, rng=5))
+    np.testing.assert_array_equal(nz.discrete_gaussian(7.5, 1000, rng=5), nz.discrete_gaussian(7.5, 1000, rng=5))
+    assert not np.array_equal(nz.discrete_laplace(7.5, 1000, rng=5), nz.discrete_laplace(7.5, 1000, rng=6))
+
+
+def test_default_secure_source_uses_os_urandom(monkeypatch):
+    calls = []
+    real = os.urandom
+
+    def counting(n):
+        calls.append(n)
+        return real(n)
+
+    monkeypatch.setattr(nz, "_DEFAULT_BITS", nz.SecureRandomBits())
+    monkeypatch.setattr(os, "urandom", counting)
+    x = nz.discrete_laplace(3.0, 5000)
+    assert calls and x.dtype == np.int64
+    calls.clear()
+    monkeypatch.setattr(nz, "_DEFAULT_BITS", nz.SecureRandomBits())  # empty buffer again
+    nz.discrete_gaussian(3.0, 5000)
+    assert calls
+    # the output is a function of the OS bytes: all-zero bytes give U = 0, the first category (0)
+    monkeypatch.setattr(nz, "_DEFAULT_BITS", nz.SecureRandomBits())
+    monkeypatch.setattr(os, "urandom", lambda n: bytes(n))
+    np.testing.assert_array_equal(nz.discrete_laplace(3.0, 5000), 0)
+    assert nz._DEFAULT_BITS.secure and not nz.SecureRandomBits(np.random.default_rng()).secure
+
+
+def test_secure_bits_buffer_and_fork_guard(monkeypatch):
+    calls = []
+    real = os.urandom
+    monkeypatch.setattr(os, "urandom", lambda n: calls.append(n) or real(n))
+    src = nz.SecureRandomBits(chunk_size=4096)
+    a = src.bytes(100)
+    b = src.bytes(100)
+    assert len(a) == len(b) == 100 and a != b and calls == [4096]
+    big = src.bytes(10_000)  # large requests go straight to the OS
+    assert len(big) == 10_000 and calls == [4096, 10_000]
+    monkeypatch.setattr(os, "getpid", lambda: -12345)  # "forked": the buffer must be dropped
+    src.bytes(10)
+    assert calls == [4096, 10_000, 4096]
+    assert src.uint16(3).dtype == np.uint16 and src.uint64(3).dtype == np.uint64
+
+
+# ----------------------------------------------------------------------------------------------
+# floating-point samplers
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("b", [0.5, 3.0, 100.0])
+def test_float_laplace_ks_and_variance(b):
+    x = nz.laplace(b, N, rng=11)
+    assert x.dtype == np.float64 and x.shape == (N,)
+    assert stats.kstest(x, stats.laplace(scale=b).cdf).pvalue > 1e-3
+    assert abs(x.var() / (2 * b * b) - 1) < 0.03
+    assert nz.laplace_variance(b) == 2 * b * b
+
+
+@pytest.mark.parametrize("s", [0.5, 3.0, 100.0])
+def test_float_gaussian_ks_and_variance(s):
+    x = nz.gaussian(s, N, rng=12)
+    assert stats.kstest(x, stats.norm(scale=s).cdf).pvalue > 1e-3
+    assert abs(x.var() / (s * s) - 1) < 0.02
+
+
+def test_float_per_row_scales():
+    scales = np.array([[1.0], [10.0], [100.0]])
+    x = nz.laplace(scales, (3, 50_000), rng=3)
+    np.testing.assert_allclose(x.var(axis=1), 2 * scales[:, 0] ** 2, rtol=0.05)
+    g = nz.gaussian(np.array([1.0, 10.0]), rng=3)  # size None: shape of the scales
+    assert g.shape == (2,)
+    with pytest.raises(ShapeError):
+        nz.laplace(np.array([1.0, 2.0]), (3,), rng=0)
+
+
+# ----------------------------------------------------------------------------------------------
+# exact discrete samplers: distributions
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("t", [0.7, 3.0, 25.5, 1000.0])
+def test_discrete_laplace_chisquare_and_variance(t):
+    x = nz.discrete_laplace(t, N, rng=21)
+    assert x.dtype == np.int64 and x.shape == (N,)
+    K = int(40 * t + 50)
+    support = np.arange(-K, K + 1)
+    assert chisquare_integer(x, support, dlap_pmf(support, t)) > 1e-3
+    assert abs(x.var() / nz.discrete_laplace_variance(t) - 1) < 0.03
+
+
+@pytest.mark.parametrize("t", [2.0, 300.0, 1e5])
+def test_discrete_laplace_light_plans(t):
+    """Small requests (many distinct scales) use small tables with one bit per low group."""
+    plan = nz._LaplacePlan(t, light=True)
+    assert plan.main.bucket is None and len(plan.main.values) <= 64
+    x = plan.sample(N, nz.SecureRandomBits(np.random.default_rng(22)))
+    if t < 1000:
+        support = np.arange(-int(40 * t + 50), int(40 * t + 50) + 1)
+        assert chisquare_integer(x, support, dlap_pmf(support, t)) > 1e-3
+    assert abs(x.var() / nz.discrete_laplace_variance(t) - 1) < 0.03
+    # the sign and |X| mod 2: both fair / exact; checks the combination of the bit groups
+    q = math.exp(-1 / t)
+    p_odd = 2 * q / (1 + q) * (1 - q) / (1 - q * q)  # P(|X| odd) = side * P(G even)
+    assert abs(np.mean(np.abs(x) % 2 == 1) - p_odd) < 5 * math.sqrt(p_odd * (1 - p_odd) / N)
+
+
+@pytest.mark.parametrize("sigma", [0.8, 4.0, 30.0])
+def test_discrete_gaussian_chisquare_and_variance(sigma):
+    x = nz.discrete_gaussian(sigma, N, rng=31)
+    assert x.dtype == np.int64 and x.shape == (N,)
+    support, pmf = dgauss_pmf_table(sigma)
+    assert chisquare_integer(x, support, pmf) > 1e-3
+    var = float((support.astype(float) ** 2 * pmf).sum())
+    assert nz.discrete_gaussian_variance(sigma) == pytest.approx(var, rel=1e-9)
+    assert abs(x.var() / var - 1) < 0.03
+
+
+def test_discrete_gaussian_large_sigma_coarse_grid():
+    sigma = 5000.0
+    plan = nz._gauss_plan(sigma)
+    assert plan.step > 1  # bounds on grid segments, exact constants for undecided candidates
+    x = nz.discrete_gaussian(sigma, N, rng=32)
+    assert abs(x.var() / sigma**2 - 1) < 0.03
+    # compare the CDF at a few points with the continuous normal (error ~ 1/sigma^2)
+    for z in [-1.5, -0.3, 0.0, 0.8, 2.0]:
+        k = math.floor(z * sigma)
+        assert abs(np.mean(x <= k) - stats.norm.cdf((k + 0.5) / sigma)) < 5 * math.sqrt(0.25 / N)
+
+
+def test_discrete_per_row_scales_and_shapes():
+    scales = np.array([1.0, 50.0, 1.0, 50.0])[:, None]
+    x = nz.discrete_laplace(scales, (4, 40_000), rng=41)
+    assert x.shape == (4, 40_000) and x.dtype == np.int64
+    want = np.array([nz.discrete_laplace_variance(s) for s in scales[:, 0]])
+    np.testing.assert_allclose(x.var(axis=1), want, rtol=0.05)
+    g = nz.discrete_gaussian(np.array([2.0, 20.0]), (50_000, 2), rng=42)
+    np.testing.assert_allclose(g.var(axis=0), [4.0, 400.0], rtol=0.05)
+    assert nz.discrete_laplace(2.0, rng=1).shape == ()
+    assert nz.discrete_laplace(2.0, (2, 3), rng=1).shape == (2, 3)
+    assert nz.discrete_laplace(2.0, 0, rng=1).shape == (0,)
+    many = np.linspace(1.0, 3.0, 200)  # 200 distinct scales, light plans
+    y = nz.discrete_laplace(many, (50, 200), rng=43)
+    assert y.shape == (50, 200)
+
+
+def test_tiny_scale_is_zero_and_terminates():
+    x = nz.discrete_laplace(0.01, 10_000, rng=1)
+    np.testing.assert_array_equal(x, 0)  # P(X != 0) ~ 2 exp(-100)
+    assert nz.discrete_gaussian(0.05, 1000, rng=1).tolist() == [0] * 1000
+
+
+# ----------------------------------------------------------------------------------------------
+# exactness of the constants and of the tie fallback
+# ----------------------------------------------------------------------------------------------
+
+
+def test_table_constants_match_independent_decimal():
+    t = 25.5
+    plan = nz._laplace_plan(t)
+    T, g = plan.T, plan.g
+    assert g == 0
+    with localcontext() as ctx:
+        ctx.prec = 80
+        q = (-(Decimal(1) / Decimal(t))).exp()
+        p0 = (1 - q) / (1 + q)
+        side = q / (1 + q)
+        inv = 1 / (1 + q)
+        A = [1 - q**m for m in range(1, T + 1)]
+        b = [p0] + [p0 + side * a for a in A] + [inv] + [inv + side * a for a in A]
+        want = [int((v * 2**64).to_integral_value(rounding="ROUND_FLOOR")) for v in b]
+    assert [int(c) for c in plan.main.c64] == want
+    # a truncated-geometric group table (scale 1000 splits off low bits)
+    big = nz._laplace_plan(1000.0)
+    assert big.g > 0 and big.low
+    tab = big.low[0]
+    nbits = int(round(math.log2(tab.values.size)))
+    with localcontext() as ctx:
+        ctx.prec = 80
+        rho = (-(Decimal(1) / Decimal(1000))).exp()
+        den = 1 - rho ** (1 << nbits)
+        want = [
+            int(((1 - rho ** (i + 1)) / den * 2**64).to_integral_value(rounding="ROUND_FLOOR"))
+            for i in range((1 << nbits) - 1)
+        ]
+    assert [int(c) for c in tab.c64] == want
+
+
+def test_laplace_tie_fallback_bucket_path():
+    """Force U's first 64 bits to equal floor(b_0 2^64), b_0 = P(X = 0); later blocks decide."""
+    t = 3.0
+    plan = nz._laplace_plan(t, light=False)
+    B = dec_bits(lambda: dec_p0(t), 192)
+    c0, B2, B3 = B >> 128, (B >> 64) & MASK64, B & MASK64
+    assert int(plan.main.c64[0]) == c0 and 0 < B2 < MASK64 and 0 < B3 < MASK64
+    w = c0 >> 48
+    assert plan.main.bucket[w] == nz._FLAG  # the bucket holding c0 needs more bits
+    x48 = (c0 & ((1 << 48) - 1)) << 16  # the sampler uses the top 48 bits of the next uint64
+    script = [x48, B2 - 1, B2 + 1, B2, B3 - 1, B2, B3 + 1]
+    bits = RiggedBits(w, script)
+    out = plan.sample(4, bits)
+    # U < p0 -> 0; U > p0 -> the next category, +1
+    assert out.tolist() == [0, 1, 0, 1]
+    assert not bits.script  # every programmed block was read, in order
+
+
+def test_laplace_tie_fallback_light_path():
+    t = 3.0
+    plan = nz._LaplacePlan(t, light=True)
+    B = dec_bits(lambda: dec_p0(t), 128)
+    c0, B2 = B >> 64, B & MASK64
+    bits = RiggedBits(0, [c0, B2 + 1, B2 - 1])
+    assert plan.sample(2, bits).tolist() == [1, 0]
+
+
+def test_gaussian_acceptance_tie_fallback():
+    sigma = 4.0
+    plan = nz._gauss_plan(sigma)
+    assert plan.step == 1
+    c = Decimal(16) / Decimal(5)  # sigma^2 / t, t = floor(sigma) + 1 = 5
+
+    def a_bits(y: int) -> int:
+        return dec_bits(lambda: (-((Decimal(y) - c) ** 2) / Decimal(32)).exp(), 192)
+
+    ys = [0, 3, 5, 0]
+    A = {y: a_bits(y) for y in set(ys)}
+    first = [A[y] >> 128 for y in ys]
+    mid = {y: (A[y] >> 64) & MASK64 for y in A}
+    low = {y: A[y] & MASK64 for y in A}
+    # 16 bits, then 48 more (the top of a uint64), then further 64-bit blocks
+    w = np.array([f >> 48 for f in first], dtype=np.uint16)
+    x = np.array([(f & ((1 << 48) - 1)) << 16 for f in first], dtype=np.uint64)
+    script = [x, mid[0] - 1, mid[3] + 1, mid[5], low[5] - 1, mid[0], low[0] + 1]
+    bits = RiggedBits([w], script)
+    acc = plan.accept(np.array(ys, dtype=np.int64), bits)
+    assert acc.tolist() == [True, False, True, False]
+    assert not bits.script
+
+
+def test_gaussian_coarse_grid_exact_resolution():
+    sigma = 5000.0
+    plan = nz._gauss_plan(sigma)
+    assert plan.step > 1
+    ys = [7, 4999, 5003, 31000]
+
+    def a_value(y: int) -> Decimal:  # evaluated inside dec_bits' high-precision context
+        cF = Decimal(sigma) ** 2 / Decimal(plan.t)
+        return (-((Decimal(y) - cF) ** 2) / (2 * Decimal(sigma) ** 2)).exp()
+
+    A = {y: dec_bits(lambda y=y: a_value(y), 128) for y in ys}
+    u = []
+    want = []
+    script_tail = []
+    for y in ys:  # u just below, just above and equal to floor(a 2^64)
+        c64 = A[y] >> 64
+        u += [c64 - 1, c64 + 1, c64]
+        want += [True, False, None]
+        script_tail += [(A[y] & MASK64) + 1]  # the tie is then decided by the second block: U > a
+    yarr = np.repeat(np.array(ys, dtype=np.int64), 3)
+    w = np.array([v >> 48 for v in u], dtype=np.uint16)
+    x = np.array([(v & ((1 << 48) - 1)) << 16 for v in u], dtype=np.uint64)
+    bits = RiggedBits([w], [x] + script_tail)
+    acc = plan.accept(yarr, bits).tolist()
+    for got, exp in zip(acc, want):
+        assert got == (False if exp is None else exp)
+    assert not bits.script
+
+
+def test_u_below_multi_block():
+    """_u_below against a constant with known bits, across several equal 64-bit blocks."""
+    bval = (5 << 128) | (7 << 64) | 9  # b = that / 2^192, a dyadic test constant
+
+    def floor_bits(n: int) -> int:
+        return bval >> (192 - n) if n <= 192 else bval << (n - 192)
+
+    assert nz._u_below([5], floor_bits, RiggedBits(0, [7, 8])) is True
+    assert nz._u_below([5], floor_bits, RiggedBits(0, [7, 10])) is False
+    assert nz._u_below([5], floor_bits, RiggedBits(0, [6])) is True
+    assert nz._u_below([5], floor_bits, RiggedBits(0, [8])) is False
+
+
+# ----------------------------------------------------------------------------------------------
+# parameter checks: before any draw
+# ----------------------------------------------------------------------------------------------
+
+BAD_SCALES = [0, -1.0, float("nan"), float("inf"), np.array([1.0, 0.0]), np.array([1.0, np.nan]), "x", None]
+
+
+@pytest.mark.parametrize("bad", BAD_SCALES, ids=repr)
+def test_invalid_scale_raises_before_any_draw(bad):
+    for f in (nz.discrete_laplace, nz.discrete_gaussian):
+        src = RecordingBits()
+        with pytest.raises(InvalidPrivacyParameterError):
+            f(bad, 10, rng=src)
+        assert src.calls == 0
+    for f in (nz.laplace, nz.gaussian):
+        gen = np.random.default_rng(0)
+        before = gen.bit_generator.state
+        with pytest.raises(InvalidPrivacyParameterError):
+            f(bad, 10, rng=gen)
+        assert gen.bit_generator.state == before
+    for secure in (False, True):
+        with pytest.raises(InvalidPrivacyParameterError):
+            nz.noise("laplace", bad, 10, rng=0, secure=secure)
+
+
+def test_scale_too_large_for_exact_sampler():
+    with pytest.raises(InvalidPrivacyParameterError):
+        nz.discrete_laplace(1e13, 5, rng=RecordingBits())
+
+
+# ----------------------------------------------------------------------------------------------
+# dispatcher and grid snapping
+# ----------------------------------------------------------------------------------------------
+
+
+def test_noise_dispatcher():
+    for kind in ("laplace", "gaussian"):
+        f = nz.noise(kind, 2.0, 1000, rng=1)
+        assert f.dtype == np.float64 and np.any(f != np.round(f))
+        s = nz.noise(kind, 2.0, 1000, rng=1, secure=True)
+        assert s.dtype == np.float64 and np.all(s == np.round(s))
+    np.testing.assert_array_equal(nz.noise("laplace", 2.0, 50, rng=4, secure=True), nz.discrete_laplace(2.0, 50, rng=4))
+    with pytest.raises(SparseDPError):
+        nz.noise("cauchy", 1.0, 5)
+
+
+def test_snap_to_grid():
+    v = np.array([0.24, 0.26, -1.1, 3.0])
+    np.testing.assert_array_equal(nz.snap_to_grid(v, 0.5), [0, 1, -2, 6])
+    assert nz.snap_to_grid(v, 0.5).dtype == np.int64
+    counts = np.array([3, 0, 7])
+    np.testing.assert_array_equal(nz.snap_to_grid(counts, 1.0), counts)  # exact for integer data
+    with pytest.raises(NonFiniteInputError):
+        nz.snap_to_grid([1.0, np.inf], 1.0)
+    with pytest.raises(InvalidPrivacyParameterError):
+        nz.snap_to_grid([1.0], 0.0)
+    with pytest.raises(SparseDPError):
+        nz.snap_to_grid([1e30], 1.0)
+
+
+# ----------------------------------------------------------------------------------------------
+# more exactness checks: large samples, test power, internals
+# ----------------------------------------------------------------------------------------------
+
+
+def test_large_sample_and_power():
+    t, sigma, n = 3.0, 4.0, 2_000_000
+    x = nz.discrete_laplace(t, n, rng=51)
+    support = np.arange(-200, 201)
+    assert chisquare_integer(x, support, dlap_pmf(support, t)) > 1e-3
+    # the same test has power: a 2% change of scale is rejected
+    assert chisquare_integer(x, support, dlap_pmf(support, t * 1.02)) < 1e-6
+    g = nz.discrete_gaussian(sigma, n, rng=52)
+    sup, pmf = dgauss_pmf_table(sigma)
+    assert chisquare_integer(g, sup, pmf) > 1e-3
+    sup2, pmf2 = dgauss_pmf_table(sigma * 1.01)
+    assert chisquare_integer(g, sup2, pmf2) < 1e-6
+
+
+def test_geometric_overflow_rounds():
+    """H ~ Geometric(rho) through the table's overflow category (probability ~2^-10 per round)."""
+    t = 25.5
+    plan = nz._laplace_plan(t)
+    assert plan.g == 0
+    h = plan.geometric(N, nz.SecureRandomBits(np.random.default_rng(53)))
+    assert h.min() >= 0 and np.count_nonzero(h >= plan.T) > 50  # overflow rounds happened
+    rho = math.exp(-1 / t)
+    support = np.arange(0, 2000)
+    pmf = (1 - rho) * rho**support
+    assert chisquare_integer(h, support, pmf / pmf.sum()) > 1e-3
+
+
+def test_chunked_draws(monkeypatch):
+    monkeypatch.setattr(nz, "_CHUNK", 1000)
+    x = nz.discrete_laplace(4.0, 5500, rng=54)
+    y = nz.discrete_gaussian(4.0, 5500, rng=54)
+    assert x.shape == y.shape == (5500,)
+    assert abs(x.var() / nz.discrete_laplace_variance(4.0) - 1) < 0.15
+    assert abs(y.var() / 16.0 - 1) < 0.15
+
+
+try:
+    from hypothesis import given, settings
+    from hypothesis import strategies as hst
+except ImportError:  # pragma: no cover
+    given = None
+
+if given is not None:
+
+    @settings(max_examples=40, deadline=None)
+    @given(hst.fractions(min_value=0, max_value=200, max_denominator=10**6), hst.integers(30, 120))
+    def test_interval_exp_encloses(x, digits):
+        ia = nz._IA(digits)
+        lo, hi = ia.exp_neg(ia.const(x))
+        with localcontext() as ctx:
+            ctx.prec = digits + 60
+            v = (-(Decimal(x.numerator) / Decimal(x.denominator))).exp()
+        assert lo <= v <= hi
+        # width: the rounding of x (relative 10^-digits) is amplified by x in exp(-x)
+        assert (hi - lo) <= v * (Decimal(float(x)) + 2) * Decimal(10) ** (-digits + 2) + Decimal(10) ** (-digits * 10)
+
+    @settings(max_examples=15, deadline=None)
+    @given(hst.floats(min_value=0.05, max_value=5e4, allow_nan=False))
+    def test_first_boundary_exact_for_any_scale(t):
+        plan = nz._LaplacePlan(t, light=True)
+        want = dec_bits(lambda: dec_p0(t), 64)
+        assert int(plan.main.c64[0]) == want
