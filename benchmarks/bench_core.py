@@ -119,10 +119,11 @@ def main() -> None:
         print(f"\nslowest strategy, build + calibrate + measure + reconstruct: {slowest:.2f} s (target < 5 s)")
         noise_rows = None
         try:
-            from bench_noise import run as run_noise  # type: ignore
+            from bench_noise import format_table, run as run_noise  # type: ignore
 
-            print("\nnoise throughput")
+            print("\nnoise throughput (samples/s; ratio against opendp's integer Laplace in the same run)")
             noise_rows = run_noise(args.noise_n)
+            print(format_table(noise_rows))
         except ImportError as exc:  # pragma: no cover
             print(f"noise benchmark unavailable: {exc}")
     out = {"n": args.n, "blas_threads": threads, "core": core, "noise": noise_rows}

@@ -14,6 +14,10 @@ How ``E`` is computed, without forming a dense inverse:
 * ``sparse-inverse``: identity, Fenwick and Haar strategies (and their weighted forms) have an exact
   sparse ``G``; ``E`` is the workload's image norms of ``G V^{1/2}``, which implicit workloads give in
   closed form (``O(nnz(G))`` for prefix and all-range workloads).
+* ``tree-closed-form``: hierarchical strategies with the prefix, all-range, identity or total
+  workload: the leaf response to each measurement is a sum of scaled subtree profiles, whose image
+  norms follow from profile moments computed bottom-up, ``O(n log n)`` in all
+  (:func:`~sparsedp.tree_estimator.tree_impulse_norms`).
 * ``exact-blocks``: otherwise (trees, general matrices) ``G`` is applied to blocks of unit vectors
   with the fast estimator (two-pass for trees), ``O(m)`` solves in all: exact, for moderate sizes.
 * ``estimate``: Hutchinson's estimator ``E = E_z ||W G V^{1/2} z||^2`` with Rademacher ``z``,
@@ -30,9 +34,12 @@ import scipy.sparse as sp
 
 from .errors import SparseDPError
 from .inference import linear_estimator, sparse_inverse
-from .operators import aslinearoperator
+from .operators import SparseOperator, aslinearoperator
+from .tree_estimator import tree_impulse_norms
 
 __all__ = ["ErrorReport", "expected_error"]
+
+_TREE_WORKLOADS = ("prefix", "all_ranges", "identity", "total")
 
 
 @dataclass(frozen=True)
@@ -41,7 +48,7 @@ class ErrorReport:
 
     total: float
     per_query: float  # total / number of workload queries
-    method: str  # "sparse-inverse", "exact-blocks" or "estimate"
+    method: str  # "sparse-inverse", "tree-closed-form", "exact-blocks" or "estimate"
     stderr: float = 0.0  # standard error of an estimate; 0 when exact
 
     @property
@@ -65,7 +72,8 @@ def expected_error(
 ) -> ErrorReport:
     """Expected total squared error ``sum_i v_i ||W G e_i||^2`` of GLS workload answers.
 
-    ``method``: ``"auto"`` (sparse inverse if the strategy has one, exact blocks if
+    ``method``: ``"auto"`` (sparse inverse if the strategy has one, the tree closed form for
+    trees with prefix / all-range / identity / total workloads, exact blocks if
     ``rows(M) * n <= exact_limit``, else an estimate), ``"exact"`` or ``"estimate"``.
     """
     W = aslinearoperator(workload)
@@ -83,6 +91,13 @@ def expected_error(
         if G is not None:
             total = float(W.image_sq_norms(sp.csc_matrix(G)) @ v)
             return ErrorReport(total, total / queries, "sparse-inverse")
+        base, vb = M, v
+        if isinstance(M, SparseOperator) and M.base is not None and M.row_weights is not None:
+            base, vb = M.base, v / (M.row_weights * M.row_weights)
+        if base.structure == "tree" and W.structure in _TREE_WORKLOADS:
+            norms = tree_impulse_norms(base.meta["layout"], vb, W.structure)  # type: ignore[attr-defined]
+            total = float(norms @ vb)
+            return ErrorReport(total, total / queries, "tree-closed-form")
         if method == "exact" or m * n <= exact_limit:
             apply, _ = linear_estimator(M, v)
             total = 0.0

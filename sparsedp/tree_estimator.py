@@ -61,3 +61,132 @@ def tree_gls(layout: TreeLayout, y: np.ndarray, variances: np.ndarray) -> np.nda
         share = var_z[lev - 1] / child_var[lev - 1][parent]
         xhat = z[lev - 1] + share[extra] * (xhat - child_sum[lev - 1])[parent]
     return xhat
+
+
+def tree_impulse_norms(layout: TreeLayout, variances: np.ndarray, workload: str) -> np.ndarray:
+    """``||W G e_u||^2`` for every node ``u``, ``G`` the two-pass GLS estimator, in ``O(n log n)``.
+
+    ``workload`` is ``"prefix"``, ``"all_ranges"``, ``"identity"`` or ``"total"``.  Returned in
+    strategy row order (root first).  With them the expected error is ``sum_u v_u ||W G e_u||^2``.
+
+    Derivation.  An impulse at node ``i`` changes the upward estimates only on the path root -> i:
+    ``dz_i = var(z_i) / v_i`` and ``dz_a = var(z_a) / V_a * dz_b`` for a parent ``a`` of ``b``.  The
+    downward pass then gives each off-path child ``c`` of a path node ``u`` the estimate
+    ``share_c d_u`` (``d_u = xhat_u - dz_b``, ``share_c = var(z_c) / V_u``), spread over its leaves by
+    the fixed profile ``rho_c`` (the products of shares down to each leaf; it sums to 1), and node
+    ``i`` itself ``xhat_i rho_i``.  So the leaf response is a sum of scaled profiles over blocks that
+    tile the leaves, and the running sums are affine in each block: with per-node profile moments
+    ``S1_c = sum cumsum(rho_c)``, ``S2_c = sum cumsum(rho_c)^2``, ``Q_c = sum rho_c^2`` (computed
+    bottom-up) and per-child suffix sums over later siblings, each path step costs ``O(1)``.
+    """
+    if workload not in ("prefix", "all_ranges", "identity", "total"):
+        raise ValueError(f"unsupported workload {workload!r}")
+    v = np.asarray(variances, dtype=np.float64)
+    L = layout.levels
+
+    def level(arr: np.ndarray, lev: int) -> np.ndarray:
+        off = layout.row_offsets[lev]
+        return arr[off : off + layout.sizes[lev]]
+
+    # upward variances
+    var_z = [level(v, 0)]
+    V: list[np.ndarray] = [np.empty(0)]
+    for lev in range(1, L):
+        Vc = np.add.reduceat(var_z[-1], layout.child_starts[lev - 1][:-1])
+        var_z.append(1.0 / (1.0 / level(v, lev) + 1.0 / Vc))
+        V.append(Vc)
+    parent = [np.repeat(np.arange(layout.sizes[lev + 1]), np.diff(layout.child_starts[lev])) for lev in range(L - 1)]
+    share = [var_z[lev] / V[lev + 1][parent[lev]] for lev in range(L - 1)]
+    # exclusive cumulative share of earlier siblings, F_{j-1}
+    F = []
+    for lev in range(L - 1):
+        cs = np.cumsum(share[lev])
+        starts = layout.child_starts[lev][:-1]
+        before = np.concatenate(([0.0], cs))[starts]
+        F.append(cs - share[lev] - np.repeat(before, np.diff(layout.child_starts[lev])))
+    # profile moments bottom-up
+    length = [np.ones(layout.sizes[0])]
+    S1, S2, Q = [np.ones(layout.sizes[0])], [np.ones(layout.sizes[0])], [np.ones(layout.sizes[0])]
+    t: list[dict[str, np.ndarray]] = []
+    for lev in range(L - 1):
+        f, Fm, ln = share[lev], F[lev], length[lev]
+        terms = {
+            "len": ln,
+            "lenF": ln * Fm,
+            "lenF2": ln * Fm * Fm,
+            "fS1": f * S1[lev],
+            "fS1F": f * S1[lev] * Fm,
+            "f2S2": f * f * S2[lev],
+            "f2Q": f * f * Q[lev],
+        }
+        t.append(terms)
+        starts = layout.child_starts[lev][:-1]
+        total = {k: np.add.reduceat(a, starts) for k, a in terms.items()}
+        length.append(total["len"])
+        S1.append(total["lenF"] + total["fS1"])
+        S2.append(total["lenF2"] + 2 * total["fS1F"] + total["f2S2"])
+        Q.append(total["f2Q"])
+    # group totals and suffix sums over later siblings, per child
+    T, R = [], []
+    for lev in range(L - 1):
+        starts = layout.child_starts[lev][:-1]
+        counts = np.diff(layout.child_starts[lev])
+        Tl, Rl = {}, {}
+        for k, a in t[lev].items():
+            tot = np.add.reduceat(a, starts)
+            Tl[k] = tot
+            cs = np.cumsum(a)
+            before = np.concatenate(([0.0], cs))[starts]
+            upto = cs - np.repeat(before, counts)  # inclusive within group
+            Rl[k] = np.repeat(tot, counts) - upto
+        T.append(Tl)
+        R.append(Rl)
+
+    out = np.empty(layout.nodes)
+    for lev in range(L):
+        idx = np.arange(layout.sizes[lev])
+        anc = {lev: idx}
+        for up in range(lev, L - 1):
+            anc[up + 1] = parent[up][anc[up]]
+        dz = {lev: var_z[lev] / level(v, lev)}
+        for up in range(lev + 1, L):
+            a = anc[up]
+            dz[up] = var_z[up][a] / V[up][a] * dz[up - 1]
+        off = np.zeros(idx.size)
+        xh = dz[L - 1]
+        s1 = np.zeros(idx.size)  # sum of running sums
+        s2 = np.zeros(idx.size)  # sum of squared running sums
+        sq = np.zeros(idx.size)  # sum of squared leaf values
+        for down in range(L - 1, lev, -1):
+            u, b = anc[down], anc[down - 1]
+            d = xh - dz[down - 1]
+            Tu, tb, Rb = T[down - 1], t[down - 1], R[down - 1]
+            A = {k: Tu[k][u] - tb[k][b] for k in ("len", "lenF", "lenF2", "fS1", "fS1F", "f2S2", "f2Q")}
+            Rlen, RlenF, RfS1 = Rb["len"][b], Rb["lenF"][b], Rb["fS1"][b]
+            delta = dz[down - 1]
+            s2 += (
+                off * off * A["len"]
+                + 2 * off * d * (A["lenF"] + A["fS1"])
+                + d * d * (A["lenF2"] + 2 * A["fS1F"] + A["f2S2"])
+                + delta * delta * Rlen
+                + 2 * off * delta * Rlen
+                + 2 * d * delta * (RlenF + RfS1)
+            )
+            s1 += off * A["len"] + d * (A["lenF"] + A["fS1"]) + delta * Rlen
+            sq += d * d * A["f2Q"]
+            off = off + d * F[down - 1][b]
+            xh = delta + share[down - 1][b] * d
+        ln, m1, m2, q = length[lev], S1[lev], S2[lev], Q[lev]
+        s2 += ln * off * off + 2 * off * xh * m1 + xh * xh * m2
+        s1 += ln * off + xh * m1
+        sq += xh * xh * q
+        if workload == "prefix":
+            res = s2
+        elif workload == "all_ranges":
+            res = (layout.n + 1) * s2 - s1 * s1
+        elif workload == "identity":
+            res = sq
+        else:
+            res = dz[L - 1] ** 2
+        out[layout.row_offsets[lev] : layout.row_offsets[lev] + layout.sizes[lev]] = res
+    return out

@@ -244,7 +244,7 @@ def identity(n: int) -> SparseOperator:
 def total(n: int) -> SparseOperator:
     """The single query ``sum(x)``."""
     n = _check_n(n)
-    return SparseOperator(sp.csr_matrix(np.ones((1, n))), name=f"total({n})")
+    return SparseOperator(sp.csr_matrix(np.ones((1, n))), name=f"total({n})", structure="total")
 
 
 def prefix(n: int) -> PrefixWorkload:
