@@ -60,6 +60,11 @@ class TreeLayout:
     def levels(self) -> int:
         return len(self.sizes)
 
+    def level_rows(self, arr: np.ndarray, level: int) -> np.ndarray:
+        """The part of a per-row array (strategy row order) that belongs to ``level``."""
+        off = self.row_offsets[level]
+        return arr[off : off + self.sizes[level]]
+
     @property
     def nodes(self) -> int:
         return int(sum(self.sizes))

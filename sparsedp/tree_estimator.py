@@ -34,33 +34,44 @@ def tree_gls(layout: TreeLayout, y: np.ndarray, variances: np.ndarray) -> np.nda
     y = np.asarray(y, dtype=np.float64)
     v = np.asarray(variances, dtype=np.float64)
     extra = (slice(None),) + (None,) * (y.ndim - 1)
-
-    def level(arr: np.ndarray, lev: int) -> np.ndarray:
-        off = layout.row_offsets[lev]
-        return arr[off : off + layout.sizes[lev]]
-
-    z = [level(y, 0)]
-    var_z = [level(v, 0)]
-    child_sum: list[np.ndarray] = []
-    child_var: list[np.ndarray] = []
+    var_z, V = upward_variances(layout, v)
+    z = [layout.level_rows(y, 0)]
+    child_sum: list[np.ndarray] = [np.empty(0)]
     for lev in range(1, layout.levels):
-        starts = layout.child_starts[lev - 1][:-1]
-        Z = np.add.reduceat(z[-1], starts, axis=0)
-        V = np.add.reduceat(var_z[-1], starts)
-        own_w = 1.0 / level(v, lev)
-        kid_w = 1.0 / V
-        denom = own_w + kid_w
-        z.append((level(y, lev) * own_w[extra] + Z * kid_w[extra]) / denom[extra])
-        var_z.append(1.0 / denom)
+        Z = np.add.reduceat(z[-1], layout.child_starts[lev - 1][:-1], axis=0)
+        own = var_z[lev] / layout.level_rows(v, lev)  # weight of the node's own measurement
+        z.append(layout.level_rows(y, lev) * own[extra] + Z * (1.0 - own)[extra])
         child_sum.append(Z)
-        child_var.append(V)
     xhat = z[-1]
     for lev in range(layout.levels - 1, 0, -1):
-        counts = np.diff(layout.child_starts[lev - 1])
-        parent = np.repeat(np.arange(layout.sizes[lev]), counts)
-        share = var_z[lev - 1] / child_var[lev - 1][parent]
-        xhat = z[lev - 1] + share[extra] * (xhat - child_sum[lev - 1])[parent]
+        parent = _parents(layout, lev - 1)
+        share = var_z[lev - 1] / V[lev][parent]
+        xhat = z[lev - 1] + share[extra] * (xhat - child_sum[lev])[parent]
     return xhat
+
+
+def upward_variances(layout: TreeLayout, v: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Per level: ``var(z_u)`` of the upward estimates, and ``V_u = sum_c var(z_c)`` over the
+    children (an empty array at the leaf level)."""
+    var_z = [layout.level_rows(v, 0)]
+    V: list[np.ndarray] = [np.empty(0)]
+    for lev in range(1, layout.levels):
+        Vc = np.add.reduceat(var_z[-1], layout.child_starts[lev - 1][:-1])
+        var_z.append(1.0 / (1.0 / layout.level_rows(v, lev) + 1.0 / Vc))
+        V.append(Vc)
+    return var_z, V
+
+
+def _parents(layout: TreeLayout, lev: int) -> np.ndarray:
+    """Index (in level ``lev + 1``) of the parent of every node of level ``lev``."""
+    return np.repeat(np.arange(layout.sizes[lev + 1]), np.diff(layout.child_starts[lev]))
+
+
+def _group_exclusive_cumsum(a: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Within each sibling group (``starts`` = child_starts), the sum of the earlier siblings."""
+    cs = np.cumsum(a)
+    before = np.concatenate(([0.0], cs))[starts[:-1]]
+    return cs - a - np.repeat(before, np.diff(starts))
 
 
 def tree_impulse_norms(layout: TreeLayout, variances: np.ndarray, workload: str) -> np.ndarray:
@@ -83,27 +94,11 @@ def tree_impulse_norms(layout: TreeLayout, variances: np.ndarray, workload: str)
         raise ValueError(f"unsupported workload {workload!r}")
     v = np.asarray(variances, dtype=np.float64)
     L = layout.levels
-
-    def level(arr: np.ndarray, lev: int) -> np.ndarray:
-        off = layout.row_offsets[lev]
-        return arr[off : off + layout.sizes[lev]]
-
-    # upward variances
-    var_z = [level(v, 0)]
-    V: list[np.ndarray] = [np.empty(0)]
-    for lev in range(1, L):
-        Vc = np.add.reduceat(var_z[-1], layout.child_starts[lev - 1][:-1])
-        var_z.append(1.0 / (1.0 / level(v, lev) + 1.0 / Vc))
-        V.append(Vc)
-    parent = [np.repeat(np.arange(layout.sizes[lev + 1]), np.diff(layout.child_starts[lev])) for lev in range(L - 1)]
+    var_z, V = upward_variances(layout, v)
+    parent = [_parents(layout, lev) for lev in range(L - 1)]
     share = [var_z[lev] / V[lev + 1][parent[lev]] for lev in range(L - 1)]
-    # exclusive cumulative share of earlier siblings, F_{j-1}
-    F = []
-    for lev in range(L - 1):
-        cs = np.cumsum(share[lev])
-        starts = layout.child_starts[lev][:-1]
-        before = np.concatenate(([0.0], cs))[starts]
-        F.append(cs - share[lev] - np.repeat(before, np.diff(layout.child_starts[lev])))
+    # cumulative share of earlier siblings, F_{j-1}
+    F = [_group_exclusive_cumsum(share[lev], layout.child_starts[lev]) for lev in range(L - 1)]
     # profile moments bottom-up
     length = [np.ones(layout.sizes[0])]
     S1, S2, Q = [np.ones(layout.sizes[0])], [np.ones(layout.sizes[0])], [np.ones(layout.sizes[0])]
@@ -129,16 +124,11 @@ def tree_impulse_norms(layout: TreeLayout, variances: np.ndarray, workload: str)
     # group totals and suffix sums over later siblings, per child
     T, R = [], []
     for lev in range(L - 1):
-        starts = layout.child_starts[lev][:-1]
-        counts = np.diff(layout.child_starts[lev])
-        Tl, Rl = {}, {}
-        for k, a in t[lev].items():
-            tot = np.add.reduceat(a, starts)
-            Tl[k] = tot
-            cs = np.cumsum(a)
-            before = np.concatenate(([0.0], cs))[starts]
-            upto = cs - np.repeat(before, counts)  # inclusive within group
-            Rl[k] = np.repeat(tot, counts) - upto
+        starts = layout.child_starts[lev]
+        counts = np.diff(starts)
+        Tl = {k: np.add.reduceat(a, starts[:-1]) for k, a in t[lev].items()}
+        # later siblings = group total - earlier siblings - self
+        Rl = {k: np.repeat(Tl[k], counts) - _group_exclusive_cumsum(a, starts) - a for k, a in t[lev].items()}
         T.append(Tl)
         R.append(Rl)
 
@@ -148,7 +138,7 @@ def tree_impulse_norms(layout: TreeLayout, variances: np.ndarray, workload: str)
         anc = {lev: idx}
         for up in range(lev, L - 1):
             anc[up + 1] = parent[up][anc[up]]
-        dz = {lev: var_z[lev] / level(v, lev)}
+        dz = {lev: var_z[lev] / layout.level_rows(v, lev)}
         for up in range(lev + 1, L):
             a = anc[up]
             dz[up] = var_z[up][a] / V[up][a] * dz[up - 1]
