@@ -3,11 +3,15 @@
 ``sparsedp demo``   the main job on built-in data: the prefix workload on a DPBench histogram,
                     measured with several strategies; expected vs empirical error and time.
 ``sparsedp error``  the analytic expected error of a workload / strategy pair.
+
+Subsystems add their own commands: every module named in ``COMMAND_MODULES`` that exists defines
+``register(subparsers)``, which adds sub-parsers whose ``func(args) -> int`` runs the command.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import time
 from typing import Callable, Sequence
@@ -71,6 +75,26 @@ def _error(args: argparse.Namespace) -> int:
     return 0
 
 
+COMMAND_MODULES = (
+    "sparsedp.consistency.cli",
+    "sparsedp.continual.cli",
+    "sparsedp.trees.cli",
+    "sparsedp.completion.cli",
+    "sparsedp.flows_cli",
+)
+
+
+def _register_subsystems(sub: argparse._SubParsersAction) -> None:
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and name.startswith(exc.name):
+                continue  # that subsystem is not installed in this build
+            raise
+        module.register(sub)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sparsedp",
@@ -95,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     err.add_argument("--n", type=int, default=1024, help="domain size (default %(default)s)")
     err.add_argument("--epsilon", type=float, default=1.0)
     err.set_defaults(func=_error)
+    _register_subsystems(sub)
     return parser
 
 
