@@ -1,0 +1,21 @@
+import doctest
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import sparsedp
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_package_docstring_example():
+    result = doctest.testmod(sparsedp, verbose=False)
+    assert result.attempted > 0 and result.failed == 0
+
+
+def test_quickstart_example_runs():
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / "quickstart.py")], capture_output=True, text=True,
+                         env=env, check=True, timeout=120)
+    assert "refused" in out.stdout and "hierarchical k=16" in out.stdout
