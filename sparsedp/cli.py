@@ -80,7 +80,7 @@ COMMAND_MODULES = (
     "sparsedp.continual.cli",
     "sparsedp.trees.cli",
     "sparsedp.completion.cli",
-    "sparsedp.flows_cli",
+    "sparsedp.flows.cli",
 )
 
 

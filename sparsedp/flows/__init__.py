@@ -1,0 +1,35 @@
+"""DP traffic flows on road networks, made consistent by flow conservation (issue 7).
+
+>>> from sparsedp.flows import road_grid, random_trips, release_flows
+>>> road = road_grid(10, 10, seed=0)
+>>> trips = random_trips(road, 200, seed=1, max_edges=8)
+>>> rel = release_flows(road, trips, epsilon=1.0, rng=2, keep_truth=True)
+>>> rel.sensitivity, rel.solve.residual < 1e-8
+(10, True)
+"""
+
+from .conservation import FlowSystem, conservation_system, incidence_matrix
+from .network import RoadNetwork, from_networkx, road_grid
+from .release import FlowRelease, release_flows
+from .solve import METHODS, FlowSolve, choose_method, project
+from .trips import Trips, count_sensitivity, flow_counts, random_trips, route_trips
+
+__all__ = [
+    "FlowRelease",
+    "FlowSolve",
+    "FlowSystem",
+    "METHODS",
+    "RoadNetwork",
+    "Trips",
+    "choose_method",
+    "conservation_system",
+    "count_sensitivity",
+    "flow_counts",
+    "from_networkx",
+    "incidence_matrix",
+    "project",
+    "random_trips",
+    "release_flows",
+    "road_grid",
+    "route_trips",
+]
