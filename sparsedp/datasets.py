@@ -14,7 +14,31 @@ import numpy as np
 
 from .errors import SparseDPError
 
-__all__ = ["shared_datasets_dir", "dpbench_names", "load_dpbench", "synthetic_histogram", "demo_histogram"]
+__all__ = [
+    "shared_datasets_dir",
+    "dpbench_names",
+    "load_dpbench",
+    "synthetic_histogram",
+    "demo_histogram",
+    "road_grid",
+    "helsinki_roads",
+    "restaurant",
+]
+
+# Data sets that belong to a subsystem live there and are re-exported here on first use.
+_ELSEWHERE = {
+    "road_grid": "sparsedp.flows.network",
+    "helsinki_roads": "sparsedp.flows.osm",
+    "restaurant": "sparsedp.consistency.restaurant",
+}
+
+
+def __getattr__(name: str):
+    if name in _ELSEWHERE:
+        import importlib
+
+        return getattr(importlib.import_module(_ELSEWHERE[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 DEFAULT_DPBENCH = "HEPTH.n4096.npy"
 

