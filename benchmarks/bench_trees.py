@@ -1,0 +1,244 @@
+"""Histogram publishers on interval trees (seed 004): accuracy on DPBench + synthetic, and scale.
+
+Accuracy: for every data set (the 16 DPBench 1-D histograms, n = 4096, and a synthetic n = 2^16),
+every eps in {1, 0.1, 0.01} and every publisher (LUE-DPTree on its SC tree; LUE-DPTree on the
+binary tree, to separate the budget from the tree; Boost; Boost-UN; Privelet; Dwork), the mean
+squared error (eq. 3.16) of 1000 random ranges (endpoints uniform, sorted) and of 1000 random
+ranges of each fixed length 2^0 ... 2^12, averaged over ``--reps`` runs (default 50).  The
+baseline in the same run is Boost: the table prints the ratio LUE-DPTree / Boost.
+
+Analytic: the expected random-range error without consistency (eq. 3.2 / 3.6) of the binary tree
+and the SC tree with uniform budgets and with CNP + NPBD budgets (the seed's Fig. 3.10 claim).
+
+Scale: seconds of the whole LUE-DPTree pipeline (SC tree, coverage, budgets, noise, BLUE, 1000
+range answers) for n = 2^16 ... 2^24, against Boost (binary tree, uniform budget, same BLUE) in the
+same run, and the BLUE alone against the consistency engine's sparse direct solve (CHOLMOD) of the
+same weighted projection where that fits (n <= 2^20).
+
+    python benchmarks/bench_trees.py [--reps 50] [--max-log-n 24] [--out benchmarks/results/trees.json]
+
+BLAS is pinned to one thread (threadpoolctl).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from threadpoolctl import threadpool_info, threadpool_limits
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from sparsedp.datasets import dpbench_names, load_dpbench, synthetic_histogram  # noqa: E402
+from sparsedp.trees import (  # noqa: E402
+    Boost,
+    BoostUN,
+    Dwork,
+    LUEDPTree,
+    Privelet,
+    allocate_budget,
+    blue,
+    coverage_probabilities,
+    expected_range_error,
+    kary_layout,
+    sc_layout,
+    to_constraints,
+    uniform_budget,
+)
+from sparsedp.trees.publishers import node_counts  # noqa: E402
+
+EPSILONS = (1.0, 0.1, 0.01)
+METHODS = {
+    "lue-dptree": lambda e: LUEDPTree(e),
+    "lue-binary": lambda e: LUEDPTree(e, tree="kary", k=2),
+    "boost": lambda e: Boost(e),
+    "boost-un": lambda e: BoostUN(e),
+    "privelet": lambda e: Privelet(e),
+    "dwork": lambda e: Dwork(e),
+}
+
+
+def random_ranges(n: int, m: int, rng: np.random.Generator) -> np.ndarray:
+    a, b = rng.integers(0, n, m), rng.integers(0, n, m)
+    return np.column_stack([np.minimum(a, b), np.maximum(a, b)])
+
+
+def fixed_ranges(n: int, length: int, m: int, rng: np.random.Generator) -> np.ndarray:
+    lo = rng.integers(0, n - length + 1, m)
+    return np.column_stack([lo, lo + length - 1])
+
+
+def truth(x: np.ndarray, pairs: np.ndarray) -> np.ndarray:
+    cs = np.concatenate(([0.0], np.cumsum(x)))
+    return cs[pairs[:, 1] + 1] - cs[pairs[:, 0]]
+
+
+def accuracy(datasets: dict[str, np.ndarray], reps: int, seed: int) -> list[dict]:
+    rows = []
+    for dname, x in datasets.items():
+        n = x.size
+        qrng = np.random.default_rng(seed)
+        sets = {"random": random_ranges(n, 1000, qrng)}
+        for j in range(13):
+            if 2**j <= n:
+                sets[f"len{2 ** j}"] = fixed_ranges(n, 2**j, 1000, qrng)
+        allq = np.concatenate(list(sets.values()))
+        bounds = np.cumsum([0] + [len(v) for v in sets.values()])
+        t_all = truth(x, allq)
+        for ie, eps in enumerate(EPSILONS):
+            for mname, make in METHODS.items():
+                rng = np.random.default_rng([seed, ie, 1])  # fresh noise per eps
+                sq = np.zeros(len(sets))
+                t0 = time.perf_counter()
+                for _ in range(reps):
+                    err2 = (make(eps).fit(x, rng=rng).ranges(allq) - t_all) ** 2
+                    sq += np.add.reduceat(err2, bounds[:-1]) / np.diff(bounds)
+                sec = (time.perf_counter() - t0) / reps
+                rows.append({"dataset": dname, "n": n, "epsilon": eps, "method": mname, "seconds_per_run": sec,
+                             **{k: float(v / reps) for k, v in zip(sets, sq)}})
+            print(f"  {dname:<48} eps={eps:<5} " + "  ".join(
+                f"{r['method']}={r['random']:.4g}" for r in rows[-len(METHODS):]), flush=True)
+    return rows
+
+
+def analytic(ns: list[int]) -> list[dict]:
+    """Expected random-range error (no consistency, eq. 3.2 / 3.6) at eps = 1."""
+    out = []
+    for n in ns:
+        for tname, tree in (("binary", kary_layout(n, 2)), ("sc", sc_layout(n))):
+            p = coverage_probabilities(tree)
+            out.append({"n": n, "tree": tname, "nodes": tree.size, "levels": tree.levels,
+                        "uniform": expected_range_error(tree, uniform_budget(tree, 1.0), p),
+                        "allocated": expected_range_error(tree, allocate_budget(tree, 1.0, p), p)})
+    return out
+
+
+def timed(fn, *args, **kw):
+    t0 = time.perf_counter()
+    out = fn(*args, **kw)
+    return out, time.perf_counter() - t0
+
+
+def scale(log_ns: list[int], seed: int) -> list[dict]:
+    rows = []
+    for ln in log_ns:
+        n = 1 << ln
+        x = np.random.default_rng(seed).integers(0, 100, n).astype(np.float64)
+        pairs = random_ranges(n, 1000, np.random.default_rng(seed))
+        rng = np.random.default_rng(seed + 1)
+        tree, t_tree = timed(sc_layout, n)
+        p, t_cov = timed(coverage_probabilities, tree)
+        eps, t_alloc = timed(allocate_budget, tree, 1.0, p)
+        t0 = time.perf_counter()
+        noisy = node_counts(tree, x) + rng.laplace(0.0, 1.0 / eps)
+        t_noise = time.perf_counter() - t0
+        _, t_blue = timed(blue, tree, noisy, eps)
+        lue, t_lue = timed(LUEDPTree(1.0).fit, x, rng)
+        _, t_q = timed(lue.ranges, pairs)
+        boost, t_boost = timed(Boost(1.0).fit, x, rng)
+        _, t_bq = timed(boost.ranges, pairs)
+        row = {"n": n, "nodes": tree.size, "levels": tree.levels, "sc_tree_s": t_tree, "coverage_s": t_cov,
+               "allocate_s": t_alloc, "noise_s": t_noise, "blue_s": t_blue, "lue_pipeline_s": t_lue + t_q,
+               "boost_pipeline_s": t_boost + t_bq}
+        if n <= 1 << 20:
+            try:
+                from sparsedp import consistency
+
+                C, b = to_constraints(tree)
+                res, t_direct = timed(consistency.solve, noisy, consistency.LinearConstraints(C, b),
+                                      variances=1.0 / eps**2, method="direct")
+                row["engine_direct_s"] = t_direct
+                row["blue_vs_direct_maxdiff"] = float(np.abs(res.x - blue(tree, noisy, eps)).max())
+            except ImportError:
+                pass
+        rows.append(row)
+        print(f"  n=2^{ln}: nodes {tree.size}, LUE pipeline {row['lue_pipeline_s']:.2f} s, "
+              f"Boost {row['boost_pipeline_s']:.2f} s, BLUE {t_blue:.2f} s", flush=True)
+    return rows
+
+
+def plot(rows: list[dict], path: Path, dataset: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(EPSILONS), figsize=(5 * len(EPSILONS), 4), sharey=False)
+    for ax, eps in zip(axes, EPSILONS):
+        for m in METHODS:
+            r = next(r for r in rows if r["dataset"] == dataset and r["epsilon"] == eps and r["method"] == m)
+            lens = sorted(int(k[3:]) for k in r if k.startswith("len"))
+            ax.plot(lens, [r[f"len{v}"] for v in lens], marker="o", label=m)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(f"{dataset}, eps={eps}")
+        ax.set_xlabel("range length")
+        ax.set_ylabel("mean squared error")
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--reps", type=int, default=50, help="noisy runs per (data set, eps, method)")
+    ap.add_argument("--max-log-n", type=int, default=24, help="largest n = 2^k of the scale run")
+    ap.add_argument("--datasets", type=int, default=16, help="how many DPBench data sets (0-16)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=str(HERE / "results" / "trees.json"))
+    args = ap.parse_args()
+    with threadpool_limits(1):
+        threads = sorted({d.get("num_threads") for d in threadpool_info()})
+        print(f"BLAS threads: {threads}")
+        data = {name: load_dpbench(name).astype(np.float64) for name in dpbench_names()[: args.datasets]}
+        data["synthetic-65536"] = synthetic_histogram(1 << 16, seed=args.seed).astype(np.float64)
+        print(f"accuracy: {len(data)} data sets x {len(EPSILONS)} eps x {len(METHODS)} methods x {args.reps} runs")
+        t0 = time.perf_counter()
+        acc = accuracy(data, args.reps, args.seed)
+        t_acc = time.perf_counter() - t0
+        print("analytic expected error (eq. 3.2/3.6, eps = 1)")
+        ana = analytic([4096, 1 << 16])
+        for r in ana:
+            print(f"  n={r['n']:<6} {r['tree']:<7} nodes={r['nodes']:<7} levels={r['levels']:<3} "
+                  f"uniform={r['uniform']:.4g} allocated={r['allocated']:.4g}")
+        print("scale")
+        sc = scale(list(range(16, args.max_log_n + 1, 2)), args.seed)
+
+    # summary tables
+    print(f"\nMSE of 1000 random ranges, mean of {args.reps} runs; ratio = LUE-DPTree / Boost (baseline)")
+    header = f"{'dataset':<48}{'eps':>6}" + "".join(f"{m:>12}" for m in METHODS) + f"{'LUE/Boost':>11}"
+    print(header)
+    print("-" * len(header))
+    ratios = []
+    for dname in data:
+        for eps in EPSILONS:
+            rs = {r["method"]: r["random"] for r in acc if r["dataset"] == dname and r["epsilon"] == eps}
+            ratio = rs["lue-dptree"] / rs["boost"]
+            ratios.append({"dataset": dname, "epsilon": eps, "lue_over_boost": ratio,
+                           "best": min(rs, key=rs.get)})
+            print(f"{dname:<48}{eps:>6}" + "".join(f"{rs[m]:>12.4g}" for m in METHODS) + f"{ratio:>11.3f}")
+    print(f"\n{'n':>10}{'nodes':>10}{'SC tree':>9}{'BLUE':>8}{'LUE total':>11}{'Boost':>8}{'LUE/Boost':>11}{'direct':>9}")
+    for r in sc:
+        direct = f"{r['engine_direct_s']:>9.2f}" if "engine_direct_s" in r else f"{'-':>9}"
+        print(f"{r['n']:>10}{r['nodes']:>10}{r['sc_tree_s']:>9.2f}{r['blue_s']:>8.2f}{r['lue_pipeline_s']:>11.2f}"
+              f"{r['boost_pipeline_s']:>8.2f}{r['lue_pipeline_s'] / r['boost_pipeline_s']:>11.2f}{direct}")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    plot(acc, out.with_suffix(".png"), "synthetic-65536")
+    plot(acc, out.with_name(out.stem + "_hepth.png"), next((d for d in data if d.startswith("HEPTH")), next(iter(data))))
+    result = {"benchmark": "trees", "command": " ".join(sys.argv), "reps": args.reps, "blas_threads": threads,
+              "python": platform.python_version(), "machine": platform.machine(), "accuracy_seconds": t_acc,
+              "accuracy": acc, "ratios": ratios, "analytic": ana, "scale": sc,
+              "note": "timings on a shared 2-core machine under contention"}
+    out.write_text(json.dumps(result, indent=1))
+    print(f"\nwrote {out} and {out.with_suffix('.png')}")
+
+
+if __name__ == "__main__":
+    main()
