@@ -60,6 +60,18 @@ class TreeLayout:
     def levels(self) -> int:
         return len(self.sizes)
 
+    def bfs(self) -> tuple[np.ndarray, np.ndarray]:
+        """The tree in strategy row order (breadth-first, root first) as ``(parent, level_start)``:
+        ``parent[r]`` is the row of row ``r``'s parent (``-1`` for the root) and the rows of depth
+        ``d`` are ``level_start[d] : level_start[d + 1]``."""
+        parent = np.full(self.nodes, -1, dtype=np.int64)
+        for lev in range(self.levels - 1):
+            counts = np.diff(self.child_starts[lev])
+            rows = self.row_offsets[lev] + np.arange(self.sizes[lev])
+            parent[rows] = self.row_offsets[lev + 1] + np.repeat(np.arange(self.sizes[lev + 1]), counts)
+        level_start = np.array([self.row_offsets[lev] for lev in reversed(range(self.levels))] + [self.nodes])
+        return parent, level_start
+
     def level_rows(self, arr: np.ndarray, level: int) -> np.ndarray:
         """The part of a per-row array (strategy row order) that belongs to ``level``."""
         off = self.row_offsets[level]

@@ -22,7 +22,44 @@ import numpy as np
 
 from .strategies import TreeLayout
 
-__all__ = ["tree_gls"]
+__all__ = ["two_pass", "tree_gls", "tree_impulse_norms", "upward_variances"]
+
+
+def two_pass(parent: np.ndarray, level_start: np.ndarray, y: np.ndarray, variances: np.ndarray) -> np.ndarray:
+    """Consistent GLS estimates of every node of a tree (or forest) of any shape.
+
+    Nodes are in breadth-first order: depth ``d`` is ``level_start[d] : level_start[d + 1]``, the
+    children of a node are contiguous and in the order of their parents, ``parent[i]`` is the index
+    of ``i``'s parent (``-1`` for a root).  ``y`` (shape ``(nodes,)`` or ``(nodes, k)``) are the node
+    measurements with variances ``variances`` (all > 0).  Returns the node estimates (same shape as
+    ``y``); every parent equals the sum of its children.  Leaves may lie at any depth.  One
+    vectorised step per depth each way (see the module docstring).
+    """
+    y = np.asarray(y, dtype=np.float64)
+    v = np.asarray(variances, dtype=np.float64)
+    extra = (slice(None),) + (None,) * (y.ndim - 1)
+    levels = len(level_start) - 1
+    z = y.copy()
+    var = v.copy()
+    Z = np.zeros_like(y)
+    V = np.zeros_like(v)
+    for d in range(levels - 2, -1, -1):
+        lo, hi = level_start[d + 1], level_start[d + 2]
+        par = parent[lo:hi]
+        starts = np.flatnonzero(np.concatenate(([True], par[1:] != par[:-1])))
+        inner = par[starts]  # the nodes of depth d that have children
+        Z[inner] = np.add.reduceat(z[lo:hi], starts, axis=0)
+        V[inner] = np.add.reduceat(var[lo:hi], starts)
+        var[inner] = 1.0 / (1.0 / v[inner] + 1.0 / V[inner])
+        own = var[inner] / v[inner]  # weight of the node's own measurement
+        z[inner] = y[inner] * own[extra] + Z[inner] * (1.0 - own)[extra]
+    out = z.copy()  # roots keep their upward estimate
+    for d in range(1, levels):
+        sl = slice(level_start[d], level_start[d + 1])
+        par = parent[sl]
+        share = var[sl] / V[par]
+        out[sl] = z[sl] + share[extra] * (out[par] - Z[par])
+    return out
 
 
 def tree_gls(layout: TreeLayout, y: np.ndarray, variances: np.ndarray) -> np.ndarray:
@@ -31,23 +68,9 @@ def tree_gls(layout: TreeLayout, y: np.ndarray, variances: np.ndarray) -> np.nda
     ``y`` has shape ``(nodes,)`` or ``(nodes, k)``; ``variances`` shape ``(nodes,)``, all > 0.
     Returns the ``n`` leaf estimates (shape ``(n,)`` or ``(n, k)``).
     """
-    y = np.asarray(y, dtype=np.float64)
-    v = np.asarray(variances, dtype=np.float64)
-    extra = (slice(None),) + (None,) * (y.ndim - 1)
-    var_z, V = upward_variances(layout, v)
-    z = [layout.level_rows(y, 0)]
-    child_sum: list[np.ndarray] = [np.empty(0)]
-    for lev in range(1, layout.levels):
-        Z = np.add.reduceat(z[-1], layout.child_starts[lev - 1][:-1], axis=0)
-        own = var_z[lev] / layout.level_rows(v, lev)  # weight of the node's own measurement
-        z.append(layout.level_rows(y, lev) * own[extra] + Z * (1.0 - own)[extra])
-        child_sum.append(Z)
-    xhat = z[-1]
-    for lev in range(layout.levels - 1, 0, -1):
-        parent = _parents(layout, lev - 1)
-        share = var_z[lev - 1] / V[lev][parent]
-        xhat = z[lev - 1] + share[extra] * (xhat - child_sum[lev])[parent]
-    return xhat
+    parent, level_start = layout.bfs()
+    nodes = two_pass(parent, level_start, y, variances)
+    return layout.level_rows(nodes, 0)
 
 
 def upward_variances(layout: TreeLayout, v: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SparseDPError
+from ..tree_estimator import two_pass
 from ..validation import check_vector
 from .build import as_interval_tree
 
@@ -40,22 +41,4 @@ def blue(tree: Any, noisy_counts: Any, eps_per_node: Any) -> np.ndarray:
     e = check_vector(eps_per_node, t.size, "eps_per_node")
     if np.any(e <= 0):
         raise SparseDPError("eps_per_node must be > 0 on every node (an unmeasured node has no weight to give)")
-    v = 1.0 / (e * e)  # noise variance up to the common factor 2
-    z = y.copy()  # upward estimates
-    var = v.copy()  # their variances
-    Z = np.zeros(t.size)  # sum of the children's z
-    V = np.zeros(t.size)  # sum of the children's var(z)
-    for d in range(t.levels - 2, -1, -1):
-        sl = t.level(d)
-        Z[sl] = t.child_sums(z, d)
-        V[sl] = t.child_sums(var, d)
-        i = np.flatnonzero(t.degree[sl] > 0) + sl.start
-        var[i] = 1.0 / (1.0 / v[i] + 1.0 / V[i])
-        z[i] = var[i] * (y[i] / v[i] + Z[i] / V[i])
-    out = np.empty(t.size)
-    out[0] = z[0]
-    for d in range(1, t.levels):
-        sl = t.level(d)
-        par = t.parent[sl]
-        out[sl] = z[sl] + var[sl] / V[par] * (out[par] - Z[par])
-    return out
+    return two_pass(t.parent, t.level_start, y, 1.0 / (e * e))  # variances up to the common factor 2
