@@ -1,0 +1,241 @@
+"""Continual release (seed 000 and beyond): error, weight computation and counter throughput.
+
+For N in {2^10 - 1, 2^16 - 1, 2^20 - 1, 10^6} and eps = 1 (zCDP methods at rho = eps^2 / 2 = 1/2):
+
+* analytic average per-step variance of every method (naive, binary = unweighted Fenwick, Honaker
+  streaming, FDA-weighted Fenwick, k-ary trees with optimal level weights, the negative-digit k-ary
+  tree, and for zCDP the L2-optimal Fenwick, the square-root factorisation and BLT), and the
+  empirical mean squared error of the online counters at the smaller N (``--runs`` streams at 2^10 - 1, a few at 2^16 - 1);
+* time to compute the weights: FDA against SLSQP (the seed's SQP, small N only) and against the
+  PyPI package ``dpcrpy`` (FDA, N = 2^m - 1 only; optional: skipped and said so when absent), with
+  the largest weight difference;
+* counter throughput (updates/s) over the first ``--steps`` steps, against dpcrpy's FDA counter;
+* a plot of per-step variance against t (benchmarks/results/continual.png).
+
+    python benchmarks/bench_continual.py [--runs 200] [--steps 200000] [--out benchmarks/results/continual.json]
+
+BLAS is pinned to one thread (threadpoolctl).  Timings on a shared machine are inflated by contention.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from threadpoolctl import threadpool_info, threadpool_limits
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from sparsedp.continual import (  # noqa: E402
+    BinaryMechanism,
+    BLTCounter,
+    ContinualCounter,
+    FenwickWeights,
+    HonakerCounter,
+    KaryCounter,
+    NaiveCounter,
+    NegDigitCounter,
+    SqrtCounter,
+    error_table,
+    fit_blt,
+    kary_weights,
+    negdigit_weights,
+    optimal_weights,
+)
+
+try:  # optional comparison
+    from dpcrpy.bitMethods.fda import FDA as DpcrFDA
+    from dpcrpy.framework.noiMech import LapNoiMech
+except ImportError:  # pragma: no cover
+    DpcrFDA = None
+
+HORIZONS = (2**10 - 1, 2**16 - 1, 2**20 - 1, 10**6)
+EPS = 1.0
+RHO = EPS**2 / 2
+
+
+def best_of(fn, repeat: int = 3) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def counters(N: int, blt, lams) -> dict:
+    kary_lam, neg_lam = lams
+    return {
+        "naive": lambda rng: NaiveCounter(N, EPS, rng=rng),
+        "binary (Chan-Shi-Song) = Fenwick": lambda rng: BinaryMechanism(N, EPS, rng=rng),
+        "Honaker streaming": lambda rng: HonakerCounter(N, EPS, rng=rng),
+        "Fenwick + FDA weights": lambda rng: ContinualCounter(N, epsilon=EPS, rng=rng),
+        "16-ary tree, opt. level weights": lambda rng: KaryCounter(N, EPS, k=16, weights=kary_lam, rng=rng),
+        "19-ary neg. digits, opt. level weights": lambda rng: NegDigitCounter(N, EPS, k=19, weights=neg_lam, rng=rng),
+        "Fenwick + FDA weights (L2)": lambda rng: ContinualCounter(N, rho=RHO, rng=rng),
+        "BLT (5 buffers)": lambda rng: BLTCounter(N, RHO, blt=blt, rng=rng),
+    }
+
+
+def empirical(N: int, runs: int, blt, kary_lam, seed: int = 0) -> dict[str, float]:
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 3, N).astype(float)
+    truth = np.cumsum(x)
+    out = {}
+    for name, make in counters(N, blt, kary_lam).items():
+        sq = 0.0
+        for _ in range(runs):
+            sq += float(np.mean((make(rng).run(x) - truth) ** 2))
+        out[name] = sq / runs
+    if N <= 2**16:
+        sq = 0.0
+        for _ in range(max(1, runs // 10)):
+            sq += float(np.mean((SqrtCounter(N, RHO, rng=rng).run(x) - truth) ** 2))
+        out["square-root factorisation"] = sq / max(1, runs // 10)
+    return out
+
+
+def weight_timings(N: int) -> dict:
+    res = {"fda_seconds": best_of(lambda: FenwickWeights.build(N).array())}
+    if DpcrFDA is not None and (N + 1) & N == 0:
+        m = N.bit_length()
+        ref = DpcrFDA(kOrder=m, isInit=False)
+        t0 = time.perf_counter()
+        theirs = np.array([ref.getCof(t) for t in range(1, N + 1)])
+        res["dpcrpy_seconds"] = time.perf_counter() - t0
+        res["dpcrpy_max_abs_diff"] = float(np.abs(theirs - optimal_weights(N)).max())
+        res["dpcrpy_over_fda"] = res["dpcrpy_seconds"] / res["fda_seconds"]
+    return res
+
+
+def sqp_timings() -> list[dict]:
+    rows = []
+    for N in (31, 63, 127, 255):
+        t0 = time.perf_counter()
+        sqp = optimal_weights(N, "sqp")
+        sec = time.perf_counter() - t0
+        fda_sec = best_of(lambda: optimal_weights(N, "fda"))
+        rows.append({"N": N, "sqp_seconds": sec, "fda_seconds": fda_sec, "sqp_over_fda": sec / fda_sec,
+                     "max_abs_diff": float(np.abs(sqp - optimal_weights(N)).max())})
+    return rows
+
+
+def throughput(N: int, steps: int, blt, kary_lam) -> dict[str, float]:
+    steps = min(steps, N)
+    out = {}
+    for name, make in counters(N, blt, kary_lam).items():
+        c = make(0)
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            c.update(1.0)
+        out[name] = steps / (time.perf_counter() - t0)
+    k = min(steps, 20000)
+    c = SqrtCounter(N, RHO, rng=0)
+    t0 = time.perf_counter()
+    for _ in range(k):
+        c.update(1.0)
+    out[f"square-root factorisation (first {k} steps, O(t) each)"] = k / (time.perf_counter() - t0)
+    if DpcrFDA is not None and (N + 1) & N == 0:
+        mech = DpcrFDA(kOrder=N.bit_length(), noiMech=LapNoiMech(epsilon=EPS))
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            mech.dpRelease(1.0)
+        out["dpcrpy FDA"] = steps / (time.perf_counter() - t0)
+    return out
+
+
+def plot(N: int, rows, path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # pragma: no cover
+        return False
+    fig, ax = plt.subplots(figsize=(9, 5))
+    t = np.arange(1, N + 1)
+    for r in rows:
+        if r.method == "naive":
+            continue
+        ax.plot(t, r.per_step, lw=0.6, label=f"{r.method} [{r.privacy}]")
+    ax.set_yscale("log")
+    ax.set_xlabel("step t")
+    ax.set_ylabel("variance of the released running sum")
+    ax.set_title(f"Continual release, N = {N}, eps = {EPS:g} / rho = {RHO:g}")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return True
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=200, help="empirical streams at N = 2^10 - 1 (a 50th at 2^16 - 1)")
+    ap.add_argument("--steps", type=int, default=200000, help="steps timed per counter for throughput")
+    ap.add_argument("--out", default=str(HERE / "results" / "continual.json"))
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with threadpool_limits(1):
+        blas = [(i.get("internal_api"), i.get("num_threads")) for i in threadpool_info()]
+        print(f"BLAS threads: {blas}   (timings on a shared machine are inflated by contention)")
+        print(f"dpcrpy: {'installed' if DpcrFDA is not None else 'NOT installed: comparison skipped'}")
+        result = {"epsilon": EPS, "rho": RHO, "machine": platform.platform(), "blas": blas,
+                  "dpcrpy": DpcrFDA is not None, "horizons": {}}
+        for N in HORIZONS:
+            t0 = time.perf_counter()
+            blt = fit_blt(N, 5)
+            blt_fit = time.perf_counter() - t0
+            kary_lam = (kary_weights(N, 16), negdigit_weights(N, 19))
+            rows = error_table(N, EPS, RHO)
+            emp = {}
+            if N <= 2**10:
+                emp = empirical(N, args.runs, blt, kary_lam)
+            elif N <= 2**16:
+                emp = empirical(N, max(2, args.runs // 50), blt, kary_lam)
+            if N == 2**10 - 1:
+                result["plot"] = str(out.with_suffix(".png")) if plot(N, rows, out.with_suffix(".png")) else None
+            w = weight_timings(N)
+            thr = throughput(N, args.steps, blt, kary_lam)
+            print(f"\nN = {N}: average per-step variance (analytic; empirical MSE where run)")
+            print(f"{'method':<40} {'privacy':<9} {'analytic':>11} {'empirical':>11} {'vs Honaker':>10}")
+            honaker = next(r.mean for r in rows if r.method == "Honaker streaming")
+            for r in rows:
+                e = emp.get(r.method)
+                es = f"{e:11.2f}" if e is not None else f"{'-':>11}"
+                ratio = f"{r.mean / honaker:10.3f}" if r.privacy.startswith("eps") else f"{'':>10}"
+                print(f"{r.method:<40} {r.privacy:<9} {r.mean:11.2f} {es} {ratio}")
+            print(f"weights: FDA {w['fda_seconds'] * 1e3:.2f} ms", end="")
+            if "dpcrpy_seconds" in w:
+                print(f"; dpcrpy {w['dpcrpy_seconds']:.3f} s (x{w['dpcrpy_over_fda']:.0f} slower), "
+                      f"max |diff| {w['dpcrpy_max_abs_diff']:.1e}", end="")
+            print(f"; BLT fit {blt_fit:.2f} s")
+            print("throughput (updates/s): " + ", ".join(f"{k}: {v:,.0f}" for k, v in thr.items()))
+            result["horizons"][str(N)] = {
+                "analytic_mean": {f"{r.method} [{r.privacy}]": r.mean for r in rows},
+                "analytic_max": {f"{r.method} [{r.privacy}]": r.max for r in rows},
+                "empirical_mse": emp,
+                "weights": w,
+                "blt": {"fit_seconds": blt_fit, "w": blt.w.tolist(), "theta": blt.theta.tolist()},
+                "kary16_level_weights": kary_lam[0].tolist(), "negdigit19_level_weights": kary_lam[1].tolist(),
+                "throughput_updates_per_s": thr,
+                "throughput_steps": min(args.steps, N),
+            }
+        sqp = sqp_timings()
+        print("\nSQP (SLSQP, the seed's reference) vs FDA:")
+        for r in sqp:
+            print(f"  N = {r['N']:4d}: SQP {r['sqp_seconds']:.2f} s, FDA {r['fda_seconds'] * 1e6:.0f} us "
+                  f"(x{r['sqp_over_fda']:,.0f}), max |diff| {r['max_abs_diff']:.1e}")
+        result["sqp_vs_fda"] = sqp
+    out.write_text(json.dumps(result, indent=1))
+    print(f"\nwrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""Baseline continual counters (pure ``epsilon``-DP, Laplace), each with its exact per-step variance.
+
+* :class:`NaiveCounter` -- every increment gets ``Lap(1/epsilon)`` (sensitivity 1) and the output is
+  the running sum of noisy increments: ``Var(s~_t) = 2 t / epsilon^2``.
+* :class:`BinaryMechanism` -- Chan, Shi and Song (ACM TISSEC 2011), Algorithm 2: p-sums
+  ``alpha_i`` over dyadic blocks, each with ``Lap(L / epsilon)``, ``L = floor(log2 N) + 1`` levels
+  (every increment is in one p-sum per level).  ``s~_t`` adds the p-sums of the binary digits of
+  ``t``: ``Var = popcount(t) 2 L^2 / epsilon^2``.  Its p-sums are exactly the Fenwick nodes, so it
+  *is* the unweighted Fenwick release (:func:`unweighted_fenwick`; a test checks equal outputs).
+* :class:`HonakerCounter` -- the binary tree with *every* node measured (``Lap(L / epsilon)``; still
+  one node per level per increment) and Honaker's (2015) streaming estimate: the best linear unbiased
+  estimate of a completed node from its own subtree, ``v_0 = sigma^2``,
+  ``v_h = 1 / (1 / sigma^2 + 1 / (2 v_{h-1}))``, ``est_h = v_h (y / sigma^2 + (l + r) / (2 v_{h-1}))``;
+  ``s~_t`` adds the subtree estimates of the digits of ``t``: ``Var = sum_{h in digits(t)} v_h``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..validation import check_positive
+from ._stream import BufferedNoise, StreamingCounter
+from .counter import ContinualCounter
+from .fenwick import check_horizon
+
+__all__ = [
+    "NaiveCounter",
+    "BinaryMechanism",
+    "HonakerCounter",
+    "unweighted_fenwick",
+    "naive_variance",
+    "binary_variance",
+    "honaker_variance",
+    "honaker_level_variances",
+]
+
+
+def _digit_sum(N: int, per_level: np.ndarray) -> np.ndarray:
+    """``out[t-1] = sum over set bits h of t of per_level[h]`` for ``t = 1..N``, vectorised."""
+    t = np.arange(1, N + 1, dtype=np.int64)
+    out = np.zeros(N)
+    for h in range(N.bit_length()):
+        out += ((t >> h) & 1) * per_level[h]
+    return out
+
+
+def naive_variance(N: int, epsilon: float) -> np.ndarray:
+    """``Var(s~_t) = 2 t / epsilon^2`` of :class:`NaiveCounter`."""
+    N, eps = check_horizon(N), check_positive(epsilon, "epsilon")
+    return 2.0 * np.arange(1, N + 1) / eps**2
+
+
+def binary_variance(N: int, epsilon: float) -> np.ndarray:
+    """``Var(s~_t) = popcount(t) 2 L^2 / epsilon^2`` of :class:`BinaryMechanism` (``L = bit_length(N)``)."""
+    N, eps = check_horizon(N), check_positive(epsilon, "epsilon")
+    L = N.bit_length()
+    return _digit_sum(N, np.full(L, 2.0 * L * L / eps**2))
+
+
+def honaker_level_variances(N: int, epsilon: float) -> np.ndarray:
+    """``v_h`` of a completed level-``h`` node's subtree estimate, ``h = 0 .. L-1``."""
+    N, eps = check_horizon(N), check_positive(epsilon, "epsilon")
+    L = N.bit_length()
+    s2 = 2.0 * L * L / eps**2
+    v = np.empty(L)
+    v[0] = s2
+    for h in range(1, L):
+        v[h] = 1.0 / (1.0 / s2 + 1.0 / (2.0 * v[h - 1]))
+    return v
+
+
+def honaker_variance(N: int, epsilon: float) -> np.ndarray:
+    """``Var(s~_t) = sum_{h in digits(t)} v_h`` of :class:`HonakerCounter`."""
+    return _digit_sum(check_horizon(N), honaker_level_variances(N, epsilon))
+
+
+class NaiveCounter(StreamingCounter):
+    """Running sum of ``a_t + Lap(1/epsilon)`` (sensitivity 1 per increment, each used once)."""
+
+    name = "naive"
+
+    def __init__(self, horizon: int, epsilon: float, rng: object = None) -> None:
+        super().__init__(horizon)
+        self.epsilon = check_positive(epsilon, "epsilon")
+        self.sensitivity = 1.0
+        self._noise = BufferedNoise("laplace", 1.0 / self.epsilon, rng)
+        self._sum = 0.0
+
+    def _step(self, a: float) -> float:
+        self._sum += a + self._noise.draw()
+        self.last_variance = 2.0 * (self.t + 1) / self.epsilon**2
+        return self._sum
+
+
+class _BinaryTree(StreamingCounter):
+    """``L = floor(log2 N) + 1`` levels; each increment is in one node per level, so ``Delta_1 = L``
+    and every node gets ``Lap(L / epsilon)``."""
+
+    def __init__(self, horizon: int, epsilon: float, rng: object = None) -> None:
+        super().__init__(horizon)
+        self.epsilon = check_positive(epsilon, "epsilon")
+        self.levels = self.horizon.bit_length()
+        self.sensitivity = float(self.levels)
+        self._noise = BufferedNoise("laplace", self.levels / self.epsilon, rng)
+
+
+class BinaryMechanism(_BinaryTree):
+    """Chan-Shi-Song binary mechanism: ``O(log N)`` p-sums, ``Lap(L / epsilon)`` each, ``Delta_1 = L``."""
+
+    name = "binary"
+
+    def __init__(self, horizon: int, epsilon: float, rng: object = None) -> None:
+        super().__init__(horizon, epsilon, rng)
+        self._alpha = [0.0] * self.levels
+        self._noisy = [0.0] * self.levels
+        self._level_var = 2.0 * self.levels**2 / self.epsilon**2
+
+    def _step(self, a: float) -> float:
+        t = self.t + 1
+        i = (t & -t).bit_length() - 1
+        self._alpha[i] = sum(self._alpha[:i]) + a
+        for j in range(i):
+            self._alpha[j] = self._noisy[j] = 0.0
+        self._noisy[i] = self._alpha[i] + self._noise.draw()
+        self.last_variance = bin(t).count("1") * self._level_var
+        return sum(self._noisy[j] for j in range(self.levels) if t >> j & 1)
+
+
+class HonakerCounter(_BinaryTree):
+    """Binary tree, all nodes measured with ``Lap(L / epsilon)`` (``Delta_1 = L``), Honaker's
+    streaming subtree estimates; ``O(log N)`` state, amortised ``O(1)`` noise draws per step."""
+
+    name = "honaker"
+
+    def __init__(self, horizon: int, epsilon: float, rng: object = None) -> None:
+        super().__init__(horizon, epsilon, rng)
+        self._v = honaker_level_variances(self.horizon, self.epsilon).tolist()
+        self._s2 = self._v[0]
+        self._true = [0.0] * self.levels
+        self._est = [0.0] * self.levels
+
+    def _step(self, a: float) -> float:
+        t = self.t + 1
+        i = (t & -t).bit_length() - 1
+        v, s2 = self._v, self._s2
+        right_true = a
+        right_est = a + self._noise.draw()
+        left_true, left_est = self._true[0], self._est[0]
+        self._true[0], self._est[0] = right_true, right_est
+        for h in range(1, i + 1):
+            node_true = left_true + right_true
+            y = node_true + self._noise.draw()
+            est = v[h] * (y / s2 + (left_est + right_est) / (2.0 * v[h - 1]))
+            left_true, left_est = self._true[h], self._est[h]
+            self._true[h], self._est[h] = node_true, est
+            right_true, right_est = node_true, est
+        digits = [h for h in range(self.levels) if t >> h & 1]
+        self.last_variance = sum(v[h] for h in digits)
+        return sum(self._est[h] for h in digits)
+
+
+def unweighted_fenwick(horizon: int, epsilon: float, rng: object = None) -> ContinualCounter:
+    """The seed's plain Fenwick release (eq. 5.7): :class:`ContinualCounter` with unit weights."""
+    return ContinualCounter(horizon, epsilon=epsilon, weights="uniform", rng=rng)

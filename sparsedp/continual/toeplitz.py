@@ -1,0 +1,281 @@
+"""Toeplitz factorisations of the prefix matrix for ``rho``-zCDP: square root and BLT.
+
+Factorise ``W_N = B M`` with lower-triangular Toeplitz ``B`` (decoder, coefficients ``b_k``) and
+``M = B^{-1} W`` (strategy, coefficients ``m_k``).  The release is ``B (M x + z) = s + B z`` with
+``z ~ N(0, sigma^2 I)``, ``sigma = Delta_2(M) / sqrt(2 rho)`` and ``Delta_2(M)^2 = sum_{k<N} m_k^2``
+(column 1 is the longest column of a lower-triangular Toeplitz matrix).  One record changes one
+increment by at most 1, i.e. ``M x`` by a column of ``M``: the Gaussian mechanism on ``M x`` is
+``rho``-zCDP and ``s + B z`` is its post-processing; step ``t`` reads ``z_1..z_t`` and ``a_1..a_t``
+only.  Step ``t`` has variance ``sigma^2 sum_{k<t} b_k^2``.
+
+* **Square root** (Henzinger, Upadhyay, Upadhyay SODA 2023; Fichtenberger, Henzinger, Upadhyay
+  ICML 2023): ``B = M = W^{1/2}``, ``b_k = m_k = binom(2k, k) / 4^k``, the coefficients of
+  ``(1 - x)^{-1/2}``.  Streaming needs all past ``z``: ``O(t)`` time per step, ``O(N)`` memory.
+* **BLT** (buffered linear Toeplitz; McMahan, Dvijotham et al. 2024): ``b_k = sum_j w_j theta_j^k``,
+  ``d`` exponentials.  The noise ``(B z)_t = sum_j w_j u_j(t)``, ``u_j(t) = theta_j u_j(t-1) + z_t``,
+  is generated in ``O(d)`` time and state.  ``m`` is rational too: ``m(x) = 1 / ((1 - x) b(x))`` has
+  poles ``1`` and ``y_r`` (the ``d - 1`` zeros of ``sum_j w_j / (y - theta_j)``, which interlace the
+  ``theta``), so both ``Delta_2(M)^2`` and the total error have ``O(d^2)`` closed forms (geometric
+  sums), which :func:`fit_blt` minimises over ``(w, theta)`` for the given ``N``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.optimize
+import scipy.signal
+
+from ..errors import SparseDPError
+from ..validation import check_positive
+from ._stream import BufferedNoise, StreamingCounter
+from .error import ContinualError
+from .fenwick import check_horizon
+
+__all__ = [
+    "sqrt_coefficients",
+    "toeplitz_error",
+    "sqrt_error",
+    "BLT",
+    "fit_blt",
+    "ToeplitzCounter",
+    "SqrtCounter",
+    "BLTCounter",
+]
+
+
+def sqrt_coefficients(N: int) -> np.ndarray:
+    """``c_k = binom(2k, k) / 4^k`` (``k < N``): ``c_0 = 1``, ``c_k = c_{k-1} (2k - 1) / (2k)``."""
+    N = check_horizon(N, "N")
+    k = np.arange(1, N, dtype=np.float64)
+    return np.concatenate([[1.0], np.cumprod((2 * k - 1) / (2 * k))])
+
+
+def toeplitz_error(b: np.ndarray, m_sq_sum: float, rho: float, method: str) -> ContinualError:
+    """Per-step variance ``sigma^2 cumsum(b^2)`` with ``sigma^2 = Delta_2^2 / (2 rho)``."""
+    rho = check_positive(rho, "rho")
+    v = m_sq_sum / (2.0 * rho)
+    per_step = v * np.cumsum(np.asarray(b, dtype=np.float64) ** 2)
+    total = float(per_step.sum())
+    return ContinualError(per_step, total, total / per_step.size, math.sqrt(m_sq_sum), v, method)
+
+
+def sqrt_error(N: int, rho: float) -> ContinualError:
+    """Exact per-step variance of the square-root factorisation under ``rho``-zCDP."""
+    c = sqrt_coefficients(N)
+    return toeplitz_error(c, float(np.sum(c * c)), rho, "sqrt-gaussian")
+
+
+def _log_geom(l: np.ndarray, N: int) -> np.ndarray:
+    """``sum_{k<N} q^k`` for ``q = exp(l) <= 1`` (``N`` at ``q = 1``), accurate near ``q = 1``."""
+    l = np.minimum(l, 0.0)
+    small = np.abs(l) < 1e-12
+    safe = np.where(small, -1.0, l)
+    out = np.expm1(N * safe) / np.expm1(safe)
+    return np.where(small, N * (1.0 + l * (N - 1) / 2.0), out)
+
+
+def _log_weighted_geom(l: np.ndarray, N: int) -> np.ndarray:
+    """``sum_{k<N} (N - k) q^k = (N - q (1 - q^N) / (1 - q)) / (1 - q)`` for ``q = exp(l)``."""
+    l = np.minimum(l, 0.0)
+    small = np.abs(N * l) < 1e-4
+    safe = np.where(small, -1.0, l)
+    one_minus_q = -np.expm1(safe)
+    q = np.exp(safe)
+    out = (N - q * (-np.expm1(N * safe)) / one_minus_q) / one_minus_q
+    series = N * (N + 1) / 2.0 + l * (N - 1) * N * (N + 1) / 6.0  # first-order in l
+    return np.where(small, series, out)
+
+
+@dataclass(frozen=True)
+class BLT:
+    """Decoder ``b_k = sum_j w_j theta_j^k`` with ``d = len(w)`` buffers (``w > 0``, ``0 < theta < 1``)."""
+
+    w: np.ndarray
+    theta: np.ndarray
+
+    def __post_init__(self) -> None:
+        w, th = np.asarray(self.w, float), np.asarray(self.theta, float)
+        if w.ndim != 1 or w.shape != th.shape or w.size < 1:
+            raise SparseDPError("BLT needs equal-length 1-D w and theta")
+        if np.any(w <= 0) or np.any(th <= 0) or np.any(th >= 1) or not np.all(np.isfinite(w)):
+            raise SparseDPError("BLT needs w > 0 and 0 < theta < 1")
+        order = np.argsort(th)
+        object.__setattr__(self, "w", w[order])
+        object.__setattr__(self, "theta", th[order])
+
+    def decoder(self, N: int) -> np.ndarray:
+        """``b_0 .. b_{N-1}``, ``O(N d)``."""
+        k = np.arange(check_horizon(N, "N"), dtype=np.float64)
+        return np.exp(np.outer(k, np.log(self.theta))) @ self.w
+
+    def _poles(self) -> np.ndarray:
+        """Zeros ``y_r`` of ``sum_j w_j / (y - theta_j)``, one in each gap of the sorted ``theta``."""
+        th, w = self.theta, self.w
+        lo, hi = th[:-1].copy(), th[1:].copy()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for _ in range(200):
+                mid = 0.5 * (lo + hi)
+                f = (w[None, :] / (mid[:, None] - th[None, :])).sum(axis=1)
+                lo, hi = np.where(f > 0, mid, lo), np.where(f > 0, hi, mid)
+        return 0.5 * (lo + hi)
+
+    def _strategy_terms(self) -> tuple[float, np.ndarray, np.ndarray]:
+        """``m_k = kappa [k = 0] + sum_p gamma_p rho_p^k`` (poles ``rho = 1, y_r``); cached."""
+        cached = self.__dict__.get("_terms")
+        if cached is not None:
+            return cached
+        w, th = self.w, self.theta
+        y = self._poles()
+        g0 = 1.0 / np.sum(w / (1.0 - th))  # 1 / b(1)
+        xr = 1.0 / y
+        with np.errstate(divide="ignore", invalid="ignore"):  # coincident theta: caught below
+            bprime = (w[None, :] * th[None, :] / (1.0 - th[None, :] * xr[:, None]) ** 2).sum(axis=1)
+            gam = -y / ((1.0 - xr) * bprime)
+        gammas = np.concatenate([[g0], gam])
+        poles = np.concatenate([[1.0], y])
+        if not np.all(np.isfinite(gammas)):
+            raise SparseDPError("BLT with (numerically) coincident decays")
+        kappa = 1.0 / np.sum(w) - gammas.sum()
+        object.__setattr__(self, "_terms", (kappa, gammas, poles))
+        return kappa, gammas, poles
+
+    def strategy(self, N: int) -> np.ndarray:
+        """``m_0 .. m_{N-1}`` (``M = B^{-1} W``) by a stable cascaded IIR filter, ``O(N d)``."""
+        N = check_horizon(N, "N")
+        _, _, poles = self._strategy_terms()
+        sos = scipy.signal.zpk2sos(self.theta, poles, 1.0 / np.sum(self.w))
+        impulse = np.zeros(N)
+        impulse[0] = 1.0
+        return scipy.signal.sosfilt(sos, impulse)
+
+    def strategy_sq_sum(self, N: int) -> float:
+        """``Delta_2(M)^2 = sum_{k<N} m_k^2`` in closed form, ``O(d^2)``."""
+        kappa, g, p = self._strategy_terms()
+        lp = np.log(p)
+        cross = float(g @ _log_geom(lp[:, None] + lp[None, :], N) @ g)
+        m0 = kappa + g.sum()
+        return cross + m0 * m0 - g.sum() ** 2
+
+    def decoder_sq_total(self, N: int) -> float:
+        """``sum_{t=1}^N sum_{k<t} b_k^2 = sum_{k<N} (N - k) b_k^2`` in closed form, ``O(d^2)``."""
+        lt = np.log(self.theta)
+        return float(self.w @ _log_weighted_geom(lt[:, None] + lt[None, :], N) @ self.w)
+
+    def mean_error(self, N: int, rho: float) -> float:
+        """Average per-step variance ``Delta_2(M)^2 / (2 rho) * decoder_sq_total / N`` (closed form)."""
+        return self.strategy_sq_sum(N) * self.decoder_sq_total(N) / (2.0 * check_positive(rho, "rho") * N)
+
+    def error(self, N: int, rho: float) -> ContinualError:
+        """Exact per-step variances (``O(N d)``)."""
+        return toeplitz_error(self.decoder(N), self.strategy_sq_sum(N), rho, f"blt{self.w.size}-gaussian")
+
+
+def fit_blt(N: int, buffers: int = 5) -> BLT:
+    """BLT decoder minimising the total error at horizon ``N`` (scale-free: ``rho`` drops out).
+
+    Start: ``b_k ~ k^{-1/2} / sqrt(pi)`` as a sum of exponentials with log-spaced rates
+    ``r_j`` in ``[1 / (4N), 2]`` and ``w_j ~ sqrt(r_j)`` (a quadrature of
+    ``k^{-1/2} = pi^{-1/2} int r^{-1/2} e^{-rk} dr``); then L-BFGS on ``(log w, log(-log theta))``
+    of ``log Delta_2(M)^2 + log sum (N - k) b_k^2``, each evaluation ``O(d^2)``.
+    """
+    N = check_horizon(N, "N")
+    d = int(buffers)
+    if d < 1:
+        raise SparseDPError(f"buffers must be >= 1, got {buffers!r}")
+    r = np.geomspace(1.0 / (4.0 * N), 2.0, d)
+    dlog = np.log(r[1] / r[0]) if d > 1 else 1.0
+    w0 = np.sqrt(r) * dlog / np.sqrt(np.pi)
+
+    def unpack(p: np.ndarray) -> BLT:
+        return BLT(np.exp(p[:d]), np.exp(-np.exp(p[d:])))
+
+    def objective(p: np.ndarray) -> float:
+        try:
+            blt = unpack(p)
+            val = math.log(blt.strategy_sq_sum(N)) + math.log(blt.decoder_sq_total(N))
+        except (SparseDPError, ValueError, FloatingPointError):
+            return 1e300
+        return val if math.isfinite(val) else 1e300
+
+    p0 = np.concatenate([np.log(w0), np.log(r)])
+    bounds = [(-40.0, 5.0)] * d + [(math.log(1e-3 / N), math.log(30.0))] * d
+    res = scipy.optimize.minimize(objective, p0, method="L-BFGS-B", bounds=bounds,
+                                  options={"maxiter": 2000, "ftol": 1e-13, "gtol": 1e-10})
+    best = res.x if res.fun <= objective(p0) else p0
+    return unpack(best)
+
+
+class ToeplitzCounter(StreamingCounter):
+    """Online ``s_t + (B z)_t`` for a lower-triangular Toeplitz decoder ``B`` (``rho``-zCDP).
+
+    Generic version: keeps every ``z`` drawn, ``O(t)`` per step (the square root needs it).
+    ``m_sq_sum = Delta_2(M)^2`` calibrates ``sigma = Delta_2 / sqrt(2 rho)``.
+    """
+
+    name = "toeplitz"
+
+    def __init__(self, horizon: int, rho: float, decoder: np.ndarray, m_sq_sum: float, rng: Any = None) -> None:
+        super().__init__(horizon)
+        self.rho = check_positive(rho, "rho")
+        self._b = np.asarray(decoder, dtype=np.float64)[: self.horizon]
+        self.sensitivity = math.sqrt(m_sq_sum)
+        self.sigma = self.sensitivity / math.sqrt(2.0 * self.rho)
+        self._noise = BufferedNoise("gaussian", self.sigma, rng)
+        self._z = np.empty(self.horizon)
+        self._b2 = np.cumsum(self._b**2)
+        self._s = 0.0
+
+    def _noise_at(self, t: int) -> float:
+        self._z[t - 1] = self._noise.draw()
+        return float(self._b[:t] @ self._z[t - 1 :: -1]) if t > 1 else float(self._b[0] * self._z[0])
+
+    def _step(self, a: float) -> float:
+        t = self.t + 1
+        self._s += a
+        self.last_variance = self.sigma**2 * self._b2[t - 1]
+        return self._s + self._noise_at(t)
+
+
+class SqrtCounter(ToeplitzCounter):
+    """Square-root factorisation counter (``B = M = W^{1/2}``), ``rho``-zCDP, ``O(t)`` per step."""
+
+    name = "sqrt"
+
+    def __init__(self, horizon: int, rho: float, rng: Any = None) -> None:
+        c = sqrt_coefficients(check_horizon(horizon))
+        super().__init__(horizon, rho, c, float(np.sum(c * c)), rng)
+
+
+class BLTCounter(ToeplitzCounter):
+    """BLT counter: ``O(d)`` time and state per step (``u <- theta u + z``, noise ``w . u``)."""
+
+    name = "blt"
+
+    def __init__(self, horizon: int, rho: float, blt: BLT | None = None, buffers: int = 5, rng: Any = None) -> None:
+        N = check_horizon(horizon)
+        self.blt = blt if blt is not None else fit_blt(N, buffers)
+        StreamingCounter.__init__(self, N)
+        self.rho = check_positive(rho, "rho")
+        self.sensitivity = math.sqrt(self.blt.strategy_sq_sum(N))
+        self.sigma = self.sensitivity / math.sqrt(2.0 * self.rho)
+        self._noise = BufferedNoise("gaussian", self.sigma, rng)
+        self._u = np.zeros(self.blt.w.size)
+        self._theta, self._w = self.blt.theta, self.blt.w
+        self._var_b = 0.0
+        self._s = 0.0
+
+    def _noise_at(self, t: int) -> float:
+        self._u = self._theta * self._u + self._noise.draw()
+        return float(self._w @ self._u)
+
+    def _step(self, a: float) -> float:
+        t = self.t + 1
+        self._s += a
+        bt = float(self._w @ self._theta ** (t - 1))
+        self._var_b += bt * bt
+        self.last_variance = self.sigma**2 * self._var_b
+        return self._s + self._noise_at(t)

@@ -1,0 +1,260 @@
+import json
+
+import numpy as np
+import pytest
+
+from sparsedp import BudgetExceededError, InvalidPrivacyParameterError, NonFiniteInputError, ShapeError, SparseDPError
+from sparsedp.continual import (
+    ContinualCounter,
+    FenwickWeights,
+    column_counts,
+    expected_error,
+    fenwick_matrices,
+    optimal_weights,
+    weights_sensitivity,
+)
+from sparsedp.continual.weights import sqp_weights
+
+EPS = 1.0
+
+
+def objective(N, lam):
+    return float(np.sum(column_counts(N) / lam**2))
+
+
+@pytest.mark.parametrize("N", [1, 2, 3, 7, 8, 100, 1000, 1023, 1024, 4095, 4096])
+def test_theorems_5_1_and_5_2(N):
+    M, B = fenwick_matrices(N)
+    col = np.asarray(abs(M).sum(axis=0)).ravel()
+    assert col.max() == np.floor(np.log2(N)) + 1 == col[0]  # Theorem 5.1, attained at column 1
+    ones = np.diff(B.indptr)
+    assert np.array_equal(ones, [bin(p).count("1") for p in range(1, N + 1)])  # Theorem 5.2
+    assert M.nnz <= N * (np.log2(N) + 1) and B.nnz <= N * (np.log2(N) + 1)
+
+
+@pytest.mark.parametrize("N", [1, 5, 64, 300, 4096])
+def test_factorisation_is_exact(N):
+    M, B = fenwick_matrices(N)
+    W = (B @ M).toarray()
+    assert np.array_equal(W, np.tril(np.ones((N, N))))
+    np.testing.assert_array_equal(np.asarray(B.multiply(B).sum(axis=0)).ravel(), column_counts(N))
+
+
+def test_seed_n3_example():
+    unweighted = expected_error(3, np.ones(3), epsilon=EPS)
+    doubled = expected_error(3, [1.0, 1.0, 2.0], epsilon=EPS)
+    assert unweighted.total == pytest.approx(32.0) and doubled.total == pytest.approx(26.0)
+    assert expected_error(3, [1.0, 1.0, 2.0], epsilon=2.0).total == pytest.approx(26.0 / 4)
+    assert doubled.sensitivity == 2.0
+
+
+@pytest.mark.parametrize("N", [3, 7, 15, 31, 63, 127, 5, 10, 20, 50, 100, 200])
+def test_fda_equals_sqp(N):
+    fda = optimal_weights(N, "fda")
+    sqp = optimal_weights(N, "sqp")
+    assert objective(N, fda) <= objective(N, sqp) * (1 + 1e-9)
+    assert objective(N, sqp) == pytest.approx(objective(N, fda), rel=1e-6)
+    np.testing.assert_allclose(fda, sqp, atol=1e-4)
+    assert weights_sensitivity(fda) == pytest.approx(1.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("N", [3, 7, 10, 31])
+def test_fda_equals_sqp_gaussian_norm(N):
+    fda = optimal_weights(N, "fda", norm=2)
+    sqp = sqp_weights(N, norm=2)
+    np.testing.assert_allclose(fda, sqp, atol=1e-4)
+    assert weights_sensitivity(fda, 2) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_fda_recursion_of_theorem_5_4():
+    # Sigma*_{2^m-1} = diag(alpha Sigma*_{2^{m-1}-1}, 1 - alpha, Sigma*_{2^{m-1}-1}), closed-form alpha
+    err = 0.0
+    for m in range(1, 12):
+        N = 2**m - 1
+        w = FenwickWeights.build(N)
+        lam, half = w.array(), 2 ** (m - 1)
+        if m > 1:
+            prev = optimal_weights(half - 1)
+            alpha = err ** (1 / 3) / (err ** (1 / 3) + half ** (1 / 3))
+            np.testing.assert_allclose(lam[: half - 1], alpha * prev, rtol=1e-12)
+            np.testing.assert_allclose(lam[half:], prev, rtol=1e-12)
+            assert lam[half - 1] == pytest.approx(1 - alpha)
+        err = (err ** (1 / 3) + half ** (1 / 3)) ** 3 + err
+        assert w.objective == pytest.approx(err, rel=1e-12)
+        assert objective(N, lam) == pytest.approx(err, rel=1e-12)
+
+
+def test_fda_is_locally_optimal_for_general_n():
+    # no feasible perturbation along the active constraints improves a large general N
+    N = 1000
+    lam = optimal_weights(N)
+    f0 = objective(N, lam)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        trial = lam * np.exp(0.01 * rng.standard_normal(N))
+        trial /= weights_sensitivity(trial)  # rescale to feasibility
+        assert objective(N, trial) >= f0
+
+
+def test_weight_lookup_is_exact_and_validated():
+    w = FenwickWeights.build(77)
+    lam = w.array()
+    assert all(w.at(i) == lam[i - 1] for i in range(1, 78))
+    with pytest.raises(SparseDPError):
+        w.at(78)
+    with pytest.raises(SparseDPError):
+        optimal_weights(10, method="newton")
+    with pytest.raises(ShapeError):
+        optimal_weights(0)
+
+
+def test_brute_force_sensitivity_of_weighted_strategy():
+    for N in (7, 12, 33):
+        for norm in (1, 2):
+            lam = optimal_weights(N, norm=norm)
+            M, _ = fenwick_matrices(N)
+            SM = np.diag(lam) @ M.toarray()
+            x = np.arange(N, dtype=float)
+            worst = max(np.linalg.norm(SM @ (x + e) - SM @ x, norm) for e in np.eye(N))  # neighbours
+            assert worst <= 1 + 1e-12
+            assert worst == pytest.approx(weights_sensitivity(lam, norm))
+
+
+def test_expected_error_matches_dense_formula():
+    N = 45
+    lam = optimal_weights(N)
+    M, B = fenwick_matrices(N)
+    res = expected_error(N, lam, epsilon=0.5)
+    Bd = B.toarray() @ np.diag(1 / lam)
+    np.testing.assert_allclose(res.per_step, 2 / 0.25 * (Bd**2).sum(axis=1))
+    assert res.total == pytest.approx(2 / 0.25 * objective(N, lam))
+    g = expected_error(N, optimal_weights(N, norm=2), rho=0.5)
+    assert g.noise_variance == pytest.approx(1.0) and g.sensitivity == pytest.approx(1.0)
+
+
+def test_expected_error_validation():
+    with pytest.raises(InvalidPrivacyParameterError):
+        expected_error(5, np.ones(5), epsilon=0)
+    with pytest.raises(InvalidPrivacyParameterError):
+        expected_error(5, np.ones(5), epsilon=1, rho=1)
+    with pytest.raises(ShapeError):
+        expected_error(5, np.ones(4), epsilon=1)
+    with pytest.raises(NonFiniteInputError):
+        expected_error(2, [1.0, np.nan], epsilon=1)
+
+
+def run_counter(counter, x):
+    out, z = [], []
+    for a in x:
+        out.append(counter.update(a))
+        z.append(counter.last_noise)
+    return np.array(out), np.array(z)
+
+
+@pytest.mark.parametrize("kw", [dict(epsilon=0.7), dict(rho=0.3, noise="gaussian"),
+                                dict(epsilon=1.0, weights="uniform")])
+@pytest.mark.parametrize("N", [1, 13, 64, 100])
+def test_counter_equals_batch_formula(N, kw):
+    x = np.random.default_rng(N).integers(0, 9, N).astype(float)
+    c = ContinualCounter(N, rng=5, **kw)
+    out, z = run_counter(c, x)
+    M, B = fenwick_matrices(N)
+    norm = 2 if "rho" in kw else 1
+    lam = np.ones(N) if kw.get("weights") == "uniform" else optimal_weights(N, norm=norm)
+    batch = B @ ((lam * (M @ x) + z) / lam)
+    np.testing.assert_allclose(out, batch, rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose([c.last_variance], [c.expected_error().per_step[-1]], rtol=1e-12)
+
+
+def test_counter_noise_calibration_and_empirical_variance():
+    N, R = 31, 6000
+    rng = np.random.default_rng(11)
+    runs = np.array([ContinualCounter(N, epsilon=EPS, rng=rng).run(np.ones(N)) for _ in range(R)])
+    err = runs - np.arange(1, N + 1)
+    formula = expected_error(N, optimal_weights(N), epsilon=EPS).per_step
+    np.testing.assert_array_less(np.abs(err.var(axis=0) / formula - 1), 0.10)
+    c = ContinualCounter(N, epsilon=0.5)
+    assert c.sensitivity == pytest.approx(1.0) and c.scale == pytest.approx(2.0)  # Lap(Delta_1 / eps)
+    u = ContinualCounter(N, epsilon=0.5, weights="uniform")
+    assert u.sensitivity == 5 and u.scale == 10  # floor(log2 31) + 1 = 5
+
+
+def test_counter_gaussian_empirical_variance():
+    N, R = 20, 4000
+    rng = np.random.default_rng(3)
+    runs = np.array([ContinualCounter(N, rho=0.5, rng=rng).run(np.zeros(N)) for _ in range(R)])
+    formula = expected_error(N, optimal_weights(N, norm=2), rho=0.5).per_step
+    np.testing.assert_array_less(np.abs(runs.var(axis=0) / formula - 1), 0.10)
+
+
+def test_counter_refuses_step_n_plus_1_and_bad_input_before_noise():
+    c = ContinualCounter(3, epsilon=1.0, rng=0)
+    ref = ContinualCounter(3, epsilon=1.0, rng=0)
+    with pytest.raises(NonFiniteInputError):
+        c.update(float("nan"))
+    with pytest.raises(NonFiniteInputError):
+        c.update("abc")
+    assert c.t == 0
+    assert [c.update(1) for _ in range(3)] == [ref.update(1) for _ in range(3)]  # nothing was drawn
+    with pytest.raises(BudgetExceededError):
+        c.update(1)
+    assert c.t == 3
+    with pytest.raises(InvalidPrivacyParameterError):
+        ContinualCounter(3, epsilon=0.0)
+    with pytest.raises(InvalidPrivacyParameterError):
+        ContinualCounter(3, epsilon=-1.0)
+    with pytest.raises(SparseDPError):
+        ContinualCounter(3, epsilon=1.0, noise="gaussian")
+    with pytest.raises(ShapeError):
+        ContinualCounter(0, epsilon=1.0)
+    with pytest.raises(ShapeError):
+        ContinualCounter(3, epsilon=1.0, weights=[1.0, 1.0])
+
+
+def test_counter_state_is_logarithmic():
+    N = 4095
+    c = ContinualCounter(N, epsilon=1.0, rng=0)
+    biggest = 0
+    for _ in range(N):
+        c.update(1.0)
+        biggest = max(biggest, len(c.state()["stack"]))
+    assert biggest <= N.bit_length()
+
+
+def test_save_restore_keeps_published_noise(tmp_path):
+    N = 50
+    x = np.random.default_rng(0).integers(0, 5, N).astype(float)
+    c = ContinualCounter(N, epsilon=1.0, rng=1)
+    first, z1 = run_counter(c, x[:20])
+    path = tmp_path / "counter.json"
+    c.save(path)
+    assert json.loads(path.read_text())["t"] == 20
+    restored = ContinualCounter.load(path, rng=99)
+    rest, z2 = run_counter(restored, x[20:])
+    # the continuation is the batch formula with the published noise kept, fresh noise after
+    M, B = fenwick_matrices(N)
+    lam = optimal_weights(N)
+    z = np.concatenate([z1, z2])
+    np.testing.assert_allclose(np.concatenate([first, rest]), B @ ((lam * (M @ x) + z) / lam), atol=1e-9)
+    with pytest.raises(BudgetExceededError):
+        restored.update(1.0)
+    # resuming with the first run's seed does not replay its noise on later steps
+    again = ContinualCounter.from_state(c.state(), rng=1)
+    again.update(0.0)
+    assert again.last_noise not in set(z1)
+    bad = c.state()
+    bad["stack"] = []
+    with pytest.raises(SparseDPError):
+        ContinualCounter.from_state(bad)
+    (tmp_path / "junk.json").write_text("{not json")
+    with pytest.raises(SparseDPError):
+        ContinualCounter.load(tmp_path / "junk.json")
+
+
+def test_dpcrpy_weights_agree_if_installed():
+    fda_mod = pytest.importorskip("dpcrpy.bitMethods.fda")
+    for k in (3, 6, 10):
+        ref = fda_mod.FDA(kOrder=k, isInit=False)
+        N = 2**k - 1
+        theirs = np.array([ref.getCof(t) for t in range(1, N + 1)])
+        np.testing.assert_allclose(optimal_weights(N), theirs, rtol=1e-10)
