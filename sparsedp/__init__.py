@@ -11,7 +11,7 @@ sparsedp measures ``y = M x + z``, reconstructs ``x_hat`` and answers ``W x_hat`
 (8,)
 """
 
-from . import accuracy, inference, noise, operators, privacy, strategies, workloads
+from . import accuracy, consistency, executors, inference, noise, operators, privacy, strategies, workloads
 from .accuracy import ErrorReport, expected_error
 from .errors import (
     BudgetExceededError,
@@ -32,6 +32,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "accuracy",
+    "consistency",
+    "executors",
     "inference",
     "noise",
     "operators",

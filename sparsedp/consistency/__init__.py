@@ -1,0 +1,55 @@
+"""Optimal consistent release under families of linear constraints (seed 002).
+
+``solve(x_noisy, constraints, variances=None, method="auto")`` returns the point closest to
+``x_noisy`` (in the norm weighted by ``1 / variances``) that satisfies every constraint.
+See ``docs/consistency.md``.
+"""
+
+from .blocks import BatchedBlock, Block, FixedBlock, LayoutTreeBlock, SparseBlock, TreeBlock
+from .families import ConstraintFamily, FixedValues, LinearConstraints, SpanConstraints, TreeConstraints
+from .projectors import HAVE_CHOLMOD, SPDSolver, tree_project
+from .restaurant import (
+    COMBOS,
+    ITEMS,
+    RestaurantRelease,
+    RestaurantSales,
+    restaurant,
+    restaurant_constraints,
+    restaurant_layout,
+    restaurant_release,
+    restaurant_sensitivity,
+    restaurant_tree_values,
+)
+from .solvers import METHODS, ConsistencyResult, Problem, compile_constraints, solve
+
+__all__ = [
+    "BatchedBlock",
+    "Block",
+    "COMBOS",
+    "ConsistencyResult",
+    "ConstraintFamily",
+    "FixedBlock",
+    "FixedValues",
+    "HAVE_CHOLMOD",
+    "ITEMS",
+    "LayoutTreeBlock",
+    "LinearConstraints",
+    "METHODS",
+    "Problem",
+    "RestaurantRelease",
+    "RestaurantSales",
+    "SPDSolver",
+    "SparseBlock",
+    "SpanConstraints",
+    "TreeBlock",
+    "TreeConstraints",
+    "compile_constraints",
+    "restaurant",
+    "restaurant_constraints",
+    "restaurant_layout",
+    "restaurant_release",
+    "restaurant_sensitivity",
+    "restaurant_tree_values",
+    "solve",
+    "tree_project",
+]
