@@ -22,7 +22,7 @@ import numpy as np
 
 from .strategies import TreeLayout
 
-__all__ = ["two_pass", "tree_gls", "tree_impulse_norms", "upward_variances"]
+__all__ = ["two_pass", "bfs_order", "tree_gls", "tree_impulse_norms", "upward_variances"]
 
 
 def two_pass(parent: np.ndarray, level_start: np.ndarray, y: np.ndarray, variances: np.ndarray) -> np.ndarray:
@@ -36,30 +36,66 @@ def two_pass(parent: np.ndarray, level_start: np.ndarray, y: np.ndarray, varianc
     vectorised step per depth each way (see the module docstring).
     """
     y = np.asarray(y, dtype=np.float64)
-    v = np.asarray(variances, dtype=np.float64)
-    extra = (slice(None),) + (None,) * (y.ndim - 1)
+    v = np.asarray(variances, dtype=np.float64)  # (nodes,) or the shape of y
+    extra = (slice(None),) + (None,) * (y.ndim - v.ndim)
     levels = len(level_start) - 1
     z = y.copy()
     var = v.copy()
     Z = np.zeros_like(y)
     V = np.zeros_like(v)
+    groups: list[tuple[np.ndarray, slice | np.ndarray]] = []  # per depth d >= 1: child group sizes, parents
     for d in range(levels - 2, -1, -1):
         lo, hi = level_start[d + 1], level_start[d + 2]
         par = parent[lo:hi]
         starts = np.flatnonzero(np.concatenate(([True], par[1:] != par[:-1])))
-        inner = par[starts]  # the nodes of depth d that have children
-        Z[inner] = np.add.reduceat(z[lo:hi], starts, axis=0)
-        V[inner] = np.add.reduceat(var[lo:hi], starts)
-        var[inner] = 1.0 / (1.0 / v[inner] + 1.0 / V[inner])
-        own = var[inner] / v[inner]  # weight of the node's own measurement
-        z[inner] = y[inner] * own[extra] + Z[inner] * (1.0 - own)[extra]
-    out = z.copy()  # roots keep their upward estimate
-    for d in range(1, levels):
+        inner = par[starts]  # the nodes of depth d that have children, in increasing order
+        # a whole level of parents is a slice: faster than fancy indexing on large 2-D arrays
+        idx: slice | np.ndarray = slice(level_start[d], level_start[d + 1]) if inner.size == level_start[d + 1] - level_start[d] else inner
+        Zi = np.add.reduceat(z[lo:hi], starts, axis=0)
+        Vi = np.add.reduceat(var[lo:hi], starts, axis=0)
+        vari = 1.0 / (1.0 / v[idx] + 1.0 / Vi)
+        own = vari / v[idx]  # weight of the node's own measurement
+        Z[idx], V[idx], var[idx] = Zi, Vi, vari
+        z[idx] = y[idx] * own[extra] + Zi * (1.0 - own)[extra]
+        groups.append((np.diff(np.append(starts, hi - lo)), idx))
+    # downward, in place: z of depth d - 1 is final when depth d is computed; roots keep z
+    for d, (counts, idx) in zip(range(1, levels), reversed(groups)):
         sl = slice(level_start[d], level_start[d + 1])
-        par = parent[sl]
-        share = var[sl] / V[par]
-        out[sl] = z[sl] + share[extra] * (out[par] - Z[par])
-    return out
+        share = var[sl] / np.repeat(V[idx], counts, axis=0)
+        z[sl] += share[extra] * np.repeat(z[idx] - Z[idx], counts, axis=0)
+    return z
+
+
+def bfs_order(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A breadth-first numbering of a forest given by any parent array (``-1`` = root).
+
+    Returns ``(perm, bfs_parent, level_start)``: node ``perm[i]`` becomes node ``i``, children of one
+    parent are contiguous, ``bfs_parent`` and ``level_start`` are as :func:`two_pass` wants them.
+    """
+    parent = np.asarray(parent, dtype=np.int64)
+    n = parent.size
+    frontier = np.flatnonzero(parent < 0)
+    kids_of = np.argsort(parent, kind="stable")  # the roots first, then children grouped by parent
+    counts = np.bincount(parent[parent >= 0], minlength=n)
+    first = np.concatenate(([0], np.cumsum(counts)))[:-1] + frontier.size
+    layers = []
+    while frontier.size:
+        layers.append(frontier)
+        sizes = counts[frontier]
+        total = int(sizes.sum())
+        if not total:
+            break
+        offsets = np.arange(total) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        frontier = kids_of[np.repeat(first[frontier], sizes) + offsets]
+    perm = np.concatenate(layers) if layers else np.zeros(0, dtype=np.int64)
+    if perm.size != n:
+        raise ValueError("the parent array is not a forest (it has a cycle)")
+    inv = np.empty(n, dtype=np.int64)
+    inv[perm] = np.arange(n)
+    p = parent[perm]
+    bfs_parent = np.where(p >= 0, inv[np.maximum(p, 0)], -1)
+    level_start = np.concatenate(([0], np.cumsum([layer.size for layer in layers])))
+    return perm, bfs_parent, level_start
 
 
 def tree_gls(layout: TreeLayout, y: np.ndarray, variances: np.ndarray) -> np.ndarray:

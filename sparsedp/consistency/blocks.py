@@ -10,8 +10,8 @@ homogeneous form is the linear part, used by the accelerated (Krylov) solver.
 
 * :class:`SparseBlock`: any sparse rows; projector = one cached :class:`SPDSolver` factor.
 * :class:`TreeBlock`: ``parent = sum(children)`` on a forest; O(n) two-pass projector.
-* :class:`LayoutTreeBlock`: the same on a :class:`~sparsedp.strategies.TreeLayout`, using the
-  foundation's :func:`~sparsedp.tree_estimator.tree_gls`.
+* :class:`LayoutTreeBlock`: the same on a :class:`~sparsedp.strategies.TreeLayout`, for ``k``
+  trees at once.  Both use the foundation's :func:`~sparsedp.tree_estimator.two_pass`.
 * :class:`BatchedBlock`: ``G`` disjoint groups of ``p`` variables sharing one small ``k x p``
   matrix; one vectorised batched solve.
 * :class:`FixedBlock`: ``x_i = c_i``; the projection sets them.
@@ -26,8 +26,8 @@ import scipy.sparse as sp
 
 from ..errors import InfeasibleConstraintsError
 from ..strategies import TreeLayout
-from ..tree_estimator import tree_gls
-from .projectors import SPDSolver, batched_project, tree_depths, tree_project
+from ..tree_estimator import bfs_order, two_pass
+from .projectors import SPDSolver, batched_project, tree_project
 
 __all__ = ["Block", "SparseBlock", "TreeBlock", "LayoutTreeBlock", "BatchedBlock", "FixedBlock", "project_block"]
 
@@ -134,9 +134,9 @@ class TreeBlock(Block):
 
     def __init__(self, parent: np.ndarray, variables: np.ndarray, family: str) -> None:
         self.parent = np.asarray(parent, dtype=np.int64)
-        self.depth = tree_depths(self.parent)
         self.variables = np.asarray(variables, dtype=np.int64)
         self.family = family
+        self._bfs = bfs_order(self.parent)  # computed once, reused every sweep
 
     def local_rows(self) -> tuple[sp.csr_matrix, np.ndarray]:
         kids = np.flatnonzero(self.parent >= 0)
@@ -150,7 +150,7 @@ class TreeBlock(Block):
         return C, np.zeros(internal.size)
 
     def project(self, x: np.ndarray, v: np.ndarray | None, homogeneous: bool = False) -> np.ndarray:
-        return tree_project(self.parent, self.depth, x, np.ones_like(x) if v is None else v)
+        return tree_project(self.parent, x, np.ones(x.size) if v is None else v, order=self._bfs)
 
 
 class LayoutTreeBlock(Block):
@@ -158,12 +158,12 @@ class LayoutTreeBlock(Block):
 
     ``variables`` has shape ``(nodes,)`` or ``(nodes, k)`` (strategy row order, root first); the local
     vector is node-major, ``x_local.reshape(nodes, k)``.  All ``k`` trees are projected by one call
-    of :func:`~sparsedp.tree_estimator.tree_gls` when their variances agree node by node (equal
-    variances included), else one call per tree.
+    of :func:`~sparsedp.tree_estimator.two_pass` (per-tree variances allowed).
     """
 
     def __init__(self, layout: TreeLayout, variables: np.ndarray, family: str) -> None:
         self.layout = layout
+        self._bfs = layout.bfs()  # strategy row order is breadth-first
         var = np.asarray(variables, dtype=np.int64)
         self.k = 1 if var.ndim == 1 else int(var.shape[1])
         self.variables = var.ravel()
@@ -203,19 +203,10 @@ class LayoutTreeBlock(Block):
     def project(self, x: np.ndarray, v: np.ndarray | None, homogeneous: bool = False) -> np.ndarray:
         lay = self.layout
         X = x.reshape(lay.nodes, self.k)
-        if v is None:
-            leaves = tree_gls(lay, X, np.ones(lay.nodes))
-        else:
-            V = v.reshape(lay.nodes, self.k)
-            if np.all(V == V[:, :1]):
-                leaves = tree_gls(lay, X, V[:, 0])
-            else:
-                leaves = np.column_stack([tree_gls(lay, X[:, j], V[:, j]) for j in range(self.k)])
-        out = np.empty_like(X)
-        for lev in range(lay.levels):
-            sums = np.add.reduceat(leaves, lay.leaf_starts[lev][:-1], axis=0) if lev else leaves
-            out[lay.row_offsets[lev] : lay.row_offsets[lev] + lay.sizes[lev]] = sums
-        return out.ravel()
+        V = np.ones(lay.nodes) if v is None else v.reshape(lay.nodes, self.k)
+        if V.ndim == 2 and np.all(V == V[:, :1]):
+            V = V[:, 0]  # one variance per node, shared by the k trees
+        return two_pass(*self._bfs, X, V).ravel()
 
 
 class BatchedBlock(Block):

@@ -31,7 +31,9 @@ try:  # pragma: no cover - import guard
 except ImportError:  # pragma: no cover - scikit-sparse is optional
     _cholmod = None
 
-__all__ = ["SPDSolver", "tree_project", "tree_depths", "batched_project", "HAVE_CHOLMOD"]
+from ..tree_estimator import bfs_order, two_pass
+
+__all__ = ["SPDSolver", "tree_project", "batched_project", "HAVE_CHOLMOD"]
 
 HAVE_CHOLMOD = _cholmod is not None
 _REG = 1e-10
@@ -91,22 +93,7 @@ class SPDSolver:
         return y
 
 
-def tree_depths(parent: np.ndarray) -> np.ndarray:
-    """Depth of every node of a forest (roots have ``parent == -1`` and depth 0), vectorised."""
-    n = parent.size
-    depth = np.zeros(n, dtype=np.int64)
-    cur = parent.copy()
-    alive = cur >= 0
-    while np.any(alive):
-        depth[alive] += 1
-        cur[alive] = parent[cur[alive]]
-        alive = cur >= 0
-        if depth.max() > n:
-            raise ValueError("the parent array has a cycle")
-    return depth
-
-
-def tree_project(parent: np.ndarray, depth: np.ndarray, y: np.ndarray, v: np.ndarray) -> np.ndarray:
+def tree_project(parent: np.ndarray, y: np.ndarray, v: np.ndarray, order: tuple | None = None) -> np.ndarray:
     """Weighted projection of node values ``y`` (variances ``v``) onto ``x_u = sum_{c child of u} x_c``.
 
     Two passes over the depths, O(nodes) (Hay, Rastogi, Miklau, Suciu 2010, generalised to per-node
@@ -118,34 +105,13 @@ def tree_project(parent: np.ndarray, depth: np.ndarray, y: np.ndarray, v: np.nda
     * down: roots keep ``xhat = z``; ``xhat_c = z_c + var(z_c) / V_u (xhat_u - Z_u)``.
 
     The result is the generalised least-squares fit of consistent node values, i.e. the projection
-    ``argmin sum_u (x_u - y_u)^2 / v_u`` over consistent ``x``.
+    ``argmin sum_u (x_u - y_u)^2 / v_u`` over consistent ``x``.  ``order`` is
+    :func:`~sparsedp.tree_estimator.bfs_order` of ``parent`` when the caller has it already.
     """
-    n = y.size
-    z = y.astype(np.float64, copy=True)
-    varz = v.astype(np.float64, copy=True)
-    Z = np.zeros(n)
-    V = np.zeros(n)
-    order = np.argsort(depth, kind="stable")
-    bounds = np.searchsorted(depth[order], np.arange(int(depth.max(initial=0)) + 2))
-    levels = [order[bounds[d] : bounds[d + 1]] for d in range(bounds.size - 1)]
-    for d in range(len(levels) - 1, -1, -1):
-        nodes = levels[d]
-        internal = nodes[V[nodes] > 0]
-        if internal.size:
-            w_own = 1.0 / v[internal]
-            w_kids = 1.0 / V[internal]
-            z[internal] = (y[internal] * w_own + Z[internal] * w_kids) / (w_own + w_kids)
-            varz[internal] = 1.0 / (w_own + w_kids)
-        if d > 0:
-            p = parent[nodes]
-            Z += np.bincount(p, weights=z[nodes], minlength=n)
-            V += np.bincount(p, weights=varz[nodes], minlength=n)
-    x = z.copy()
-    for d in range(1, len(levels)):
-        nodes = levels[d]
-        p = parent[nodes]
-        x[nodes] = z[nodes] + varz[nodes] / V[p] * (x[p] - Z[p])
-    return x
+    perm, bfs_parent, level_start = bfs_order(parent) if order is None else order
+    out = np.empty(y.shape)
+    out[perm] = two_pass(bfs_parent, level_start, y[perm], v[perm])
+    return out
 
 
 def batched_project(X: np.ndarray, B: np.ndarray, R: np.ndarray, VX: np.ndarray | None) -> np.ndarray:
