@@ -177,3 +177,41 @@ def test_datasets_reexports_road_grid():
     assert datasets.road_grid(3, 3).nodes == 9
     with pytest.raises(AttributeError):
         datasets.no_such_thing
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_consistency_engine_family_matches_flow_solvers(fixed):
+    from sparsedp.consistency import FlowConservation, solve
+
+    road = road_grid(6, 6, seed=4)
+    trips = random_trips(road, 120, seed=5, max_edges=5)
+    x = flow_counts(road, trips)
+    E, V = road.edges, road.nodes
+    if fixed:
+        family = FlowConservation(road, sources=x[E : E + V], sinks=x[E + V :])
+        system, truth = conservation_system(road, x[E : E + V], x[E + V :]), x[:E]
+    else:
+        family, system, truth = FlowConservation(road), conservation_system(road), x
+    rng = np.random.default_rng(1)
+    noisy = truth + rng.laplace(0, 4, truth.size)
+    var = rng.uniform(0.5, 2.0, truth.size)
+    ref = project(noisy, system, var, "direct").x
+    for method in ("direct", "accelerated", "generic"):
+        res = solve(noisy, family, variances=var, method=method, tol=1e-10)
+        np.testing.assert_allclose(res.x, ref, atol=1e-6)
+
+
+def test_flow_family_from_networkx_uses_its_edge_order():
+    from sparsedp.consistency import FlowConservation, solve
+
+    road = road_grid(5, 5, seed=6)
+    G = road.to_networkx()
+    ids = np.array([G[u][v]["id"] for u, v in G.edges])  # networkx edge order -> road edge id
+    trips = random_trips(road, 80, seed=7, max_edges=4)
+    x = flow_counts(road, trips)
+    E = road.edges
+    noisy = x + np.random.default_rng(3).laplace(0, 3, x.size)
+    ref = project(noisy, conservation_system(road), None, "direct").x
+    order = np.concatenate([ids, np.arange(E, x.size)])
+    res = solve(noisy[order], FlowConservation(G), method="direct")
+    np.testing.assert_allclose(res.x, ref[order], atol=1e-8)

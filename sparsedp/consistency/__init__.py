@@ -23,6 +23,7 @@ from .restaurant import (
 from .solvers import METHODS, ConsistencyResult, Problem, compile_constraints, solve
 
 __all__ = [
+    "FlowConservation",
     "BatchedBlock",
     "Block",
     "COMBOS",
@@ -53,3 +54,12 @@ __all__ = [
     "solve",
     "tree_project",
 ]
+
+
+def __getattr__(name: str):
+    # FlowConservation lives with the flows subsystem (it needs road networks); re-exported here
+    if name == "FlowConservation":
+        from ..flows.family import FlowConservation
+
+        return FlowConservation
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
