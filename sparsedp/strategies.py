@@ -17,7 +17,7 @@ builder             structure               ``Delta_1`` (max column L1)     fast
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -55,6 +55,7 @@ class TreeLayout:
     child_starts: tuple[np.ndarray, ...]
     leaf_starts: tuple[np.ndarray, ...]
     row_offsets: tuple[int, ...]
+    _cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def levels(self) -> int:
@@ -63,13 +64,16 @@ class TreeLayout:
     def bfs(self) -> tuple[np.ndarray, np.ndarray]:
         """The tree in strategy row order (breadth-first, root first) as ``(parent, level_start)``:
         ``parent[r]`` is the row of row ``r``'s parent (``-1`` for the root) and the rows of depth
-        ``d`` are ``level_start[d] : level_start[d + 1]``."""
+        ``d`` are ``level_start[d] : level_start[d + 1]``.  Computed once per layout."""
+        if "bfs" in self._cache:
+            return self._cache["bfs"]
         parent = np.full(self.nodes, -1, dtype=np.int64)
         for lev in range(self.levels - 1):
             counts = np.diff(self.child_starts[lev])
             rows = self.row_offsets[lev] + np.arange(self.sizes[lev])
             parent[rows] = self.row_offsets[lev + 1] + np.repeat(np.arange(self.sizes[lev + 1]), counts)
         level_start = np.array([self.row_offsets[lev] for lev in reversed(range(self.levels))] + [self.nodes])
+        self._cache["bfs"] = (parent, level_start)
         return parent, level_start
 
     def level_rows(self, arr: np.ndarray, level: int) -> np.ndarray:
