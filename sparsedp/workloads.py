@@ -176,10 +176,18 @@ class RangeQueriesWorkload(Operator):
         counts = np.cumsum(diff[:-1])
         return _zero_one_norms(counts, p)
 
-    def image_sq_norms(self, X: np.ndarray | sp.spmatrix) -> np.ndarray:
-        dense = X.toarray() if sp.issparse(X) else np.asarray(X, dtype=np.float64)
-        Y = self._matmat(dense)
-        return np.einsum("ij,ij->j", Y, Y)
+    def image_sq_norms(self, X: np.ndarray | sp.spmatrix, block: int = 256) -> np.ndarray:
+        """``||W X[:, j]||^2`` via prefix sums; a sparse ``X`` is densified ``block`` columns at a time
+        (never as a whole: it may be an ``n x n`` sparse inverse)."""
+        if not sp.issparse(X):
+            Y = self._matmat(np.asarray(X, dtype=np.float64))
+            return np.einsum("ij,ij->j", Y, Y)
+        Xc = sp.csc_matrix(X)
+        out = np.empty(Xc.shape[1])
+        for start in range(0, Xc.shape[1], block):
+            Y = self._matmat(Xc[:, start : start + block].toarray())
+            out[start : start + block] = np.einsum("ij,ij->j", Y, Y)
+        return out
 
 
 class AllRangesWorkload(Operator):

@@ -67,3 +67,11 @@ def test_bad_input(bad):
 def test_marginals_needs_one_spec():
     with pytest.raises(SparseDPError):
         wl.marginals((2, 2))
+
+
+def test_range_image_norms_of_a_large_sparse_matrix_in_blocks():
+    n = 5000
+    W = wl.range_queries(n, [(0, n - 1), (10, 4000), (2500, 2500)])
+    X = sp.identity(n, format="csc")  # an n x n sparse matrix: must not be densified whole
+    got = W.image_sq_norms(X)
+    np.testing.assert_allclose(got, W.column_norms(1))  # 0/1 rows: ||W e_j||^2 = ranges containing j
