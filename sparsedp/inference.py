@@ -91,6 +91,21 @@ def sparse_inverse(M: Operator) -> sp.csr_matrix | None:
     return None
 
 
+def _exact_solver(base: Operator, v: np.ndarray):
+    """The exact structured GLS solve ``Y -> X`` of an unweighted strategy (vectors or matrices),
+    and its name; ``None`` when only an iterative method applies."""
+    inv = sparse_inverse(base)
+    if inv is not None:
+        return (lambda Y: inv @ Y), f"sparse-inverse({base.structure})"
+    if base.structure == "tree":
+        layout = base.meta["layout"]  # type: ignore[attr-defined]
+        return (lambda Y: tree_gls(layout, Y, v)), "tree-two-pass"
+    if base.structure == "lower_triangular":
+        L = sp.csr_matrix(base.tosparse())
+        return (lambda Y: spsolve_triangular(L, Y, lower=True)), "triangular-solve"
+    return None
+
+
 def linear_estimator(M: Any, variances: Any = None):
     """The GLS estimator ``y -> x_hat`` as a function on vectors or matrices (one column each).
 
@@ -98,29 +113,23 @@ def linear_estimator(M: Any, variances: Any = None):
     """
     op = aslinearoperator(M)
     v = np.ones(op.shape[0]) if variances is None else np.broadcast_to(np.asarray(variances, float), (op.shape[0],))
-    w = None
-    if isinstance(op, SparseOperator) and op.base is not None and op.row_weights is not None:
-        w = op.row_weights
-        op, v = op.base, v / (w * w)
-    inv = sparse_inverse(op)
-    if inv is not None:
-        fn, name = (lambda Y: inv @ Y), f"sparse-inverse({op.structure})"
-    elif op.structure == "tree":
-        layout = op.meta["layout"]  # type: ignore[attr-defined]
-        fn, name = (lambda Y: tree_gls(layout, Y, v)), "tree-two-pass"
+    base, _, vb = _unweight(op, np.zeros(op.shape[0]), v)
+    w = op.row_weights if base is not op else None
+    exact = _exact_solver(base, vb)
+    if exact is not None:
+        fn, name = exact
     else:
         def fn(Y: np.ndarray) -> np.ndarray:
             if Y.ndim == 1:
-                return least_squares(op, Y, v).x
-            return np.column_stack([least_squares(op, Y[:, j], v).x for j in range(Y.shape[1])])
+                return least_squares(base, Y, vb).x
+            return np.column_stack([least_squares(base, Y[:, j], vb).x for j in range(Y.shape[1])])
 
         name = "per-column least squares"
     if w is None:
         return fn, name
-    ww = w
 
     def weighted_fn(Y: np.ndarray) -> np.ndarray:
-        return fn(Y / (ww if Y.ndim == 1 else ww[:, None]))
+        return fn(Y / (w if Y.ndim == 1 else w[:, None]))
 
     return weighted_fn, name
 
@@ -141,16 +150,10 @@ def least_squares(
     op, yv, v = _prepare(M, y, variances)
     base, yb, vb = _unweight(op, yv, v)
     iterations = 0
-    inv = sparse_inverse(base)
-    if inv is not None:
-        x = inv @ yb
-        solver = f"sparse-inverse({base.structure})"
-    elif base.structure == "tree":
-        x = tree_gls(base.meta["layout"], yb, vb)  # type: ignore[attr-defined]
-        solver = "tree-two-pass"
-    elif base.structure == "lower_triangular":
-        x = spsolve_triangular(base.tosparse(), yb, lower=True)
-        solver = "triangular-solve"
+    exact = _exact_solver(base, vb)
+    if exact is not None:
+        fn, solver = exact
+        x = fn(yb)
     else:
         x, iterations = _lsmr_gls(base, yb, vb, tol, maxiter)
         solver = "lsmr"
