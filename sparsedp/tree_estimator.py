@@ -12,57 +12,188 @@ from equal to per-node variances:
 * downward: the root keeps ``xhat = z``; a parent's discrepancy ``xhat_u - Z_u`` is split among its
   children in proportion to ``var(z_c)``: ``xhat_c = z_c + var(z_c) / V_u (xhat_u - Z_u)``.
 
-Each pass is one vectorised ``reduceat``/``repeat`` per level, so the cost is ``O(nodes)``; the
-input may be a matrix (one column per right-hand side).
+Each pass is one vectorised step per level (a reshape on balanced k-ary levels, else
+``reduceat``/``repeat``), so the cost is ``O(nodes)``; the input may be a matrix (one column per
+right-hand side).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 from .strategies import TreeLayout
 
-__all__ = ["two_pass", "bfs_order", "tree_gls", "tree_impulse_norms", "upward_variances"]
+__all__ = [
+    "LevelPlan",
+    "two_pass",
+    "two_pass_plan",
+    "layout_plan",
+    "bfs_order",
+    "tree_gls",
+    "tree_impulse_norms",
+    "upward_variances",
+]
 
 
-def two_pass(parent: np.ndarray, level_start: np.ndarray, y: np.ndarray, variances: np.ndarray) -> np.ndarray:
+@dataclass(frozen=True)
+class LevelPlan:
+    """How the children of one depth attach to their parents (one step of :func:`two_pass`).
+
+    Children are the nodes ``lo:hi``; ``parents`` are their parents' indices (a slice when every
+    node of the parent depth has children), ``starts`` the first child of each parent relative to
+    ``lo`` and ``counts`` the group sizes.  When every group but the last has ``k`` children (a
+    balanced k-ary level; BFS order makes the groups consecutive), ``k > 0`` and the first ``full``
+    groups are handled as a ``(full, k)`` reshape instead of index gathers and scatters.
+    """
+
+    lo: int
+    hi: int
+    parents: slice | np.ndarray
+    starts: np.ndarray
+    counts: np.ndarray
+    k: int
+    full: int
+
+    def sum(self, a: np.ndarray) -> np.ndarray:
+        """Per parent, the sum of its children's rows of ``a`` (``a`` = the children's rows)."""
+        if not self.k:
+            return np.add.reduceat(a, self.starts, axis=0)
+        m = self.full * self.k
+        out = np.empty((self.counts.size,) + a.shape[1:], dtype=np.result_type(a, np.float64))
+        _group_sum(a[:m], self.k, out[: self.full])
+        if self.full < self.counts.size:
+            out[self.full] = a[m:].sum(axis=0)
+        return out
+
+    def sum_range(self, a: np.ndarray, i0: int, i1: int, absolute: bool = False) -> np.ndarray:
+        """:meth:`sum` for the parents ``i0 : i1`` only (``a`` = all the children's rows); with
+        ``absolute``, of the children's absolute values."""
+        size = self.counts.size
+        c0 = int(self.starts[i0])
+        c1 = int(self.starts[i1]) if i1 < size else self.hi - self.lo
+        seg = np.abs(a[c0:c1]) if absolute else a[c0:c1]
+        if self.k and i1 <= self.full:
+            return _group_sum(seg, self.k, np.empty((i1 - i0,) + a.shape[1:]))
+        return np.add.reduceat(seg, self.starts[i0:i1] - c0, axis=0)
+
+    def parent_rows(self, a: np.ndarray, i0: int, i1: int) -> np.ndarray:
+        """Rows of ``a`` (all nodes) of the parents ``i0 : i1``."""
+        if isinstance(self.parents, slice):
+            return a[self.parents.start + i0 : self.parents.start + i1]
+        return a[self.parents[i0:i1]]
+
+    def add_spread(self, out: np.ndarray, share: np.ndarray, a: np.ndarray) -> None:
+        """``out[child] += share[child] * a[parent of child]`` (``out`` = the children's rows)."""
+        if not self.k:
+            out += _bcast(share, out) * np.repeat(a, self.counts, axis=0)
+            return
+        m = self.full * self.k
+        head = out[:m].reshape((self.full, self.k) + out.shape[1:])
+        head += _bcast(share[:m].reshape((self.full, self.k) + share.shape[1:]), head) * a[: self.full, None]
+        if self.full < self.counts.size:
+            out[m:] += _bcast(share[m:], out[m:]) * a[self.full]
+
+    def spread(self, a: np.ndarray) -> np.ndarray:
+        """Each parent's row of ``a`` repeated for each of its children."""
+        if self.k and self.full == self.counts.size:
+            return np.repeat(a, self.k, axis=0)
+        return np.repeat(a, self.counts, axis=0)
+
+
+def _group_sum(a: np.ndarray, k: int, out: np.ndarray) -> np.ndarray:
+    """``out[g] = a[g k] + ... + a[g k + k - 1]`` (consecutive groups of ``k`` rows), left to right."""
+    head = a.reshape((out.shape[0], k) + a.shape[1:])
+    if k == 1:
+        np.copyto(out, head[:, 0])
+    else:
+        np.add(head[:, 0], head[:, 1], out=out)
+        for j in range(2, k):
+            out += head[:, j]
+    return out
+
+
+def _bcast(w: np.ndarray, like: np.ndarray) -> np.ndarray:
+    """``w`` with trailing axes added to broadcast against ``like``."""
+    return w.reshape(w.shape + (1,) * (like.ndim - w.ndim))
+
+
+def two_pass_plan(parent: np.ndarray, level_start: np.ndarray) -> tuple[LevelPlan, ...]:
+    """The per-depth plans of a breadth-first tree (deepest parent depth first), for :func:`two_pass`.
+
+    Depends only on the shape; compute it once and pass it to every :func:`two_pass` call.
+    """
+    plans = []
+    levels = len(level_start) - 1
+    for d in range(levels - 2, -1, -1):
+        lo, hi = int(level_start[d + 1]), int(level_start[d + 2])
+        par = parent[lo:hi]
+        starts = np.flatnonzero(np.concatenate(([True], par[1:] != par[:-1])))
+        inner = par[starts]  # the nodes of depth d that have children, in increasing order
+        counts = np.diff(np.append(starts, hi - lo))
+        whole = inner.size == level_start[d + 1] - level_start[d]
+        idx: slice | np.ndarray = slice(int(level_start[d]), int(level_start[d + 1])) if whole else inner
+        k, full = 0, 0
+        if whole and counts.size:
+            k = int(counts[0])
+            full = counts.size if counts[-1] == k else counts.size - 1
+            if not (np.all(counts[:full] == k) and counts[-1] <= k):
+                k, full = 0, 0
+        plans.append(LevelPlan(lo, hi, idx, starts, counts, k, full))
+    return tuple(plans)
+
+
+def layout_plan(layout: TreeLayout) -> tuple[LevelPlan, ...]:
+    """:func:`two_pass_plan` of a layout's breadth-first form, cached on the layout."""
+    if "two_pass_plan" not in layout._cache:
+        layout._cache["two_pass_plan"] = two_pass_plan(*layout.bfs())
+    return layout._cache["two_pass_plan"]
+
+
+def two_pass(
+    parent: np.ndarray,
+    level_start: np.ndarray,
+    y: np.ndarray,
+    variances: np.ndarray,
+    plan: tuple[LevelPlan, ...] | None = None,
+    overwrite: bool = False,
+) -> np.ndarray:
     """Consistent GLS estimates of every node of a tree (or forest) of any shape.
 
     Nodes are in breadth-first order: depth ``d`` is ``level_start[d] : level_start[d + 1]``, the
     children of a node are contiguous and in the order of their parents, ``parent[i]`` is the index
     of ``i``'s parent (``-1`` for a root).  ``y`` (shape ``(nodes,)`` or ``(nodes, k)``) are the node
-    measurements with variances ``variances`` (all > 0).  Returns the node estimates (same shape as
-    ``y``); every parent equals the sum of its children.  Leaves may lie at any depth.  One
-    vectorised step per depth each way (see the module docstring).
+    measurements with variances ``variances`` (all > 0; shape ``(nodes,)`` or that of ``y``).
+    Returns the node estimates (same shape as ``y``); every parent equals the sum of its children.
+    Leaves may lie at any depth.  One vectorised step per depth each way (see the module
+    docstring); ``plan`` (from :func:`two_pass_plan`) skips recomputing the tree's shape, and
+    balanced levels run as reshapes.  ``overwrite=True`` lets it reuse ``y`` (a float64 array the
+    caller no longer needs) as work space and for the result instead of copying it.
     """
     y = np.asarray(y, dtype=np.float64)
     v = np.asarray(variances, dtype=np.float64)  # (nodes,) or the shape of y
     extra = (slice(None),) + (None,) * (y.ndim - v.ndim)
-    levels = len(level_start) - 1
-    z = y.copy()
+    plans = two_pass_plan(parent, level_start) if plan is None else plan
+    own_y = overwrite and isinstance(y, np.ndarray) and y.flags.writeable
+    z = y if own_y else y.copy()
     var = v.copy()
-    Z = np.zeros_like(y)
-    V = np.zeros_like(v)
-    groups: list[tuple[np.ndarray, slice | np.ndarray]] = []  # per depth d >= 1: child group sizes, parents
-    for d in range(levels - 2, -1, -1):
-        lo, hi = level_start[d + 1], level_start[d + 2]
-        par = parent[lo:hi]
-        starts = np.flatnonzero(np.concatenate(([True], par[1:] != par[:-1])))
-        inner = par[starts]  # the nodes of depth d that have children, in increasing order
-        # a whole level of parents is a slice: faster than fancy indexing on large 2-D arrays
-        idx: slice | np.ndarray = slice(level_start[d], level_start[d + 1]) if inner.size == level_start[d + 1] - level_start[d] else inner
-        Zi = np.add.reduceat(z[lo:hi], starts, axis=0)
-        Vi = np.add.reduceat(var[lo:hi], starts, axis=0)
+    inner = int(level_start[-2]) if len(level_start) > 1 else 0  # nodes of the deepest depth have no children
+    Z = np.empty((inner,) + y.shape[1:])
+    V = np.empty((inner,) + v.shape[1:])
+    for lp in plans:  # upward, deepest parents first
+        idx = lp.parents
+        Zi = lp.sum(z[lp.lo : lp.hi])
+        Vi = lp.sum(var[lp.lo : lp.hi])
         vari = 1.0 / (1.0 / v[idx] + 1.0 / Vi)
         own = vari / v[idx]  # weight of the node's own measurement
         Z[idx], V[idx], var[idx] = Zi, Vi, vari
         z[idx] = y[idx] * own[extra] + Zi * (1.0 - own)[extra]
-        groups.append((np.diff(np.append(starts, hi - lo)), idx))
-    # downward, in place: z of depth d - 1 is final when depth d is computed; roots keep z
-    for d, (counts, idx) in zip(range(1, levels), reversed(groups)):
-        sl = slice(level_start[d], level_start[d + 1])
-        share = var[sl] / np.repeat(V[idx], counts, axis=0)
-        z[sl] += share[extra] * np.repeat(z[idx] - Z[idx], counts, axis=0)
+    # downward, in place: the parents' z is final when their children are computed; roots keep z
+    for lp in reversed(plans):
+        idx = lp.parents
+        sl = slice(lp.lo, lp.hi)
+        lp.add_spread(z[sl], var[sl] / lp.spread(V[idx]), z[idx] - Z[idx])
     return z
 
 
@@ -105,7 +236,7 @@ def tree_gls(layout: TreeLayout, y: np.ndarray, variances: np.ndarray) -> np.nda
     Returns the ``n`` leaf estimates (shape ``(n,)`` or ``(n, k)``).
     """
     parent, level_start = layout.bfs()
-    nodes = two_pass(parent, level_start, y, variances)
+    nodes = two_pass(parent, level_start, y, variances, plan=layout_plan(layout))
     return layout.level_rows(nodes, 0)
 
 

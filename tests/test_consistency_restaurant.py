@@ -122,6 +122,13 @@ def test_cli_restaurant(tmp_path, capsys):
     assert np.load(out)["x"].shape == (5 * 63,)
     assert png.stat().st_size > 1000
     assert "Delta_1 = 5h = 30" in capsys.readouterr().out
+    assert 0 <= data["relative_residual"] < 1e-12
+    # the default: auto, combos at the leaves, the exact tree x span solve
+    assert main(["restaurant", "--days", "40", "--seed", "3", "--json", str(js)]) == 0
+    data = json.loads(js.read_text())
+    internal = restaurant_layout(40).nodes - 40
+    assert data["method"] == "auto:tree-span:separable" and data["constraints"] == 5 * internal + 2 * 40
+    assert data["converged"] and data["residual"] <= 1e-10
 
 
 def test_cli_rejects_bad_input(capsys):
@@ -169,7 +176,9 @@ def test_rank_one_variances_commute_one_sweep():
     assert one.iterations == 1
     ref = solve(x, restaurant_constraints(days, "leaves"), variances=v, method="generic")
     np.testing.assert_allclose(one.x, ref.x, atol=1e-8)
-    assert solve(x, restaurant_constraints(days, "nodes"), variances=v, method="auto").method == "auto:direct"
+    auto = solve(x, restaurant_constraints(days, "nodes"), variances=v, method="auto")
+    assert auto.method == "auto:tree-span:separable"  # v_node * w_item: the scalar two-pass on combo coordinates
+    np.testing.assert_allclose(auto.x, ref.x, atol=1e-8)
 
 
 @pytest.mark.parametrize("weighted", [None, "per-node", "general"])

@@ -20,7 +20,9 @@ from .restaurant import (
     restaurant_sensitivity,
     restaurant_tree_values,
 )
+from .residuals import ResidualReport, accurate_residual
 from .solvers import METHODS, ConsistencyResult, Problem, compile_constraints, solve
+from .treespan import TreeSpan, detect_tree_span, reaggregate, tree_span_solve
 
 __all__ = [
     "FlowConservation",
@@ -39,12 +41,17 @@ __all__ = [
     "Problem",
     "RestaurantRelease",
     "RestaurantSales",
+    "ResidualReport",
     "SPDSolver",
     "SparseBlock",
     "SpanConstraints",
     "TreeBlock",
     "TreeConstraints",
+    "TreeSpan",
+    "accurate_residual",
     "compile_constraints",
+    "detect_tree_span",
+    "reaggregate",
     "restaurant",
     "restaurant_constraints",
     "restaurant_layout",
@@ -53,6 +60,7 @@ __all__ = [
     "restaurant_tree_values",
     "solve",
     "tree_project",
+    "tree_span_solve",
 ]
 
 

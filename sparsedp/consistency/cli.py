@@ -71,6 +71,7 @@ def _run(args: argparse.Namespace) -> int:
         "seconds": res.seconds,
         "iterations": res.iterations,
         "residual": res.residual,
+        "relative_residual": res.relative_residual,
         "converged": res.converged,
         "rmse_noisy": rel.rmse_noisy,
         "rmse_consistent": rel.rmse_consistent,
@@ -82,7 +83,8 @@ def _run(args: argparse.Namespace) -> int:
     print(
         f"restaurant: {summary['days']} days, {summary['variables']} variables, {summary['constraints']} constraints\n"
         f"epsilon {rel.epsilon:g}, Delta_1 = 5h = {rel.sensitivity:g}, Laplace scale {rel.scale:g}\n"
-        f"method {res.method}: {res.iterations} iterations, {res.seconds:.3f} s, residual max|Cx-b| = {res.residual:.2e}"
+        f"method {res.method}: {res.iterations} iterations, {res.seconds:.3f} s, residual max|Cx-b| = {res.residual:.2e} "
+        f"(relative {res.relative_residual:.1e})"
         f"{'' if res.converged else ' (NOT converged)'}\n"
         f"RMSE per tree node: noisy {rel.rmse_noisy:.4g} -> consistent {rel.rmse_consistent:.4g}"
     )
@@ -128,9 +130,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--epsilon", type=float, default=1.0, help="privacy budget epsilon (default %(default)s)")
     p.add_argument("--method", choices=METHODS, default="auto", help="consistency solver (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed for the data and the noise; not secure (default %(default)s)")
-    p.add_argument("--combos-at", choices=("nodes", "leaves"), default="nodes",
-                   help="impose the combo constraint at every tree node (redundant, fast) or only at the "
-                   "leaves (the seed's T + 5 sub-problems); the answer is the same (default %(default)s)")
+    p.add_argument("--combos-at", choices=("leaves", "nodes"), default="leaves",
+                   help="impose the combo constraint only at the leaves (the seed's T + 5 sub-problems) or "
+                   "also at every internal node (implied, redundant rows); the answer is the same "
+                   "(default %(default)s)")
     p.add_argument("--tol", type=float, default=1e-10, help="stop when max |Cx - b| <= TOL (default %(default)s)")
     p.add_argument("--max-sweeps", type=int, default=100_000, help="iteration cap for iterative methods (default %(default)s)")
     p.add_argument("--executor", choices=("inprocess", "threads", "dask"), default="inprocess",

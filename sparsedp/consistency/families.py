@@ -24,10 +24,12 @@ __all__ = ["ConstraintFamily", "LinearConstraints", "TreeConstraints", "SpanCons
 
 
 def _check_index(index: np.ndarray, n: int, name: str, distinct: str | None = None) -> None:
-    """Indices in ``[0, n)``; with ``distinct`` (the message), no index may repeat (O(n) bincount)."""
+    """Indices in ``[0, n)``; with ``distinct`` (the message), no index may repeat (O(n): increasing
+    indices are distinct, else a bincount)."""
     if index.size and (index.min() < 0 or index.max() >= n):
         raise ShapeError(f"{name}: variable indices must lie in [0, {n}), got [{index.min()}, {index.max()}]")
-    if distinct and index.size and np.bincount(index.ravel(), minlength=n).max() > 1:
+    flat = index.ravel()
+    if distinct and flat.size > 1 and not np.all(flat[1:] > flat[:-1]) and np.bincount(flat, minlength=n).max() > 1:
         raise ShapeError(f"{name}: {distinct}")
 
 
@@ -149,8 +151,10 @@ class SpanConstraints(ConstraintFamily):
         _check_index(self.groups, n, self.name, distinct="groups must be disjoint")
         if self.B.shape[0] == 0 or self.groups.shape[0] == 0:
             return []
-        parts = np.array_split(np.arange(self.groups.shape[0]), min(self.chunks, self.groups.shape[0]))
-        return [BatchedBlock(self.B, self.groups[p], None, self.name) for p in parts]
+        G = self.groups.shape[0]
+        k = min(self.chunks, G)
+        bounds = [G * i // k for i in range(k + 1)]  # contiguous chunks: views, no copies
+        return [BatchedBlock(self.B, self.groups[lo:hi], None, self.name) for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
 class FixedValues(ConstraintFamily):

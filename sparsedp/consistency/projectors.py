@@ -93,7 +93,9 @@ class SPDSolver:
         return y
 
 
-def tree_project(parent: np.ndarray, y: np.ndarray, v: np.ndarray, order: tuple | None = None) -> np.ndarray:
+def tree_project(
+    parent: np.ndarray, y: np.ndarray, v: np.ndarray, order: tuple | None = None, plan: tuple | None = None
+) -> np.ndarray:
     """Weighted projection of node values ``y`` (variances ``v``) onto ``x_u = sum_{c child of u} x_c``.
 
     Two passes over the depths, O(nodes) (Hay, Rastogi, Miklau, Suciu 2010, generalised to per-node
@@ -106,11 +108,12 @@ def tree_project(parent: np.ndarray, y: np.ndarray, v: np.ndarray, order: tuple 
 
     The result is the generalised least-squares fit of consistent node values, i.e. the projection
     ``argmin sum_u (x_u - y_u)^2 / v_u`` over consistent ``x``.  ``order`` is
-    :func:`~sparsedp.tree_estimator.bfs_order` of ``parent`` when the caller has it already.
+    :func:`~sparsedp.tree_estimator.bfs_order` of ``parent`` when the caller has it already, ``plan``
+    its :func:`~sparsedp.tree_estimator.two_pass_plan`.
     """
     perm, bfs_parent, level_start = bfs_order(parent) if order is None else order
     out = np.empty(y.shape)
-    out[perm] = two_pass(bfs_parent, level_start, y[perm], v[perm])
+    out[perm] = two_pass(bfs_parent, level_start, y[perm], v[perm], plan=plan)
     return out
 
 

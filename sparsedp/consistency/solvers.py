@@ -16,15 +16,20 @@
   symmetric sweep (CGMN, Bjorck and Elfving 1979; Gordon and Gordon 2005).  ``Q`` is self-adjoint
   and positive semi-definite in the ``D`` inner product and equals the identity exactly on
   ``null(C)``, so CG started at ``x~`` stays in ``x~ + range(V C^T)`` and converges to the optimum.
-* ``"auto"``: with equal variances and every block a cheap structured projector, one alternating
-  sweep first (exact when the projectors commute, e.g. the restaurant with combos at every tree
-  node); if that does not reach ``tol``, or otherwise, ``"direct"``.
+* ``"structured"``: trees on one layout whose node vectors lie in one span (the restaurant, in
+  either formulation): the exact O(n) block two-pass of :mod:`.treespan`, any variances, with a
+  re-aggregation finish (parents = float sums of their children).
+* ``"auto"``: ``"structured"`` when the constraints have that shape; else, when all blocks touch
+  disjoint variables (one group), one projection of the group (exact); else, with equal variances
+  and every block a cheap structured projector, one alternating sweep first (exact when the
+  projectors commute); if that does not reach ``tol``, or otherwise, ``"direct"``.
 
 Stopping is on the constraint residual ``max |C x - b| <= tol``, never on the change between
 sweeps (a slow sweep changes little while still far from the answer).  Every iterate of the
 iterative methods lies in ``x~ + range(V C^T)``, so the only consistent point they can reach is the
 optimum; for the distance still to go they report ``error_estimate = change * q / (1 - q)``, with
-``q`` the contraction ratio of the last two changes (an estimate, exact for a geometric tail).
+``q`` the contraction ratio of the last two changes (an estimate, exact for a geometric tail; not a
+bound).  The reported ``residual`` is the exact one of the returned vector (:mod:`.residuals`).
 
 ``nonnegative=True`` adds ``x >= 0`` by Dykstra's algorithm between the affine set (projected with
 the direct factor) and the orthant (a clip, exact in any diagonal weighting); for affine sets
@@ -45,10 +50,12 @@ from ..executors import Executor, get_executor
 from ..validation import check_positive, check_vector
 from .blocks import Block, SparseBlock, project_block
 from .families import ConstraintFamily
+from .residuals import accurate_residual
+from .treespan import detect_tree_span, tree_span_solve
 
 __all__ = ["ConsistencyResult", "Problem", "compile_constraints", "solve", "METHODS"]
 
-METHODS = ("auto", "generic", "direct", "alternating", "accelerated")
+METHODS = ("auto", "generic", "direct", "alternating", "accelerated", "structured")
 GENERIC_MAX_BYTES = 2 * 1024**3
 
 
@@ -56,9 +63,13 @@ GENERIC_MAX_BYTES = 2 * 1024**3
 class ConsistencyResult:
     """A consistent release and how it was reached.
 
-    ``residual`` is ``max |C x - b|``; ``history`` holds one entry per iteration (sweep or CG step)
-    of ``mse`` (seed 002 eq. 14: ``||C x_s - b||^2 / m``), ``err`` (eq. 15: the RMSE against the
-    truth, NaN without it), ``residual`` and ``change`` (``max |x_s - x_{s-1}|``).
+    ``residual`` is ``max |C x - b|`` of the returned float64 vector, evaluated exactly on the rows
+    where float64 evaluation could err by more than 1 % of ``tol`` (:mod:`.residuals`);
+    ``relative_residual`` is ``residual / max_i (|C||x| + |b|)_i`` (normwise backward error);
+    ``residual_bounded`` says the exact evaluation was capped and ``residual`` is an upper bound.
+    ``history`` holds one entry per iteration (sweep or CG step) of ``mse`` (seed 002 eq. 14:
+    ``||C x_s - b||^2 / m``), ``err`` (eq. 15: the RMSE against the truth, NaN without it),
+    ``residual`` and ``change`` (``max |x_s - x_{s-1}|``), all evaluated in float64.
     """
 
     x: np.ndarray
@@ -72,6 +83,8 @@ class ConsistencyResult:
     history: dict[str, np.ndarray]
     executor: str = "inprocess"
     constraints: int = 0
+    relative_residual: float = float("nan")
+    residual_bounded: bool = False
 
 
 class Problem:
@@ -102,7 +115,7 @@ class Problem:
         return self._b  # type: ignore[return-value]
 
     def residual_parts(self, x: np.ndarray) -> list[np.ndarray]:
-        parts = [blk.residual(x[blk.variables]) for blk in self.blocks]
+        parts = [blk.residual(blk.local(x)) for blk in self.blocks]
         self._rows = int(sum(p.size for p in parts))
         return parts
 
@@ -147,13 +160,21 @@ def compile_constraints(constraints: ConstraintFamily | Iterable[ConstraintFamil
     groups: list[list[int]] = []
     used = np.zeros(n, dtype=bool)
     for j, blk in enumerate(blocks):
-        if not groups or np.any(used[blk.variables]):
+        if not groups or np.any(blk.local(used)):
             for i in groups[-1] if groups else []:
-                used[blocks[i].variables] = False
+                _mark(used, blocks[i], False)
             groups.append([])
         groups[-1].append(j)
-        used[blk.variables] = True
+        _mark(used, blk, True)
     return Problem(n, blocks, groups, fam_of_block, names)
+
+
+def _mark(used: np.ndarray, blk: Block, value: bool) -> None:
+    span = blk.contiguous()
+    if span is None:
+        used[blk.variables] = value
+    else:
+        used[span[0] : span[1]] = value
 
 
 # ----------------------------------------------------------------------------------------------
@@ -162,8 +183,10 @@ def compile_constraints(constraints: ConstraintFamily | Iterable[ConstraintFamil
 
 
 class _Recorder:
-    def __init__(self, problem: Problem, truth: np.ndarray | None, callback: Callable[..., Any] | None) -> None:
-        self.problem, self.truth, self.callback = problem, truth, callback
+    def __init__(
+        self, problem: Problem, truth: np.ndarray | None, callback: Callable[..., Any] | None, tol: float = np.inf
+    ) -> None:
+        self.problem, self.truth, self.callback, self.tol = problem, truth, callback, tol
         self.rows: dict[str, list[float]] = {"mse": [], "err": [], "residual": [], "change": []}
 
     last_x: np.ndarray | None = None
@@ -325,6 +348,28 @@ def _dykstra(
     return x, max_iter, False
 
 
+LP_FEASIBILITY_MAX = 200_000  # variables; above it nonnegative=True skips the LP feasibility check
+
+
+def _check_nonnegative_feasible(problem: Problem) -> bool:
+    """Raise :class:`InfeasibleConstraintsError` when no ``x >= 0`` satisfies ``C x = b``.
+
+    A linear-programming feasibility problem (zero objective; scipy's HiGHS, primal feasibility
+    tolerance 1e-7 scaled), run when ``n <= LP_FEASIBILITY_MAX``.  Returns whether it ran.
+    """
+    if problem.n > LP_FEASIBILITY_MAX or not problem.blocks:
+        return False
+    from scipy.optimize import linprog
+
+    lp = linprog(np.zeros(problem.n), A_eq=problem.C, b_eq=problem.b, bounds=(0, None), method="highs")
+    if lp.status == 2:
+        raise InfeasibleConstraintsError(
+            f"no x >= 0 satisfies the constraints of families {problem.family_names} "
+            "(HiGHS linear-programming feasibility check)"
+        )
+    return True
+
+
 def solve(
     x_noisy: Any,
     constraints: ConstraintFamily | Iterable[ConstraintFamily],
@@ -359,6 +404,7 @@ def solve(
             raise ShapeError("variances must all be > 0")
     t = check_vector(truth, n, "truth") if truth is not None else None
     tol = check_positive(tol, "tol")
+    floor = 1e-2 * tol  # rows whose float64 evaluation may err by more are evaluated exactly
     if method not in METHODS:
         raise SparseDPError(f"unknown method {method!r}; choose one of {METHODS}")
     if sweep not in ("cyclic", "symmetric"):
@@ -368,17 +414,35 @@ def solve(
     start = time.perf_counter()
     problem = compile_constraints(constraints, n)
     tol = _tolerance(problem, x0, tol)
-    rec = _Recorder(problem, t, callback)
+    rec = _Recorder(problem, t, callback, tol)
     ex = get_executor(executor)
     own = executor in ("threads", "dask")
     try:
         if nonnegative:
+            if method == "structured":
+                raise UnsupportedStructureError("method='structured' does not take nonnegative=True")
+            _check_nonnegative_feasible(problem)
             x, it, ok = _dykstra(problem, x0, v, tol, int(max_sweeps), rec)
-            return _result(x, "dykstra+direct", it, it, problem, start, ok, rec, ex)
+            return _result(x, "dykstra+direct", it, it, problem, start, ok, rec, ex, floor)
+        if method in ("auto", "structured") and problem.blocks:
+            ts = detect_tree_span(problem.blocks, n)
+            if ts is not None:
+                x, how = tree_span_solve(ts, x0, v)
+                rec.rows["change"].append(np.nan)
+                return _result(x, f"{method}:tree-span:{how}", 1, 0, problem, start, True, rec, ex, floor)
+            if method == "structured":
+                raise UnsupportedStructureError(
+                    "method='structured' needs layout trees plus span constraints covering their leaves "
+                    "(see sparsedp.consistency.treespan); use 'auto' or 'direct'"
+                )
         if not problem.blocks:
             rec(x0, 0.0)
-            return _result(x0.copy(), method, 0, 0, problem, start, True, rec, ex)
+            return _result(x0.copy(), method, 0, 0, problem, start, True, rec, ex, floor)
         chosen = method
+        if method == "auto" and len(problem.groups) == 1:
+            # the blocks touch disjoint variables: one projection of the group is the exact answer
+            x, s, ok = _alternating(_Sweeper(problem, v, ex), rec, x0, tol, 1, sweep)
+            return _result(x, "auto:one-group", s, s, problem, start, ok, rec, ex, floor)
         if method == "auto":
             structured = all(not isinstance(b, SparseBlock) for b in problem.blocks)
             equal = v is None or float(np.ptp(v)) == 0.0
@@ -386,8 +450,8 @@ def solve(
                 sweeper = _Sweeper(problem, v, ex)
                 x, s, ok = _alternating(sweeper, rec, x0, tol, 1, sweep)
                 if ok:
-                    return _result(x, "auto:alternating", s, s, problem, start, True, rec, ex)
-                rec = _Recorder(problem, t, callback)
+                    return _result(x, "auto:alternating", s, s, problem, start, True, rec, ex, floor)
+                rec = _Recorder(problem, t, callback, tol)
             chosen = "direct"
         if chosen in ("generic", "direct"):
             rec(x0, np.nan)
@@ -398,7 +462,7 @@ def solve(
             _raise_if_infeasible(problem, x, tol)
             res = rec(x, float(np.max(np.abs(x - x0))))
             name = "auto:direct" if method == "auto" else chosen
-            return _result(x, name, 1, 0, problem, start, res <= tol, rec, ex)
+            return _result(x, name, 1, 0, problem, start, res <= tol, rec, ex, floor)
         sweeper = _Sweeper(problem, v, ex)
         if chosen == "alternating":
             x, it, ok = _alternating(sweeper, rec, x0, tol, int(max_sweeps), sweep)
@@ -407,28 +471,46 @@ def solve(
         if not ok:
             _raise_if_infeasible(problem, _direct_block(problem).project(x0, v), tol)
         sweeps = sweeper.projections / max(len(problem.groups), 1)
-        return _result(x, chosen, it, sweeps, problem, start, ok, rec, ex)
+        return _result(x, chosen, it, sweeps, problem, start, ok, rec, ex, floor)
     finally:
         if own:
             ex.close()
 
 
 def _result(
-    x: np.ndarray, method: str, it: int, sweeps: float, problem: Problem, start: float, ok: bool, rec: _Recorder, ex: Executor
+    x: np.ndarray,
+    method: str,
+    it: int,
+    sweeps: float,
+    problem: Problem,
+    start: float,
+    ok: bool,
+    rec: _Recorder,
+    ex: Executor,
+    floor: float,
 ) -> ConsistencyResult:
-    last = rec.rows["residual"]
-    res = last[-1] if last and rec.last_x is x else float(np.max(np.abs(problem.residual_vector(x)), initial=0.0))
+    rep = accurate_residual(problem.blocks, x, floor)
+    problem._rows = rep.rows
+    if len(rec.rows["change"]) > len(rec.rows["residual"]):  # one-shot structured solve: record it now
+        rec.rows["mse"].append(rep.mse)
+        rec.rows["err"].append(float(np.sqrt(np.mean((x - rec.truth) ** 2))) if rec.truth is not None else np.nan)
+        rec.rows["residual"].append(rep.residual)
+        ok = rep.residual <= rec.tol
+        if rec.callback is not None:
+            rec.callback(1, x, rep.residual)
     est = rec.error_estimate() if method in ("alternating", "accelerated", "dykstra+direct") else 0.0
     return ConsistencyResult(
         x=x,
         method=method,
         iterations=int(it),
         sweeps=float(sweeps),
-        residual=res,
+        residual=rep.residual,
         seconds=time.perf_counter() - start,
         converged=bool(ok),
         error_estimate=est,
         history=rec.history(),
         executor=ex.name,
         constraints=problem.rows,
+        relative_residual=rep.relative,
+        residual_bounded=rep.bounded,
     )
