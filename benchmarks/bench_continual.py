@@ -4,8 +4,12 @@ For N in {2^10 - 1, 2^16 - 1, 2^20 - 1, 10^6} and eps = 1 (zCDP methods at rho =
 
 * analytic average per-step variance of every method (naive, binary = unweighted Fenwick, Honaker
   streaming, FDA-weighted Fenwick, k-ary trees with optimal level weights, the negative-digit k-ary
-  tree, and for zCDP the L2-optimal Fenwick, the square-root factorisation and BLT), and the
-  empirical mean squared error of the online counters at the smaller N (``--runs`` streams at 2^10 - 1, a few at 2^16 - 1);
+  tree, the 12- and 16-ary trees with every node measured and the full GLS estimate (best pure-DP
+  here), and for zCDP the L2-optimal Fenwick, the square-root factorisation and BLT), and the
+  empirical mean squared error of the online counters at the smaller N (``--runs`` streams at
+  2^10 - 1, a few at 2^16 - 1);
+* GLS tree: time of its level-weight optimisation, of the counter's construction (all noise drawn,
+  offsets computed) and of its exact per-step variances;
 * time to compute the weights: FDA against SLSQP (the seed's SQP, small N only) and against the
   PyPI package ``dpcrpy`` (FDA, N = 2^m - 1 only; optional: skipped and said so when absent), with
   the largest weight difference;
@@ -37,13 +41,16 @@ from sparsedp.continual import (  # noqa: E402
     BLTCounter,
     ContinualCounter,
     FenwickWeights,
+    GLSTreeCounter,
     HonakerCounter,
     KaryCounter,
     NaiveCounter,
     NegDigitCounter,
     SqrtCounter,
     error_table,
+    default_radices,
     fit_blt,
+    gls_tree_weights,
     kary_weights,
     negdigit_weights,
     optimal_weights,
@@ -70,7 +77,7 @@ def best_of(fn, repeat: int = 3) -> float:
 
 
 def counters(N: int, blt, lams) -> dict:
-    kary_lam, neg_lam = lams
+    kary_lam, neg_lam, gls_lam = lams
     return {
         "naive": lambda rng: NaiveCounter(N, EPS, rng=rng),
         "binary (Chan-Shi-Song) = Fenwick": lambda rng: BinaryMechanism(N, EPS, rng=rng),
@@ -78,6 +85,7 @@ def counters(N: int, blt, lams) -> dict:
         "Fenwick + FDA weights": lambda rng: ContinualCounter(N, epsilon=EPS, rng=rng),
         "16-ary tree, opt. level weights": lambda rng: KaryCounter(N, EPS, k=16, weights=kary_lam, rng=rng),
         "19-ary neg. digits, opt. level weights": lambda rng: NegDigitCounter(N, EPS, k=19, weights=neg_lam, rng=rng),
+        "12-ary GLS tree, opt. level weights": lambda rng: GLSTreeCounter(N, EPS, weights=gls_lam, rng=rng),
         "Fenwick + FDA weights (L2)": lambda rng: ContinualCounter(N, rho=RHO, rng=rng),
         "BLT (5 buffers)": lambda rng: BLTCounter(N, RHO, blt=blt, rng=rng),
     }
@@ -160,10 +168,10 @@ def plot(N: int, rows, path: Path) -> bool:
         return False
     fig, ax = plt.subplots(figsize=(9, 5))
     t = np.arange(1, N + 1)
-    for r in rows:
-        if r.method == "naive":
-            continue
-        ax.plot(t, r.per_step, lw=0.6, label=f"{r.method} [{r.privacy}]")
+    shown = [r for r in rows if r.method != "naive"]
+    colours = plt.cm.tab20(np.linspace(0, 1, len(shown)))
+    for r, colour in zip(shown, colours):
+        ax.plot(t, r.per_step, lw=0.6, color=colour, label=f"{r.method} [{r.privacy}]")
     ax.set_yscale("log")
     ax.set_xlabel("step t")
     ax.set_ylabel("variance of the released running sum")
@@ -192,8 +200,11 @@ def main() -> None:
             t0 = time.perf_counter()
             blt = fit_blt(N, 5)
             blt_fit = time.perf_counter() - t0
-            kary_lam = (kary_weights(N, 16), negdigit_weights(N, 19))
-            rows = error_table(N, EPS, RHO)
+            t0 = time.perf_counter()
+            gls_lam = gls_tree_weights(N, default_radices(N, 12))
+            gls_seconds = time.perf_counter() - t0
+            kary_lam = (kary_weights(N, 16), negdigit_weights(N, 19), gls_lam)
+            rows = error_table(N, EPS, RHO, gls=(12, 16))
             emp = {}
             if N <= 2**10:
                 emp = empirical(N, args.runs, blt, kary_lam)
@@ -201,6 +212,12 @@ def main() -> None:
                 emp = empirical(N, max(2, args.runs // 50), blt, kary_lam)
             if N == 2**10 - 1:
                 result["plot"] = str(out.with_suffix(".png")) if plot(N, rows, out.with_suffix(".png")) else None
+            t0 = time.perf_counter()
+            gls_counter = GLSTreeCounter(N, EPS, weights=gls_lam, rng=0)
+            gls_build = time.perf_counter() - t0  # draws all node noise, computes the offsets (O(N))
+            t0 = time.perf_counter()
+            gls_counter.step_variances()
+            gls_var_seconds = time.perf_counter() - t0
             w = weight_timings(N)
             thr = throughput(N, args.steps, blt, kary_lam)
             print(f"\nN = {N}: average per-step variance (analytic; empirical MSE where run)")
@@ -215,7 +232,8 @@ def main() -> None:
             if "dpcrpy_seconds" in w:
                 print(f"; dpcrpy {w['dpcrpy_seconds']:.3f} s (x{w['dpcrpy_over_fda']:.0f} slower), "
                       f"max |diff| {w['dpcrpy_max_abs_diff']:.1e}", end="")
-            print(f"; BLT fit {blt_fit:.2f} s")
+            print(f"; BLT fit {blt_fit:.2f} s; GLS tree: level weights {gls_seconds:.2f} s, "
+                  f"counter construction {gls_build:.2f} s, exact per-step variances {gls_var_seconds:.2f} s")
             print("throughput (updates/s): " + ", ".join(f"{k}: {v:,.0f}" for k, v in thr.items()))
             result["horizons"][str(N)] = {
                 "analytic_mean": {f"{r.method} [{r.privacy}]": r.mean for r in rows},
@@ -224,6 +242,9 @@ def main() -> None:
                 "weights": w,
                 "blt": {"fit_seconds": blt_fit, "w": blt.w.tolist(), "theta": blt.theta.tolist()},
                 "kary16_level_weights": kary_lam[0].tolist(), "negdigit19_level_weights": kary_lam[1].tolist(),
+                "gls12_level_weights": gls_lam.tolist(), "gls12_weights_seconds": gls_seconds,
+                "gls12_radices": list(default_radices(N, 12)),
+                "gls12_construction_seconds": gls_build, "gls12_step_variances_seconds": gls_var_seconds,
                 "throughput_updates_per_s": thr,
                 "throughput_steps": min(args.steps, N),
             }

@@ -7,11 +7,16 @@
   save / restore.
 * Baselines: :class:`NaiveCounter`, :class:`BinaryMechanism`, :class:`HonakerCounter`,
   :func:`unweighted_fenwick`.
+* Best pure-DP counter here: :class:`GLSTreeCounter` (mixed-radix tree, every node measured,
+  optimal per-level weights, full GLS; the release is ``s_t + e_t`` with data-independent ``e``).
+* :func:`adaptive_run` and :mod:`.adaptive`: why ``s_t + e_t`` counters are private against adaptive
+  streams.
 * Beyond the seed: :class:`KaryCounter` (k-ary trees, optimal per-level weights, streaming BLUE),
   :class:`NegDigitCounter` (k-ary tree with negative digits, Andersson-Pagh-Torkamani 2024),
   :class:`SqrtCounter` (square-root factorisation, zCDP), :class:`BLTCounter` / :func:`fit_blt`.
 """
 
+from .adaptive import adaptive_run
 from .baselines import (
     BinaryMechanism,
     HonakerCounter,
@@ -24,6 +29,15 @@ from .baselines import (
 from .counter import ContinualCounter
 from .error import ContinualError, expected_error
 from .fenwick import column_counts, fenwick_matrices
+from .glstree import (
+    GLSTreeCounter,
+    default_radices,
+    gls_noise_offsets,
+    gls_tree_error,
+    gls_tree_weights,
+    mixed_layout,
+    path_variances,
+)
 from .kary import KaryCounter, kary_error, kary_weights
 from .negdigit import NegDigitCounter, balanced_digits, negdigit_error, negdigit_weights
 from .report import error_table, format_table
@@ -37,27 +51,35 @@ __all__ = [
     "ContinualCounter",
     "ContinualError",
     "FenwickWeights",
+    "GLSTreeCounter",
     "HonakerCounter",
     "KaryCounter",
     "NaiveCounter",
     "NegDigitCounter",
     "SqrtCounter",
     "ToeplitzCounter",
+    "adaptive_run",
     "binary_variance",
     "column_counts",
     "error_table",
     "expected_error",
     "fenwick_matrices",
+    "default_radices",
     "fit_blt",
+    "gls_noise_offsets",
+    "gls_tree_error",
+    "gls_tree_weights",
     "format_table",
     "honaker_variance",
     "kary_error",
     "kary_weights",
+    "mixed_layout",
     "naive_variance",
     "balanced_digits",
     "negdigit_error",
     "negdigit_weights",
     "optimal_weights",
+    "path_variances",
     "sqrt_coefficients",
     "sqrt_error",
     "unweighted_fenwick",

@@ -9,6 +9,7 @@ from typing import Any, TextIO
 
 from ..errors import SparseDPError
 from .counter import ContinualCounter
+from .glstree import GLSTreeCounter
 from .report import error_table, format_table
 
 __all__ = ["register"]
@@ -18,7 +19,12 @@ def _stream(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     if args.horizon is None:
         raise SparseDPError("--horizon is required (or use --report N)")
     state = Path(args.state) if args.state else None
-    if state is not None and state.exists():
+    if args.method == "gls-tree" and (args.rho is not None or state is not None):
+        raise SparseDPError("--method gls-tree is pure DP (--epsilon) and has no --state (its noise is drawn ahead)")
+    counter: ContinualCounter | GLSTreeCounter
+    if args.method == "gls-tree":
+        counter = GLSTreeCounter(args.horizon, args.epsilon, weights=args.weights, rng=args.seed)
+    elif state is not None and state.exists():
         counter = ContinualCounter.load(state, rng=args.seed)
         if counter.horizon != args.horizon:
             raise SparseDPError(f"state file {state} is for horizon {counter.horizon}, not {args.horizon}")
@@ -39,7 +45,7 @@ def _stream(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
         else:
             stdout.write(f"{noisy:.6f}\n")
         stdout.flush()
-        if state is not None:
+        if state is not None and isinstance(counter, ContinualCounter):
             counter.save(state)
     return 0
 
@@ -74,8 +80,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="pure DP budget of the whole run (Laplace noise; default 1.0)")
     p.add_argument("--rho", type=float, default=None, help="zCDP budget of the whole run (Gaussian noise instead)")
     p.add_argument("--seed", type=int, default=None, help="random seed (default: fresh OS entropy)")
+    p.add_argument("--method", choices=["fenwick", "gls-tree"], default="fenwick",
+                   help="fenwick (default): FDA-weighted Fenwick counter, O(log N) state, --rho and --state "
+                   "supported; gls-tree: 12-ary tree with every node measured and the full GLS estimate, "
+                   "the lowest pure-DP error here (3.9x below fenwick at N = 2^20 - 1), all noise drawn "
+                   "at start (O(N) memory and start-up time), --epsilon only, no --state")
     p.add_argument("--weights", choices=["optimal", "uniform"], default="optimal",
-                   help="Fenwick node weights: FDA-optimal (default) or uniform (= binary mechanism)")
+                   help="node weights: optimal (default; FDA for fenwick, per-level for gls-tree) or uniform "
+                   "(fenwick: = binary mechanism)")
     p.add_argument("--std", action="store_true", help="also print the exact standard deviation of each output")
     p.add_argument("--state", default=None,
                    help="JSON file to resume from and to save to after every step (holds exact sums: keep it secret)")

@@ -14,9 +14,11 @@ Since the signed blocks add up to ``[0, t)`` exactly, this *is* ``B Sigma^{-1}(S
 ``M`` = all blocks, and it is a post-processing of the Laplace mechanism on ``Sigma M x``, whose L1
 sensitivity is ``Delta_1 = sum_l lambda_l`` (an increment lies in one block per level).  Blocks with a
 negative sign end after ``t``: their noise is drawn when first needed (they are never "measured" from
-data), so the release is online even though ``M`` is not lower triangular.  The guarantee is for a
-stream fixed in advance (non-adaptive), the setting of seed 000; ``Var(s~_t) = sum_l |d_l(t)|
-2 Delta_1^2 / (epsilon lambda_l)^2``.
+data), so the release is online even though ``M`` is not lower triangular.  Which noise values are
+drawn at step ``t`` depends on ``t`` only, so the offsets ``s~_t - s_t`` have the same joint law as
+with all noise drawn ahead and do not depend on the data: the run is ``epsilon``-DP also for
+adaptively chosen streams (proof in :mod:`.adaptive`; a test plays the adaptive game).
+``Var(s~_t) = sum_l |d_l(t)| 2 Delta_1^2 / (epsilon lambda_l)^2``.
 
 Per-level weights: minimising the mean variance ``sum_l D_l / lambda_l^2`` (``D_l`` = mean ``|d_l|``)
 subject to ``sum lambda_l = 1`` gives ``lambda_l = D_l^{1/3} / sum_j D_j^{1/3}`` (Lagrange), and the

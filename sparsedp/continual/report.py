@@ -10,6 +10,7 @@ from ..validation import check_positive
 from .baselines import binary_variance, honaker_variance, naive_variance
 from .error import expected_error
 from .fenwick import check_horizon
+from .glstree import default_radices, gls_tree_error
 from .kary import kary_error
 from .negdigit import negdigit_error
 from .toeplitz import fit_blt, sqrt_error
@@ -34,10 +35,12 @@ def _row(method: str, privacy: str, per_step: np.ndarray) -> MethodError:
 
 
 def error_table(N: int, epsilon: float = 1.0, rho: float | None = None, blt_buffers: int = 5,
-                kary: tuple[int, ...] = (2, 16), negdigit: tuple[int, ...] = (7, 19)) -> list[MethodError]:
+                kary: tuple[int, ...] = (2, 16), negdigit: tuple[int, ...] = (7, 19),
+                gls: tuple[int, ...] = (12,)) -> list[MethodError]:
     """Per-step variances of every method at horizon ``N``: pure ``epsilon``-DP (Laplace) methods,
     then ``rho``-zCDP (Gaussian) methods (``rho = epsilon^2 / 2`` by default, the zCDP level that
-    ``epsilon``-DP implies)."""
+    ``epsilon``-DP implies).  ``gls``: radices of the full-GLS trees (their weight optimisation takes
+    about 10-20 s at ``N = 2^20``)."""
     N = check_horizon(N)
     eps = check_positive(epsilon, "epsilon")
     rho = eps * eps / 2.0 if rho is None else check_positive(rho, "rho")
@@ -53,6 +56,9 @@ def error_table(N: int, epsilon: float = 1.0, rho: float | None = None, blt_buff
         rows.append(_row(f"{k}-ary tree, opt. level weights", pure, kary_error(N, k, epsilon=eps).per_step))
     for k in negdigit:
         rows.append(_row(f"{k}-ary neg. digits, opt. level weights", pure, negdigit_error(N, k, epsilon=eps).per_step))
+    for k in gls:
+        rows.append(_row(f"{k}-ary GLS tree, opt. level weights", pure,
+                         gls_tree_error(N, eps, radices=default_radices(N, k)).per_step))
     rows += [
         _row("Fenwick + FDA weights (L2)", zc, expected_error(N, FenwickWeights.build(N, 2).array(), rho=rho).per_step),
         _row("square-root factorisation", zc, sqrt_error(N, rho).per_step),
