@@ -1,11 +1,26 @@
-"""Completion benchmark: the seed's Tables 1 and 2 (seed 003), the oracle floor, and a 20000^2 run.
+"""Completion benchmark: the seed's Tables 1 and 2 (seed 003), both oracle floors, and a 20000^2 run.
 
 Synthetic problems ``X = U V^T`` (``U, V`` standard normal, rank 10), a random 15% of entries observed
-with Laplace noise of scale ``b``.  For DLNM-QR, LMaFit-SOR and ridge ALS (plus, told the noise level, ALS with the MAP ridge and
-Soft-Impute):
-seconds until the RSE is within 5% of its final value, total seconds (to the stopping rule), iterations,
-final RSE, the oracle floor and RSE / floor.  The in-run baseline ratio is DLNM-QR's seconds over SOR's
-(to 5% of final RSE, and total).  Then one 20000 x 20000 run at p = 0.01.
+with Laplace noise of scale ``b``.  Methods (a DP release publishes its noise level
+``sigma = sqrt(2) b``, so the default of every method is its noise-calibrated shrinkage mode):
+
+* ``dlnm-qr``, ``sor``, ``am``: DLNM-QR (adaptive over-relaxed ADMM), LMaFit-SOR and ridge ALS, each
+  told ``noise_std = sigma`` (nuclear-norm penalised rank-10 fit, ``lam`` from
+  :func:`sparsedp.completion.shrinkage.calibrated_lambda`);
+* ``dlnm-ls``, ``sor-ls``, ``am-ls``: the same methods without the noise level (rank-10 least squares);
+* ``dlnm-pap``: DLNM-QR with the published ADMM iteration (``relax="paper"``), noise-calibrated;
+* ``sor-w0``: SOR started at DLNM-QR's first weight ``1/(4p)`` instead of 1 (to show what that start
+  is worth on its own), noise-calibrated;
+* ``soft``: Soft-Impute with the safe threshold (max rank 20); ``soft-cal``: Soft-Impute with the
+  calibrated ``lam`` and max rank 10 (the same estimator as the first three).
+
+Columns (times: best of up to 3 identical runs): seconds until the RSE is within 5% of its final value, total seconds (to the stopping rule),
+iterations, final RSE, the EXACT oracle (least squares over the true tangent space with the true
+subspaces known, same pattern and noise: :func:`sparsedp.completion.oracle.oracle_least_squares`),
+the asymptotic floor :func:`sparsedp.completion.oracle_rse`, RSE / exact oracle, and the target
+verdict: RSE <= 1.15 x exact oracle where that oracle is below 0.5, RSE <= 1.0 elsewhere.  In-run
+baseline ratios: DLNM-QR seconds over SOR seconds (to 5% of final RSE, and total), in the shrinkage
+mode and in the least-squares mode.  Then one 20000 x 20000 run at p = 0.01.
 
     python benchmarks/bench_completion.py [--skip-large] [--seed 0] [--out benchmarks/results/completion.json]
 
@@ -30,6 +45,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from sparsedp.completion import METHODS, oracle_rse, synthetic_problem  # noqa: E402
+from sparsedp.completion.oracle import oracle_least_squares  # noqa: E402
 
 # the seed's own numbers (seed 003, Tables 1 and 2): seconds and RSE after 400 iterations
 SEED_TABLE1 = {200: {"sor": (1.134501, 0.69485), "dlnm-qr": (0.129055, 0.1992), "am": (None, None)},
@@ -40,42 +56,82 @@ SEED_TABLE2 = {0.2: {"sor": 0.35251, "dlnm-qr": 0.30315, "am": 0.12657}, 0.5: {"
                1.0: {"sor": 0.069397, "dlnm-qr": 0.071362, "am": 0.050587}, 2.0: {"sor": 0.034677, "dlnm-qr": 0.030209, "am": 0.012561},
                5.0: {"sor": 0.013868, "dlnm-qr": 0.012083, "am": 0.0050237}, 10.0: {"sor": 0.0069336, "dlnm-qr": 0.0060417, "am": 0.0025118}}
 RANK, P = 10, 0.15
+# name -> (METHODS key, told the noise level?, extra keyword arguments)
+VARIANTS = {
+    "dlnm-qr": ("dlnm-qr", True, {}), "sor": ("sor", True, {}), "am": ("am", True, {}),
+    "dlnm-ls": ("dlnm-qr", False, {}), "sor-ls": ("sor", False, {}), "am-ls": ("am", False, {}),
+    "dlnm-pap": ("dlnm-qr", True, {"relax": "paper"}), "sor-w0": ("sor", True, {"w0": 0.25 / P}),
+    "soft": ("soft", True, {}), "soft-cal": ("soft", True, {"lam": "calibrated"}),
+}
+SEED_KEY = {"dlnm-ls": "dlnm-qr", "sor-ls": "sor", "am-ls": "am"}  # the seed ran unregularised fits
 
 
-def run(name: str, observed, truth, scale: float) -> dict:
-    """One completion; ``soft`` (Soft-Impute, max rank 2r) and ``am-map`` (ALS with the MAP ridge)
-    are told the noise level ``sqrt(2) b``, as a DP release publishes it."""
-    kwargs = {"noise_std": np.sqrt(2) * scale} if name in ("soft", "am-map") else {}
-    rank = 2 * RANK if name == "soft" else RANK
-    t0 = time.perf_counter()
-    res = METHODS["am" if name == "am-map" else name](observed, rank, truth=truth, **kwargs)
-    wall = time.perf_counter() - t0
+def run(name: str, observed, truth, scale: float, repeats: int = 3) -> dict:
+    """Completion by variant ``name`` (see the module docstring), timed as the best of up to
+    ``repeats`` identical runs (deterministic: same iterates and RSE; repeats stop once 2 s are
+    spent) to damp the noise of a shared machine."""
+    key, told, extra = VARIANTS[name]
+    kwargs = dict(extra, noise_std=np.sqrt(2) * scale) if told else dict(extra)
+    rank = 2 * RANK if key == "soft" and "lam" not in extra else RANK
+    best, spent, runs = None, 0.0, 0
+    while runs < repeats and (runs == 0 or spent < 2.0):
+        t0 = time.perf_counter()
+        res = METHODS[key](observed, rank, truth=truth, **kwargs)
+        wall = time.perf_counter() - t0
+        spent, runs = spent + wall, runs + 1
+        if best is None or res.seconds < best[0].seconds:
+            best = (res, wall)
+    res, wall = best
     return {"method": name, "seconds_to_5pct": res.history.seconds_to_within(0.05), "seconds": res.seconds,
-            "wall_seconds": wall, "iterations": res.iterations, "converged": res.converged, "rse": res.rse,
-            "rank": res.rank if name != "soft" else res.extra["rank"]}
+            "wall_seconds": wall, "timed_runs": runs, "iterations": res.iterations, "converged": res.converged,
+            "rse": res.rse, "rank": res.extra["rank"] if key == "soft" else res.rank, "lam": res.extra.get("lam")}
+
+
+def verdict(rse: float, floor: float) -> bool:
+    """The issue's target against the exact oracle: within 15% where it is below 0.5, else not worse
+    than the zero matrix (RSE <= 1; the zero matrix has RSE exactly 1, see the docs on b = 10)."""
+    return rse <= 1.15 * floor if floor < 0.5 else rse <= 1.0 + 1e-9
+
+
+def problem_rows(n: int, scale: float, seed: int, seed_row) -> list[dict]:
+    observed, truth = synthetic_problem(n, rank=RANK, p=P, noise_scale=scale, rng=seed)
+    oracle = oracle_least_squares(observed, truth)
+    asym = oracle_rse(n, rank=RANK, p=P, scale=scale)
+    rows = []
+    for name in VARIANTS:
+        row = {"n": n, "scale": scale, "oracle_exact": oracle.rse, "oracle_exact_seconds": oracle.seconds,
+               "oracle_asymptotic": asym, **run(name, observed, truth, scale)}
+        row["rse_over_oracle"] = row["rse"] / oracle.rse
+        row["target_met"] = verdict(row["rse"], oracle.rse)
+        row["seed_seconds"], row["seed_rse"] = seed_row(SEED_KEY.get(name, name))
+        rows.append(row)
+    return rows
 
 
 def table(rows: list[dict], title: str) -> None:
     print(f"\n{title}")
-    head = f"{'size':>6}{'b':>6}{'method':>9}{'t(5%) s':>10}{'total s':>10}{'iters':>7}{'RSE':>10}{'oracle':>9}{'RSE/or':>8}{'seed s':>10}{'seed RSE':>10}"
+    head = (f"{'size':>6}{'b':>5}{'method':>10}{'t(5%) s':>9}{'total s':>9}{'iters':>6}{'RSE':>9}{'oracle':>9}"
+            f"{'asympt':>8}{'RSE/or':>8}{'target':>7}{'seed s':>9}{'seed RSE':>10}")
     print(head)
     print("-" * len(head))
     for r in rows:
         seed_s = "" if r.get("seed_seconds") is None else f"{r['seed_seconds']:.3g}"
         seed_rse = "" if r.get("seed_rse") is None else f"{r['seed_rse']:.4g}"
-        print(f"{r['n']:>6}{r['scale']:>6g}{r['method']:>9}{r['seconds_to_5pct']:>10.3f}{r['seconds']:>10.3f}{r['iterations']:>7}"
-              f"{r['rse']:>10.4f}{r['oracle_rse']:>9.4f}{r['rse'] / r['oracle_rse']:>8.3f}{seed_s:>10}{seed_rse:>10}")
+        print(f"{r['n']:>6}{r['scale']:>5g}{r['method']:>10}{r['seconds_to_5pct']:>9.3f}{r['seconds']:>9.3f}{r['iterations']:>6}"
+              f"{r['rse']:>9.4f}{r['oracle_exact']:>9.4f}{r['oracle_asymptotic']:>8.4f}{r['rse_over_oracle']:>8.3f}"
+              f"{'yes' if r['target_met'] else 'NO':>7}{seed_s:>9}{seed_rse:>10}")
 
 
 def ratios(rows: list[dict]) -> list[dict]:
     out = []
-    keys = sorted({(r["n"], r["scale"]) for r in rows})
-    for key in keys:
+    for key in sorted({(r["n"], r["scale"]) for r in rows}):
         by = {r["method"]: r for r in rows if (r["n"], r["scale"]) == key}
-        if "dlnm-qr" in by and "sor" in by:
-            d, s = by["dlnm-qr"], by["sor"]
-            out.append({"n": key[0], "scale": key[1], "dlnm_over_sor_to_5pct": d["seconds_to_5pct"] / max(s["seconds_to_5pct"], 1e-9),
-                        "dlnm_over_sor_total": d["seconds"] / s["seconds"], "rse_dlnm": d["rse"], "rse_sor": s["rse"]})
+        for mode, (d_name, s_name) in {"shrink": ("dlnm-qr", "sor"), "ls": ("dlnm-ls", "sor-ls")}.items():
+            d, s = by[d_name], by[s_name]
+            out.append({"n": key[0], "scale": key[1], "mode": mode,
+                        "dlnm_over_sor_to_5pct": d["seconds_to_5pct"] / max(s["seconds_to_5pct"], 1e-9),
+                        "dlnm_over_sor_total": d["seconds"] / s["seconds"], "iterations_dlnm": d["iterations"],
+                        "iterations_sor": s["iterations"], "rse_dlnm": d["rse"], "rse_sor": s["rse"]})
     return out
 
 
@@ -90,42 +146,38 @@ def main(argv: list[str] | None = None) -> int:
         print(f"BLAS threads pinned: {blas}")
         t1 = []
         for n in (200, 500, 1000, 2000):
-            observed, truth = synthetic_problem(n, rank=RANK, p=P, noise_scale=1.0, rng=args.seed)
-            floor = oracle_rse(n, rank=RANK, p=P, scale=1.0)
-            for name in ("dlnm-qr", "sor", "am", "am-map", "soft"):
-                row = {"n": n, "scale": 1.0, "oracle_rse": floor, **run(name, observed, truth, 1.0)}
-                row["seed_seconds"], row["seed_rse"] = SEED_TABLE1[n].get(name, (None, None))
-                t1.append(row)
+            t1 += problem_rows(n, 1.0, args.seed, lambda k, n=n: SEED_TABLE1[n].get(k, (None, None)))
         table(t1, f"Table 1: n x n, p = {P}, r = {RANK}, Laplace scale b = 1")
         t2 = []
         for b in (0.2, 0.5, 1.0, 2.0, 5.0, 10.0):
-            observed, truth = synthetic_problem(1000, rank=RANK, p=P, noise_scale=b, rng=args.seed)
-            floor = oracle_rse(1000, rank=RANK, p=P, scale=b)
-            for name in ("dlnm-qr", "sor", "am", "am-map", "soft"):
-                row = {"n": 1000, "scale": b, "oracle_rse": floor, **run(name, observed, truth, b)}
-                row["seed_rse"] = SEED_TABLE2[b].get(name)
-                t2.append(row)
+            t2 += problem_rows(1000, b, args.seed, lambda k, b=b: (None, SEED_TABLE2[b].get(k)))
         table(t2, f"Table 2: 1000 x 1000, p = {P}, r = {RANK}, Laplace scale b")
         r1, r2 = ratios(t1), ratios(t2)
-        print("\nDLNM-QR / SOR seconds (to 5% of final RSE; total):")
+        print("\nDLNM-QR / SOR seconds (to 5% of final RSE; total), same problem, same run:")
         for r in r1 + r2:
-            print(f"  n={r['n']:>5} b={r['scale']:>5g}: {r['dlnm_over_sor_to_5pct']:.2f}  {r['dlnm_over_sor_total']:.2f}"
-                  f"   (RSE {r['rse_dlnm']:.4f} vs {r['rse_sor']:.4f})")
+            print(f"  n={r['n']:>5} b={r['scale']:>5g} {r['mode']:>6}: {r['dlnm_over_sor_to_5pct']:.2f}  {r['dlnm_over_sor_total']:.2f}"
+                  f"   (iterations {r['iterations_dlnm']} vs {r['iterations_sor']}; RSE {r['rse_dlnm']:.4f} vs {r['rse_sor']:.4f})")
+        missed = [f"{r['method']}@n={r['n']},b={r['scale']:g}" for r in t1 + t2 if not r["target_met"]]
+        print(f"\nTarget missed by: {', '.join(missed) if missed else 'none'}")
         large = []
         if not args.skip_large:
             n, p = 20000, 0.01
             t0 = time.perf_counter()
             observed, truth = synthetic_problem(n, rank=RANK, p=p, noise_scale=1.0, rng=args.seed)
             gen = time.perf_counter() - t0
-            floor = oracle_rse(n, rank=RANK, p=p, scale=1.0)
-            print(f"\nLarge: {n} x {n}, p = {p} ({observed.nnz} observed entries, generated in {gen:.1f} s)")
+            oracle = oracle_least_squares(observed, truth)
+            asym = oracle_rse(n, rank=RANK, p=p, scale=1.0)
+            print(f"\nLarge: {n} x {n}, p = {p} ({observed.nnz} observed entries, generated in {gen:.1f} s); "
+                  f"exact oracle {oracle.rse:.4f} ({oracle.seconds:.1f} s), asymptotic {asym:.4f}")
             for name in ("dlnm-qr", "sor"):
-                row = {"n": n, "p": p, "scale": 1.0, "oracle_rse": floor, **run(name, observed, truth, 1.0)}
-                large.append(row)
+                row = {"n": n, "p": p, "scale": 1.0, "oracle_exact": oracle.rse, "oracle_asymptotic": asym,
+                       **run(name, observed, truth, 1.0, repeats=1)}
+                large.append(row)  # (one timed run each)
                 print(f"  {name:>8}: {row['seconds']:.1f} s total, {row['seconds_to_5pct']:.1f} s to 5%, "
-                      f"{row['iterations']} iterations, RSE {row['rse']:.4f} (oracle {floor:.4f})", flush=True)
+                      f"{row['iterations']} iterations, RSE {row['rse']:.4f}", flush=True)
     out = {"machine": platform.platform(), "python": platform.python_version(), "blas": blas,
            "note": "wall-clock on a shared 2-core machine; inflated by contention",
+           "target": "RSE <= 1.15 x exact oracle where the exact oracle < 0.5, else RSE <= 1.0 (the zero matrix)",
            "table1": t1, "table2": t2, "ratios": r1 + r2, "large": large}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1))

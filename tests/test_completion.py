@@ -326,10 +326,10 @@ def test_default_rho_and_no_overflow_over_long_runs():
     # an over-parameterised noisy fit that never settles, rho = 5 for 700 iterations: mu = 5^700 would
     # overflow (NaN through Y / mu); 1/mu and Y/mu are tracked instead
     observed, truth = synthetic_problem(60, rank=2, p=0.5, noise_scale=2.0, rng=0)
-    res = dlnm_qr(observed, 6, rho=5.0, tol=1e-300, abs_tol=1e-300, max_iter=700, truth=truth)
+    res = dlnm_qr(observed, 6, relax="paper", rho=5.0, tol=1e-300, abs_tol=1e-300, max_iter=700, truth=truth)
     assert res.iterations == 700 and not res.converged and res.extra["mu"] == np.inf
     assert np.all(np.isfinite(res.left)) and np.all(np.isfinite(res.right)) and np.isfinite(res.rse)
-    capped = dlnm_qr(observed, 2, rho=1.5, mu_max=1e3, truth=truth, max_iter=50)
+    capped = dlnm_qr(observed, 2, relax="paper", rho=1.5, mu_max=1e3, truth=truth, max_iter=50)
     assert np.isfinite(capped.extra["mu"]) and capped.extra["mu"] <= 1e3 * (1 + 1e-12)
 
 

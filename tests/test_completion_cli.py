@@ -61,5 +61,32 @@ def test_complete_help_documents_every_option():
     out = subprocess.run([sys.executable, "-m", "sparsedp", "complete", "--help"], capture_output=True, text=True,
                          env=env, check=True).stdout
     for opt in ("--size", "--rank", "--observed", "--noise-scale", "--method", "--seed", "--json", "--epsilon",
-                "--bounds", "--max-per-row", "--save", "--max-iter", "--tol"):
+                "--bounds", "--max-per-row", "--save", "--max-iter", "--tol", "--secure", "--grid", "--seed-noise",
+                "--plain"):
         assert opt in out
+
+
+def test_complete_reports_both_oracles_and_shrinks_by_default(tmp_path):
+    out, plain = tmp_path / "a.json", tmp_path / "b.json"
+    common = ["complete", "--size", "150", "--rank", "5", "--observed", "0.15", "--noise-scale", "1", "--seed", "3"]
+    assert main(common + ["--method", "sor", "--json", str(out)]) == 0
+    assert main(common + ["--method", "sor", "--plain", "--json", str(plain)]) == 0
+    a, b = json.loads(out.read_text()), json.loads(plain.read_text())
+    assert a["shrinkage"] == "noise-calibrated" and b["shrinkage"] is None
+    assert a["oracle_exact"] > a["oracle_rse"]  # 3375 observations for 1475 parameters
+    assert a["rse"] <= a["oracle_exact"] < b["rse"]
+
+
+def test_complete_user_matrix_secure_release(tmp_path):
+    observed, (U, V) = synthetic_problem(120, 100, rank=2, p=0.4, rng=1)
+    path = tmp_path / "data.npz"
+    sp.save_npz(path, observed)
+    out = tmp_path / "r.json"
+    code = main(["complete", str(path), "--rank", "2", "--epsilon", "100", "--bounds", "-8", "8", "--secure",
+                 "--grid", "0.01", "--method", "dlnm-qr", "--json", str(out)])
+    assert code == 0
+    report = json.loads(out.read_text())
+    assert report["secure"] is True and report["grid"] == pytest.approx(0.01)
+    assert report["laplace_scale"] == pytest.approx(16 / 100) and report["shrinkage"] == "noise-calibrated"
+    assert main(["complete", str(path), "--rank", "2", "--epsilon", "1", "--bounds", "0", "1", "--secure",
+                 "--grid", "3"]) == 2  # grid coarser than the bounds

@@ -16,15 +16,20 @@ True
 Entry points: :func:`privatize_observations` (the privacy step), the completion methods
 :func:`dlnm_qr`, :func:`lmafit_sor`, :func:`alternating_minimization`, :func:`soft_impute` (all take the
 observed entries as a ``scipy.sparse`` matrix and return a :class:`CompletionResult` with factors),
-and the metrics :func:`rse`, :func:`oracle_rse`.  See ``docs/completion.md``.
+and the metrics :func:`rse`, :func:`oracle_rse` (asymptotic floor) and :func:`oracle_least_squares`
+(the exact known-subspace oracle).  Given a release (or ``noise_std=``) every method fits the
+noise-calibrated nuclear-norm penalised model (:func:`calibrated_lambda`); a bare sparse matrix gets
+rank-``r`` least squares.  See ``docs/completion.md``.
 """
 
 from .als import alternating_minimization
 from .dlnm_qr import column_shrink, dlnm_qr
 from .lmafit import lmafit_sor
 from .metrics import oracle_rse, rse
+from .oracle import OracleFit, oracle_least_squares
 from .privacy import PrivateObservations, observation_sensitivity, privatize_observations
 from .report import CompletionResult, History
+from .shrinkage import calibrated_lambda
 from .soft_impute import noise_threshold, soft_impute
 from .synthetic import synthetic_problem
 
@@ -39,13 +44,16 @@ __all__ = [
     "METHODS",
     "CompletionResult",
     "History",
+    "OracleFit",
     "PrivateObservations",
     "alternating_minimization",
+    "calibrated_lambda",
     "column_shrink",
     "dlnm_qr",
     "lmafit_sor",
     "noise_threshold",
     "observation_sensitivity",
+    "oracle_least_squares",
     "oracle_rse",
     "privatize_observations",
     "rse",

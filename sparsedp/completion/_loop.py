@@ -4,7 +4,9 @@ Stopping rule (all methods): stop when the relative observed residual
 ``r_k = ||P_Omega(M - X_k)||_F / ||P_Omega(M)||_F`` falls below ``abs_tol`` (exact data), or when both
 the residual and the iterate stop moving, ``|r_k - r_{k-1}| <= tol r_{k-1}`` and
 ``||X_k - X_{k-1}||_F <= tol ||X_k||_F`` (noisy data: the residual settles at the noise level; the
-change is computed from the factors in ``O((m + n) k^2)``), or at ``max_iter``.  (The residual rule
+change is computed from the factors in ``O((m + n) k^2)``), or when the residual is flat and the
+estimate is negligible and not growing, ``||X_k||_F <= min(tol ||P_Omega(M)||_F / sqrt(p), ||X_{k-1}||_F)`` (a penalised fit decaying
+geometrically to the zero matrix, whose relative change never falls), or at ``max_iter``.  (The residual rule
 alone stopped DLNM-QR early: its multiplier can hold the residual flat while the estimate still
 moves; the iterate rule alone stopped exact-data runs early during slow linear convergence.)  Time spent computing the RSE against a supplied truth is excluded from
 ``seconds``.
@@ -37,12 +39,14 @@ class Monitor:
         self.t0 = time.perf_counter()
         self.excluded = 0.0
         self.norm = float(np.linalg.norm(pat.values)) or 1.0
+        self.scale = self.norm * float(np.sqrt(pat.shape[0] * pat.shape[1] / pat.nnz))  # ~ ||M||_F
         self.tol, self.abs_tol, self.max_iter = tol, abs_tol, int(max_iter)
         self.residuals: list[float] = []
         self.seconds: list[float] = []
         self.tracker = RSETracker(truth, pat.shape)
         self.converged = False
         self.previous: tuple[np.ndarray, np.ndarray] | None = None
+        self.size = np.inf  # ||X_{k-1}||_F
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0 - self.excluded
@@ -58,8 +62,11 @@ class Monitor:
         self.residuals.append(r)
         flat = abs(prev - r) <= self.tol * prev
         moved = self._moved(A, B)
-        self.previous = (A, B)
-        if r <= self.abs_tol or (flat and moved <= self.tol):
+        size = _fro(A, B)
+        # small and decaying (not growing, as from the paper's zero start), never on the first step
+        negligible = self.previous is not None and size <= self.tol * self.scale and size <= self.size
+        self.previous, self.size = (A, B), size
+        if r <= self.abs_tol or (flat and (moved <= self.tol or negligible)):
             self.converged = True
         return self.converged or len(self.residuals) >= self.max_iter
 
@@ -80,3 +87,8 @@ class Monitor:
             history=History(tuple(self.residuals), tuple(self.seconds), tuple(self.tracker.values)),
             extra=dict(extra or {}),
         )
+
+
+def _fro(A: np.ndarray, B: np.ndarray) -> float:
+    """``||A B^T||_F`` from the ``k x k`` Gram matrices."""
+    return float(np.sqrt(max(np.sum((A.T @ A) * (B.T @ B)), 0.0)))

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import ShapeError
-from ..validation import check_positive
 from ._loop import Monitor
 from ._observed import Pattern, as_pattern, spectral_init
 from .report import CompletionResult
+from .shrinkage import resolve_lambda
 
 
 def ridge_rows(ones: Any, data: Any, B: np.ndarray, lam: float) -> np.ndarray:
@@ -56,27 +56,30 @@ def alternating_minimization(
 
     ``ridge``: ``lam`` relative to the mean observed squared value times the mean number of
     observations per row, i.e. ``lam = ridge * mean(M_Omega^2) * |Omega| / m`` (scale-free; the small
-    default only keeps rows with fewer than ``k`` observations solvable).  ``noise_std``: if given,
-    the MAP ridge instead (decided here): ``lam = sigma^2 / tau^2`` with ``tau^2 = sqrt(P / k)`` the
-    per-entry variance of balanced factors of a matrix with mean squared entry
-    ``P = max(mean(M_Omega^2) - sigma^2, 0)`` (Gaussian prior on the factors, Gaussian noise of the
-    same variance); it shrinks harder when the noise is large.  Spectral initialisation.
-    Stops on the shared rule.  Returns :class:`CompletionResult` (``left = A``, ``right = B``),
-    ``extra = {"lam": lam}``.
+    default only keeps rows with fewer than ``k`` observations solvable).  ``noise_std``: if given
+    (or published by a :class:`~sparsedp.completion.privacy.PrivateObservations` input), the
+    noise-calibrated ridge instead, ``lam = calibrated_lambda(...)`` of :mod:`.shrinkage`: the ridge
+    problem is then ``2 x`` the nuclear-norm penalised fit ``1/2 ||P_Omega(M - Z)||^2 + lam ||Z||_*``
+    with ``rank Z <= k`` (at balanced factors ``(||A||^2 + ||B||^2) / 2 = ||A B^T||_*``); with no
+    signal above the noise (``lam = inf``) the fit is the zero matrix.  (This replaced a MAP ridge
+    ``sigma^2 / sqrt(P / k)``, which shrank too little: RSE 1.32 at n = 1000, b = 10.)  Spectral
+    initialisation.  Stops on the shared rule.  Returns :class:`CompletionResult` (``left = A``,
+    ``right = B``), ``extra = {"lam": lam}``.
     """
     pat = as_pattern(observed, rank)
     if not ridge >= 0:
         raise ShapeError(f"ridge must be >= 0, got {ridge!r}")
     m, n = pat.shape
-    lam = float(ridge * np.mean(pat.values**2) * pat.nnz / m)
-    if noise_std is not None:
-        sigma2 = check_positive(noise_std, "noise_std") ** 2
-        power = max(float(np.mean(pat.values**2)) - sigma2, 1e-12 * sigma2)
-        lam = sigma2 / np.sqrt(power / int(rank))
+    lam = resolve_lambda(observed, pat, noise_std, None, int(rank)) or float(ridge * np.mean(pat.values**2) * pat.nnz / m)
     M, ones, Mt, ones_t = _pattern_parts(pat)
     U, s, V = spectral_init(pat, int(rank), rng)
     B = V * np.sqrt(s)
     mon = Monitor(pat, truth, tol, abs_tol, max_iter)
+    if not np.isfinite(lam):  # no signal above the published noise: the zero matrix
+        A, B = np.zeros((m, int(rank))), np.zeros((n, int(rank)))
+        mon.record(float(np.linalg.norm(pat.values)), A, B)
+        mon.converged = True
+        return mon.result(A, B, "am", {"lam": lam})
     while True:
         A = ridge_rows(ones, M, B, lam)
         B = ridge_rows(ones_t, Mt, A, lam)

@@ -14,6 +14,7 @@ import scipy.sparse as sp
 from ..errors import ShapeError
 from . import METHODS
 from .metrics import oracle_rse
+from .oracle import oracle_least_squares
 from .privacy import privatize_observations
 from .synthetic import synthetic_problem
 
@@ -21,12 +22,18 @@ HELP = """Complete a low-rank matrix from (privatized) observed entries.
 
 Synthetic (the seed's experiment): X = U V^T, U and V standard normal of rank --rank, a random
 fraction --observed of the --size x --size entries observed with Laplace noise of scale --noise-scale;
-prints and saves the RSE against X and the oracle floor.
+prints and saves the RSE against X, the asymptotic oracle floor (oracle_rse) and the exact oracle
+(oracle_exact: least squares over the true tangent space, same noise draw).
 
 User data: DATA.npz, a scipy.sparse matrix saved with scipy.sparse.save_npz whose stored entries are
 the observations.  With --epsilon and --bounds the entries are first clipped and protected with
 Laplace noise of scale (hi - lo) / epsilon per entry (entry-level DP; --max-per-row k for user-level
-DP); without them the values are used as given.  --save writes the factors (left, right) to an .npz."""
+DP; --secure for exact discrete Laplace noise on a grid); without them the values are used as given.
+--save writes the factors (left, right) to an .npz.
+
+Whenever the noise level is known (synthetic data, or --epsilon), every method fits the
+noise-calibrated nuclear-norm penalised model (see docs/completion.md); --plain forces the
+unregularised rank-r least-squares fit of DLNM-QR, SOR and AM instead."""
 
 
 def register(subparsers: Any) -> None:
@@ -47,6 +54,14 @@ def register(subparsers: Any) -> None:
     p.add_argument("--bounds", type=float, nargs=2, metavar=("LO", "HI"), default=None,
                    help="user data: clipping bounds of the values (required with --epsilon)")
     p.add_argument("--max-per-row", type=int, default=None, help="user data: user-level DP, keep at most k entries per row")
+    p.add_argument("--secure", action="store_true", help="user data: exact discrete Laplace noise on a grid")
+    p.add_argument("--grid", type=float, default=None,
+                   help="user data with --secure: grid step of the released values (default (HI - LO) / 1024)")
+    p.add_argument("--seed-noise", action="store_true",
+                   help="user data: draw the privacy noise from --seed (reproducible but NOT private: anyone "
+                        "who knows the seed can subtract the noise; default: fresh operating-system entropy)")
+    p.add_argument("--plain", action="store_true",
+                   help="fit rank-r least squares even when the noise level is known (no calibrated shrinkage)")
     p.add_argument("--seed", type=int, default=0, help="random seed (data, noise, initialisation) (default 0)")
     p.add_argument("--json", default=None, metavar="FILE", help="write the report as JSON to FILE")
     p.add_argument("--save", default=None, metavar="FILE", help="write the factors left, right (X_hat = left @ right.T) to FILE.npz")
@@ -54,13 +69,15 @@ def register(subparsers: Any) -> None:
 
 
 def _complete(args: argparse.Namespace) -> int:
-    truth, floor = None, None
+    truth, floor, known = None, None, False
     report: dict[str, Any] = {"method": args.method, "rank": args.rank}
     if args.data is None:
         observed, truth = synthetic_problem(args.size, rank=args.rank, p=args.observed,
                                             noise_scale=args.noise_scale, rng=args.seed)
         floor = oracle_rse(args.size, rank=args.rank, p=args.observed, scale=args.noise_scale) if args.noise_scale > 0 else 0.0
+        report["oracle_exact"] = oracle_least_squares(observed, truth).rse
         noise_std = math.sqrt(2) * args.noise_scale
+        known = args.noise_scale > 0
         report.update(size=args.size, observed=args.observed, noise_scale=args.noise_scale)
     else:
         path = Path(args.data)
@@ -74,18 +91,24 @@ def _complete(args: argparse.Namespace) -> int:
         if args.epsilon is not None:
             if args.bounds is None:
                 raise ShapeError("--epsilon needs --bounds LO HI")
-            release = privatize_observations(observed, args.epsilon, tuple(args.bounds), rng=args.seed,
-                                             max_entries_per_row=args.max_per_row)
+            noise_rng = args.seed if args.seed_noise else None  # a known seed would let anyone remove the noise
+            release = privatize_observations(observed, args.epsilon, tuple(args.bounds), rng=noise_rng,
+                                             max_entries_per_row=args.max_per_row, secure=args.secure, grid=args.grid)
             observed, noise_std = release.matrix, release.noise_std
-            report.update(epsilon=release.epsilon, laplace_scale=release.scale, unit=release.unit, dropped=release.dropped)
+            report.update(epsilon=release.epsilon, laplace_scale=release.scale, unit=release.unit, dropped=release.dropped,
+                          secure=release.secure, grid=release.grid)
+            known = True
         report.update(data=str(path), shape=list(observed.shape), nnz=int(observed.nnz))
     kwargs: dict[str, Any] = {"truth": truth, "max_iter": args.max_iter, "tol": args.tol, "rng": args.seed}
-    if args.method == "soft":
+    if args.method == "soft" or (known and not args.plain):
         kwargs["noise_std"] = noise_std
+    report["shrinkage"] = "noise-calibrated" if "noise_std" in kwargs and args.method != "soft" else None
     res = METHODS[args.method](observed, args.rank, **kwargs)
     report.update(rse=res.rse, oracle_rse=floor, seconds=res.seconds, iterations=res.iterations,
                   converged=res.converged, residual=res.residual)
-    for key in ("rse", "oracle_rse", "seconds", "iterations", "converged", "residual"):
+    for key in ("rse", "oracle_rse", "oracle_exact", "seconds", "iterations", "converged", "residual"):
+        if key not in report:
+            continue
         value = report[key]
         print(f"{key:>11}: {value:.6g}" if isinstance(value, float) else f"{key:>11}: {value}")
     if args.json:

@@ -26,9 +26,12 @@ import numpy as np
 import scipy.linalg
 
 from ..errors import ShapeError
+from ..validation import check_positive
 from ._loop import Monitor
+from ._relax import OverRelaxation
 from ._observed import as_pattern, spectral_init
 from .report import CompletionResult
+from .shrinkage import nuclear_objective, resolve_lambda, thin_svd
 
 
 def _rank_drop(R: np.ndarray, gap: float) -> int | None:
@@ -55,6 +58,9 @@ def lmafit_sor(
     rank_adaptive: bool = False,
     rank_gap: float = 3.0,
     w_max: float = 100.0,
+    w0: float = 1.0,
+    noise_std: float | None = None,
+    lam: float | None = None,
     tol: float = 1e-4,
     abs_tol: float = 1e-7,
     max_iter: int = 500,
@@ -65,14 +71,25 @@ def lmafit_sor(
     """Complete the observed entries with LMaFit's nonlinear SOR; see the module docstring.
 
     ``rank``: the rank ``k`` (with ``rank_adaptive=True``, an upper estimate that may be lowered once
-    by the QR-gap rule with threshold ``rank_gap``).  ``w_max``: cap of the over-relaxation weight.
+    by the QR-gap rule with threshold ``rank_gap``).  ``w_max``: cap of the over-relaxation weight;
+    ``w0``: its first value (1 as published; DLNM-QR's adaptive iteration starts at ``1 / (4p)``).
     ``init``: ``"spectral"`` (randomized SVD of ``P_Omega(M)/p``) or ``"random"`` (Gaussian ``Y``, as
-    LMaFit).  Stops on the shared rule (``tol``, ``abs_tol``, ``max_iter``).  Returns
+    LMaFit).  Stops on the shared rule (``tol``, ``abs_tol``, ``max_iter``).
+
+    Noise-aware mode (``noise_std=sigma``, read from a
+    :class:`~sparsedp.completion.privacy.PrivateObservations` release when not given, or ``lam=``):
+    each step's singular values are soft-thresholded by ``w lam``,
+    ``X+ Y+ = S_{w lam}(top-k(Z_w))``; a fixed point then satisfies
+    ``P_Omega(M - X Y) in lam d||X Y||_*``, the optimality condition of
+    ``1/2 ||P_Omega(M - Z)||^2 + lam ||Z||_*`` with ``rank Z <= k`` (whatever ``w``), and steps are
+    accepted or rejected on that objective instead of the residual (``lam`` from
+    :func:`~sparsedp.completion.shrinkage.calibrated_lambda`).  Returns
     :class:`CompletionResult` (``left = X``, ``right = Y^T``), ``extra = {"w": final weight,
-    "rejected": rejected steps, "rank": final k}``.
+    "rejected": rejected steps, "rank": final k, "lam": lam (0: least squares)}``.
     """
     pat = as_pattern(observed, rank)
     k = int(rank)
+    lam = resolve_lambda(observed, pat, noise_std, lam, k)
     if init == "spectral":
         U, s, V = spectral_init(pat, k, rng)
         X, Yt = U, V * s
@@ -80,11 +97,15 @@ def lmafit_sor(
         X, Yt = np.zeros((pat.shape[0], k)), np.random.default_rng(rng).standard_normal((pat.shape[1], k))
     else:
         raise ShapeError(f"init must be 'spectral' or 'random', got {init!r}")
+    if lam > 0:
+        X, s, V = thin_svd(X, Yt)
+        X, Yt = X, V * _shrink(s, lam)
     S = pat.values - pat.sampled(X, Yt)
-    res = float(np.linalg.norm(S))
+    merit = _merit(S, Yt, lam)
     mon = Monitor(pat, truth, tol, abs_tol, max_iter)
-    w, inc, rejected, adapt = 1.0, 1.0, 0, rank_adaptive
+    relax, adapt = OverRelaxation(w_max, check_positive(w0, "w0")), rank_adaptive
     while True:
+        w = relax.w
         Smat = pat.matrix(S)
         ZYt = X @ (Yt.T @ Yt) + w * (Smat @ Yt)  # Z_w Y^T
         dropped = False
@@ -97,17 +118,25 @@ def lmafit_sor(
         else:
             Q = np.linalg.qr(ZYt)[0]
         Yt_new = Yt @ (X.T @ Q) + w * (Smat.T @ Q)  # (Q^T Z_w)^T
+        if lam > 0:  # X+ Y+ = Q Yt_new^T = (Q G) diag(sig) P^T, soft-thresholded by w lam
+            P, sig, Gt = np.linalg.svd(Yt_new, full_matrices=False)
+            Q, Yt_new = Q @ Gt.T, P * _shrink(sig, w * lam)
         S_new = pat.values - pat.sampled(Q, Yt_new)
-        res_new = float(np.linalg.norm(S_new))
-        if res_new >= res and w > 1.0 and not dropped:  # reject: redo from the last accepted point with w = 1
-            rejected += 1
-            inc = max(0.1 * (w - 1.0), 0.1 * inc)
-            w = 1.0
+        merit_new = _merit(S_new, Yt_new, lam)
+        if not relax.accept(merit_new, merit, force=dropped):  # rejected: redo from the last accepted point, w = 1
             continue
-        if res_new >= 0.7 * res:
-            inc = max(inc, 0.25 * (w - 1.0))
-        w = min(w + inc, w_max)
-        X, Yt, S, res = Q, Yt_new, S_new, res_new
-        if mon.record(res, X, Yt):
+        X, Yt, S, merit = Q, Yt_new, S_new, merit_new
+        if mon.record(float(np.linalg.norm(S)), X, Yt):
             break
-    return mon.result(X, Yt, "sor", {"w": w, "rejected": rejected, "rank": X.shape[1]})
+    return mon.result(X, Yt, "sor", {"w": relax.w, "rejected": relax.rejected, "rank": X.shape[1], "lam": lam})
+
+
+def _shrink(s: np.ndarray, t: float) -> np.ndarray:
+    return np.maximum(s - t, 0.0)
+
+
+def _merit(S: np.ndarray, Yt: np.ndarray, lam: float) -> float:
+    """``sqrt(2 f)`` of the penalised objective ``f`` (with ``X`` orthonormal, ``||X Y||_* = ||Y||_*``,
+    which is ``sum ||y_j||`` after the SVD step); equals the residual norm when ``lam = 0``."""
+    nuclear = np.linalg.norm(Yt, axis=0) if lam > 0 else np.zeros(0)
+    return float(np.sqrt(2.0 * nuclear_objective(S, nuclear, lam)))

@@ -13,8 +13,19 @@ pattern only, never on values), so one row moves the released vector by at most 
 L1, and every kept entry gets ``Lap(b)`` with ``b = k (hi - lo) / epsilon`` (the budget split
 ``epsilon / k`` per entry).
 
-Neither mode hides WHICH entries are observed: the pattern ``Omega`` is treated as public.  The
-float Laplace sampler is used (see :mod:`sparsedp.noise` on floating-point attacks).  Bad input
+Neither mode hides WHICH entries are observed: the pattern ``Omega`` is treated as public.  By
+default the float Laplace sampler is used (see :mod:`sparsedp.noise` on floating-point attacks).
+
+*Secure mode* (``secure=True``): the clipped values are snapped to the grid ``gamma`` (default
+``(hi - lo) / 1024``), ``k_i = round(clip(v_i) / gamma)``, and exact discrete Laplace noise
+(:func:`sparsedp.noise.discrete_laplace`, random bits from the operating system unless ``rng`` is a
+seed or a Generator) is added to the integers; the release is ``gamma (k_i + z_i)``.  Snapping is
+monotone, so a clipped value in ``[lo, hi]`` maps into ``[round(lo/gamma), round(hi/gamma)]`` and one
+entry moves ``k`` by at most ``Delta_k = round(hi/gamma) - round(lo/gamma)`` grid units (``k Delta_k``
+for one row at user level); ``z_i ~ DLap(t)`` with ``t = Delta_k / epsilon`` (entry level) or
+``k Delta_k / epsilon`` (row level) is then ``epsilon``-DP (the geometric mechanism, Ghosh,
+Roughgarden, Sundararajan 2009).  Per-entry noise variance ``gamma^2 2 q / (1 - q)^2``,
+``q = exp(-1/t)`` (slightly below the ``2 b^2`` of the continuous Laplace with ``b = gamma t``).  Bad input
 (non-finite values, ``epsilon <= 0``, ``lo >= hi``, no entries) raises before any noise is drawn and
 before the accountant is charged.
 """
@@ -29,7 +40,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import InvalidPrivacyParameterError, ShapeError
-from ..noise import as_generator, laplace, laplace_variance
+from ..noise import as_generator, discrete_laplace, discrete_laplace_variance, laplace, laplace_variance, snap_to_grid
 from ..privacy import Accountant, PrivacyCost
 from ..validation import check_positive
 from ._observed import Pattern, as_pattern
@@ -39,9 +50,11 @@ from ._observed import Pattern, as_pattern
 class PrivateObservations:
     """A privatized set of observed entries.
 
-    ``matrix``: CSR matrix of the noisy values on the kept pattern.  ``scale``: Laplace scale ``b``;
-    ``sensitivity``: L1 sensitivity of the released vector under ``unit``; ``epsilon``: the privacy
-    cost; ``dropped``: observations removed by the per-row bound.
+    ``matrix``: CSR matrix of the noisy values on the kept pattern.  ``scale``: Laplace scale ``b``
+    (secure mode: ``gamma t``, the discrete scale in value units); ``sensitivity``: L1 sensitivity
+    of the released vector under ``unit`` (in value units; secure mode: ``gamma Delta_k``);
+    ``epsilon``: the privacy cost; ``dropped``: observations removed by the per-row bound;
+    ``secure``/``grid``: exact discrete sampler on the grid ``gamma``.
     """
 
     matrix: sp.csr_matrix
@@ -52,10 +65,15 @@ class PrivateObservations:
     unit: str
     max_entries_per_row: int | None
     dropped: int
+    secure: bool = False
+    grid: float | None = None
 
     @property
     def variance(self) -> float:
-        """Noise variance per entry, ``2 b^2``."""
+        """Noise variance per entry: ``2 b^2`` (float Laplace), or ``gamma^2 2 q / (1 - q)^2`` with
+        ``q = exp(-gamma / b)`` (secure: discrete Laplace of scale ``t = b / gamma`` grid units)."""
+        if self.secure and self.grid is not None:
+            return self.grid**2 * discrete_laplace_variance(self.scale / self.grid)
         return laplace_variance(self.scale)
 
     @property
@@ -97,6 +115,8 @@ def privatize_observations(
     *,
     max_entries_per_row: int | None = None,
     accountant: Accountant | None = None,
+    secure: bool = False,
+    grid: float | None = None,
 ) -> PrivateObservations:
     """Clip the observed entries to ``bounds`` and add Laplace noise (see the module docstring).
 
@@ -104,6 +124,10 @@ def privatize_observations(
     with ``k`` entries gets ``k epsilon``).  ``max_entries_per_row=k``: user level, at most ``k``
     entries per row kept, ``b = k (hi - lo) / epsilon`` (``epsilon``-DP per row).  ``accountant``:
     charged ``epsilon`` before any noise is drawn (:class:`BudgetExceededError` if it does not fit).
+    ``secure=True``: values snapped to the grid ``gamma = grid`` (default ``(hi - lo) / 1024``) and
+    exact discrete Laplace noise ``DLap(t)``, ``t = Delta_k / epsilon`` grid units with
+    ``Delta_k = round(hi/gamma) - round(lo/gamma)`` per entry (``k Delta_k`` per row); ``rng=None``
+    draws the bits from the operating system, a seed or Generator is reproducible but not secure.
     """
     eps = check_positive(epsilon, "epsilon")
     lo, hi = check_bounds(bounds)
@@ -112,7 +136,18 @@ def privatize_observations(
         if int(max_entries_per_row) != max_entries_per_row or max_entries_per_row < 1:
             raise ShapeError(f"max_entries_per_row must be a positive integer, got {max_entries_per_row!r}")
         max_entries_per_row = int(max_entries_per_row)
-    sens = observation_sensitivity((lo, hi), max_entries_per_row)
+    per_row = 1 if max_entries_per_row is None else max_entries_per_row
+    if secure:
+        gamma = check_positive(grid, "grid") if grid is not None else (hi - lo) / 1024.0
+        units = int(snap_to_grid(hi, gamma)) - int(snap_to_grid(lo, gamma))  # Delta_k, grid units
+        if units < 1:
+            raise InvalidPrivacyParameterError(f"grid {gamma!r} is coarser than the bounds {(lo, hi)!r}")
+        sens = gamma * units * per_row
+        if sens / gamma / eps > 2.0**40:
+            raise InvalidPrivacyParameterError("discrete Laplace scale above 2^40 grid units: use a coarser grid")
+    else:
+        gamma = None
+        sens = observation_sensitivity((lo, hi), max_entries_per_row)
     scale = sens / eps
     if accountant is not None:
         unit = "entry" if max_entries_per_row is None else "row"
@@ -122,10 +157,14 @@ def privatize_observations(
     if max_entries_per_row is not None:
         keep = bound_rows(pat, max_entries_per_row, gen)
         rows, cols, vals = rows[keep], cols[keep], vals[keep]
-    noisy = np.clip(vals, lo, hi) + laplace(scale, vals.size, gen)
+    if gamma is not None:
+        ints = snap_to_grid(np.clip(vals, lo, hi), gamma) + discrete_laplace(scale / gamma, vals.size, None if rng is None else gen)
+        noisy = gamma * ints.astype(np.float64)
+    else:
+        noisy = np.clip(vals, lo, hi) + laplace(scale, vals.size, gen)
     matrix = sp.csr_matrix((noisy, (rows, cols)), shape=pat.shape)
     return PrivateObservations(
         matrix=matrix, epsilon=eps, bounds=(lo, hi), scale=scale, sensitivity=sens,
         unit="entry" if max_entries_per_row is None else "row", max_entries_per_row=max_entries_per_row,
-        dropped=pat.nnz - vals.size,
+        dropped=pat.nnz - vals.size, secure=bool(secure), grid=gamma,
     )

@@ -35,6 +35,7 @@ from ._loop import Monitor
 from ..noise import as_generator
 from ._observed import Pattern, as_pattern, spectral_init, spectral_norm
 from .report import CompletionResult
+from .shrinkage import calibrated_lambda, resolve_noise_std
 
 
 def noise_threshold(shape: tuple[int, int], p: float, sigma: float) -> float:
@@ -56,7 +57,7 @@ def soft_impute(
     observed: Any,
     max_rank: int,
     *,
-    lam: float | None = None,
+    lam: float | str | None = None,
     noise_std: float | None = None,
     threshold: float = 1.1,
     tol: float = 1e-4,
@@ -69,14 +70,26 @@ def soft_impute(
 
     Give ``lam`` directly, or ``noise_std`` (``sigma``; for a
     :class:`~sparsedp.completion.privacy.PrivateObservations` it is read from the release when
-    neither is given), then ``lam = threshold * noise_threshold(shape, p_hat, sigma)``.
+    neither is given), then ``lam = threshold * noise_threshold(shape, p_hat, sigma)`` (the safe
+    threshold: never worse than the zero matrix, about 2x the oracle at low noise).
+    ``lam="calibrated"``: the noise-calibrated ``lam`` of
+    :func:`~sparsedp.completion.shrinkage.calibrated_lambda` with ``rank = max_rank`` (give the
+    rank of the signal as ``max_rank``; then it is the estimator of the other methods' noise-aware
+    mode, at the oracle).
     ``max_rank``: cap on the rank of the iterate (``extra["rank"]`` reports the rank reached; if it
     equals ``max_rank`` the cap was binding).  Returns :class:`CompletionResult`
     (``left = U diag(s)``, ``right = V``), ``extra = {"lam", "rank", "singular_values"}``.
     """
     pat = as_pattern(observed, max_rank)
     m, n = pat.shape
-    if lam is None:
+    if isinstance(lam, str):
+        if lam != "calibrated":
+            raise ShapeError(f"lam must be a number, None or 'calibrated', got {lam!r}")
+        sigma = resolve_noise_std(observed, noise_std)
+        if sigma is None:
+            raise ShapeError("lam='calibrated' needs noise_std= (or a PrivateObservations input)")
+        lam = calibrated_lambda(pat, sigma, int(max_rank))
+    elif lam is None:
         if noise_std is None:
             noise_std = getattr(observed, "noise_std", None)
         if noise_std is None:
