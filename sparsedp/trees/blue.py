@@ -41,4 +41,4 @@ def blue(tree: Any, noisy_counts: Any, eps_per_node: Any) -> np.ndarray:
     e = check_vector(eps_per_node, t.size, "eps_per_node")
     if np.any(e <= 0):
         raise SparseDPError("eps_per_node must be > 0 on every node (an unmeasured node has no weight to give)")
-    return two_pass(t.parent, t.level_start, y, 1.0 / (e * e))  # variances up to the common factor 2
+    return two_pass(t.parent, t.level_start, y, 1.0 / (e * e), plan=t.plan)  # variances up to the common factor 2

@@ -27,13 +27,14 @@ only reproduce with smallest first.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any, Callable, Sequence
 
 import networkx as nx
 import numpy as np
 
 from ..errors import ShapeError, UnsupportedStructureError
+from ..tree_estimator import LevelPlan, two_pass_plan
 from ..workloads import _check_n
 
 __all__ = [
@@ -68,6 +69,11 @@ class IntervalTree:
     def size(self) -> int:
         """Number of nodes."""
         return int(self.lo.size)
+
+    @cached_property
+    def plan(self) -> tuple[LevelPlan, ...]:
+        """The per-depth plan of :func:`~sparsedp.tree_estimator.two_pass` for this shape (computed once)."""
+        return two_pass_plan(self.parent, self.level_start)
 
     @property
     def levels(self) -> int:
