@@ -14,13 +14,14 @@ with Laplace noise of scale ``b``.  Methods (a DP release publishes its noise le
 * ``soft``: Soft-Impute with the safe threshold (max rank 20); ``soft-cal``: Soft-Impute with the
   calibrated ``lam`` and max rank 10 (the same estimator as the first three).
 
-Columns (times: best of up to 3 identical runs): seconds until the RSE is within 5% of its final value, total seconds (to the stopping rule),
+Columns (times: best of N identical runs, N = 3-15 chosen so that about 1 s is spent per variant,
+all variants of a problem interleaved round by round; see :func:`run_interleaved`): seconds until the RSE is within 5% of its final value, total seconds (to the stopping rule),
 iterations, final RSE, the EXACT oracle (least squares over the true tangent space with the true
 subspaces known, same pattern and noise: :func:`sparsedp.completion.oracle.oracle_least_squares`),
 the asymptotic floor :func:`sparsedp.completion.oracle_rse`, RSE / exact oracle, and the target
 verdict: RSE <= 1.15 x exact oracle where that oracle is below 0.5, RSE <= 1.0 elsewhere.  In-run
-baseline ratios: DLNM-QR seconds over SOR seconds (to 5% of final RSE, and total), in the shrinkage
-mode and in the least-squares mode.  Then one 20000 x 20000 run at p = 0.01.
+baseline ratios: DLNM-QR seconds over SOR seconds (to 5% of final RSE, total, per sweep = total /
+(accepted + rejected steps), and of the median totals), in the shrinkage mode and in the least-squares mode.  Then one 20000 x 20000 run at p = 0.01.
 
     python benchmarks/bench_completion.py [--skip-large] [--seed 0] [--out benchmarks/results/completion.json]
 
@@ -66,24 +67,61 @@ VARIANTS = {
 SEED_KEY = {"dlnm-ls": "dlnm-qr", "sor-ls": "sor", "am-ls": "am"}  # the seed ran unregularised fits
 
 
-def run(name: str, observed, truth, scale: float, repeats: int = 3) -> dict:
-    """Completion by variant ``name`` (see the module docstring), timed as the best of up to
-    ``repeats`` identical runs (deterministic: same iterates and RSE; repeats stop once 2 s are
-    spent) to damp the noise of a shared machine."""
+PAIRS = (("dlnm-qr", "sor"), ("dlnm-ls", "sor-ls"))  # compared by ratio: timed with the same repeat count
+BUDGET, MIN_RUNS, MAX_RUNS = 1.0, 3, 15  # seconds of repeats per variant, bounds on the repeat count
+
+
+def call(name: str, observed, truth, scale: float):
+    """One completion by variant ``name`` (see the module docstring) and its wall-clock seconds."""
     key, told, extra = VARIANTS[name]
     kwargs = dict(extra, noise_std=np.sqrt(2) * scale) if told else dict(extra)
     rank = 2 * RANK if key == "soft" and "lam" not in extra else RANK
-    best, spent, runs = None, 0.0, 0
-    while runs < repeats and (runs == 0 or spent < 2.0):
-        t0 = time.perf_counter()
-        res = METHODS[key](observed, rank, truth=truth, **kwargs)
-        wall = time.perf_counter() - t0
-        spent, runs = spent + wall, runs + 1
-        if best is None or res.seconds < best[0].seconds:
-            best = (res, wall)
-    res, wall = best
-    return {"method": name, "seconds_to_5pct": res.history.seconds_to_within(0.05), "seconds": res.seconds,
-            "wall_seconds": wall, "timed_runs": runs, "iterations": res.iterations, "converged": res.converged,
+    t0 = time.perf_counter()
+    res = METHODS[key](observed, rank, truth=truth, **kwargs)
+    return res, time.perf_counter() - t0
+
+
+def repeats_for(seconds: float, budget: float = BUDGET) -> int:
+    """Timed runs for a run of ``seconds``: enough to spend about ``budget`` seconds, in
+    [``MIN_RUNS``, ``MAX_RUNS``] (short runs are noisier on a shared machine, so they get more)."""
+    return int(min(MAX_RUNS, max(MIN_RUNS, np.ceil(budget / max(seconds, 1e-9)))))
+
+
+def run_interleaved(names, observed, truth, scale: float, budget: float = BUDGET, max_runs: int = MAX_RUNS) -> dict[str, dict]:
+    """Time every variant in ``names`` on one problem as the best of N identical runs (deterministic:
+    same iterates and RSE each time), interleaved: round k runs each variant once, in reversed order
+    on odd rounds, so drifting load from other jobs hits all variants alike.  N per variant is
+    :func:`repeats_for` of its first run (``max_runs`` caps it); the two members of a ratio pair
+    (:data:`PAIRS`) get the larger N of the two.  Reported seconds (total, to 5% of the final RSE)
+    are minima over the runs; the median total is kept as ``seconds_median``."""
+    results = {name: [call(name, observed, truth, scale)] for name in names}
+    want = {name: min(max_runs, repeats_for(runs[0][0].seconds, budget)) for name, runs in results.items()}
+    for pair in PAIRS:
+        if all(p in want for p in pair):
+            n = max(want[p] for p in pair)
+            for p in pair:
+                want[p] = n
+    order, k = list(names), 1
+    while any(len(results[nm]) < want[nm] for nm in names):
+        for name in (order[::-1] if k % 2 else order):
+            if len(results[name]) < want[name]:
+                results[name].append(call(name, observed, truth, scale))
+        k += 1
+    return {name: summarize(name, runs) for name, runs in results.items()}
+
+
+def summarize(name: str, runs) -> dict:
+    key = VARIANTS[name][0]
+    res = min(runs, key=lambda rw: rw[0].seconds)[0]
+    for other, _ in runs:  # deterministic iterations: every repeat must reproduce the first
+        if other.iterations != res.iterations or abs(other.rse - res.rse) > 1e-12 * res.rse:
+            raise RuntimeError(f"{name}: repeated runs differ ({other.iterations} vs {res.iterations} iterations)")
+    to5 = [r.history.seconds_to_within(0.05) for r, _ in runs]
+    sweeps = res.iterations + int(res.extra.get("rejected") or 0)
+    return {"method": name, "seconds_to_5pct": min(to5), "seconds": res.seconds,
+            "seconds_median": float(np.median([r.seconds for r, _ in runs])),
+            "wall_seconds": min(w for _, w in runs), "timed_runs": len(runs), "iterations": res.iterations,
+            "sweeps": sweeps, "seconds_per_sweep": res.seconds / sweeps, "converged": res.converged,
             "rse": res.rse, "rank": res.extra["rank"] if key == "soft" else res.rank, "lam": res.extra.get("lam")}
 
 
@@ -97,10 +135,10 @@ def problem_rows(n: int, scale: float, seed: int, seed_row) -> list[dict]:
     observed, truth = synthetic_problem(n, rank=RANK, p=P, noise_scale=scale, rng=seed)
     oracle = oracle_least_squares(observed, truth)
     asym = oracle_rse(n, rank=RANK, p=P, scale=scale)
-    rows = []
+    rows, timed = [], run_interleaved(list(VARIANTS), observed, truth, scale)
     for name in VARIANTS:
         row = {"n": n, "scale": scale, "oracle_exact": oracle.rse, "oracle_exact_seconds": oracle.seconds,
-               "oracle_asymptotic": asym, **run(name, observed, truth, scale)}
+               "oracle_asymptotic": asym, **timed[name]}
         row["rse_over_oracle"] = row["rse"] / oracle.rse
         row["target_met"] = verdict(row["rse"], oracle.rse)
         row["seed_seconds"], row["seed_rse"] = seed_row(SEED_KEY.get(name, name))
@@ -130,7 +168,11 @@ def ratios(rows: list[dict]) -> list[dict]:
             d, s = by[d_name], by[s_name]
             out.append({"n": key[0], "scale": key[1], "mode": mode,
                         "dlnm_over_sor_to_5pct": d["seconds_to_5pct"] / max(s["seconds_to_5pct"], 1e-9),
-                        "dlnm_over_sor_total": d["seconds"] / s["seconds"], "iterations_dlnm": d["iterations"],
+                        "dlnm_over_sor_total": d["seconds"] / s["seconds"],
+                        "dlnm_over_sor_per_sweep": d["seconds_per_sweep"] / s["seconds_per_sweep"],
+                        "dlnm_over_sor_median_total": d["seconds_median"] / s["seconds_median"],
+                        "timed_runs": d["timed_runs"], "sweeps_dlnm": d["sweeps"], "sweeps_sor": s["sweeps"],
+                        "iterations_dlnm": d["iterations"],
                         "iterations_sor": s["iterations"], "rse_dlnm": d["rse"], "rse_sor": s["rse"]})
     return out
 
@@ -153,10 +195,13 @@ def main(argv: list[str] | None = None) -> int:
             t2 += problem_rows(1000, b, args.seed, lambda k, b=b: (None, SEED_TABLE2[b].get(k)))
         table(t2, f"Table 2: 1000 x 1000, p = {P}, r = {RANK}, Laplace scale b")
         r1, r2 = ratios(t1), ratios(t2)
-        print("\nDLNM-QR / SOR seconds (to 5% of final RSE; total), same problem, same run:")
+        print("\nDLNM-QR / SOR seconds, same problem, same run, interleaved best of N "
+              "(to 5% of final RSE; total; per sweep; median total):")
         for r in r1 + r2:
             print(f"  n={r['n']:>5} b={r['scale']:>5g} {r['mode']:>6}: {r['dlnm_over_sor_to_5pct']:.2f}  {r['dlnm_over_sor_total']:.2f}"
-                  f"   (iterations {r['iterations_dlnm']} vs {r['iterations_sor']}; RSE {r['rse_dlnm']:.4f} vs {r['rse_sor']:.4f})")
+                  f"  {r['dlnm_over_sor_per_sweep']:.2f}  {r['dlnm_over_sor_median_total']:.2f}   (N={r['timed_runs']}; "
+                  f"sweeps {r['sweeps_dlnm']} vs {r['sweeps_sor']}; iterations {r['iterations_dlnm']} vs {r['iterations_sor']}; "
+                  f"RSE {r['rse_dlnm']:.4f} vs {r['rse_sor']:.4f})")
         missed = [f"{r['method']}@n={r['n']},b={r['scale']:g}" for r in t1 + t2 if not r["target_met"]]
         print(f"\nTarget missed by: {', '.join(missed) if missed else 'none'}")
         large = []
@@ -169,10 +214,10 @@ def main(argv: list[str] | None = None) -> int:
             asym = oracle_rse(n, rank=RANK, p=p, scale=1.0)
             print(f"\nLarge: {n} x {n}, p = {p} ({observed.nnz} observed entries, generated in {gen:.1f} s); "
                   f"exact oracle {oracle.rse:.4f} ({oracle.seconds:.1f} s), asymptotic {asym:.4f}")
+            timed = run_interleaved(["dlnm-qr", "sor"], observed, truth, 1.0, max_runs=1)  # one timed run each
             for name in ("dlnm-qr", "sor"):
-                row = {"n": n, "p": p, "scale": 1.0, "oracle_exact": oracle.rse, "oracle_asymptotic": asym,
-                       **run(name, observed, truth, 1.0, repeats=1)}
-                large.append(row)  # (one timed run each)
+                row = {"n": n, "p": p, "scale": 1.0, "oracle_exact": oracle.rse, "oracle_asymptotic": asym, **timed[name]}
+                large.append(row)
                 print(f"  {name:>8}: {row['seconds']:.1f} s total, {row['seconds_to_5pct']:.1f} s to 5%, "
                       f"{row['iterations']} iterations, RSE {row['rse']:.4f}", flush=True)
     out = {"machine": platform.platform(), "python": platform.python_version(), "blas": blas,

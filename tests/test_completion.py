@@ -166,7 +166,9 @@ def test_noiseless_recovery_rank5_100x100_30pct(name, exact_problem):
     res = FIXED_RANK[name](observed, 5, truth=truth)
     assert res.converged and res.iterations < 500
     assert rse(res, truth) < 1e-3
-    assert res.rse == pytest.approx(rse(res, truth))
+    # the last recorded RSE is that of the returned estimate (up to rounding: the Gram-matrix RSE cancels
+    # at RSE ~ 3e-7, where an r x r rotation of the factors at rounding level moves it by ~1e-3 relative)
+    assert res.rse == pytest.approx(rse(res, truth), rel=1e-2)
     assert res.left.shape == (100, 5) and res.right.shape == (100, 5)
     assert len(res.history.residual) == len(res.history.seconds) == len(res.history.rse) == res.iterations
     assert np.all(np.diff(res.history.seconds) >= 0)

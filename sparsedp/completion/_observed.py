@@ -9,6 +9,7 @@ validated and frozen once; a sparse matrix on it is rebuilt from a new data vect
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -43,30 +44,63 @@ class Pattern:
         """The CSR matrix with this pattern and ``data`` (one value per observed entry)."""
         return sp.csr_matrix((data, self.indices, self.indptr), shape=self.shape, copy=False)
 
-    def sampled(self, A: np.ndarray, B: np.ndarray) -> np.ndarray:
-        """``(A @ B.T)[Omega]`` in CSR order in ``O(|Omega| k)`` memory, never an ``m x n`` array.
+    def sampled(self, A: np.ndarray, B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """``(A @ B.T)[Omega]`` in CSR order in ``O(|Omega| k)`` memory, never an ``m x n`` array
+        (written into ``out``, a float64 vector of length ``|Omega|``, when given).
 
         Dense enough patterns (density > ``DENSE_BLOCKS``) multiply blocks of rows of ``A`` by
-        ``B.T`` with BLAS and pick the observed entries (``<= CHUNK`` entries per block); sparse ones
-        gather rows of ``A`` and ``B`` per observed entry (``np.take`` + ``einsum``, chunked).
+        ``B.T`` with BLAS and pick the observed entries (``<= CHUNK`` entries per block, their flat
+        offsets computed once per pattern); sparse ones gather rows of ``A`` and ``B`` per observed
+        entry (``np.take`` + ``einsum``, chunked).
         """
-        m, n = self.shape
-        out = np.empty(self.nnz)
-        if self.nnz > DENSE_BLOCKS * m * n:
-            step = max(1, CHUNK // n)
-            for s in range(0, m, step):
-                e = min(s + step, m)
-                a, b = int(self.indptr[s]), int(self.indptr[e])
-                if a == b:
-                    continue
-                block = A[s:e] @ B.T
-                flat = (self.rows[a:b].astype(np.int64) - s) * n + self.indices[a:b]
-                out[a:b] = np.take(block.ravel(), flat)
+        out = np.empty(self.nnz) if out is None else out
+        if self._blocks is not None:
+            Bt = B.T
+            for s, e, a, b, flat in self._blocks:
+                np.take((A[s:e] @ Bt).ravel(), flat, out=out[a:b], mode="clip")  # (flat is in range)
             return out
         for s in range(0, self.nnz, CHUNK):
             e = min(s + CHUNK, self.nnz)
-            out[s:e] = np.einsum("ij,ij->i", np.take(A, self.rows[s:e], axis=0), np.take(B, self.indices[s:e], axis=0))
+            np.einsum("ij,ij->i", np.take(A, self.rows[s:e], axis=0), np.take(B, self.indices[s:e], axis=0), out=out[s:e])
         return out
+
+    @cached_property
+    def _blocks(self) -> list[tuple[int, int, int, int, np.ndarray]] | None:
+        """Row blocks ``(s, e, a, b, flat)`` of the dense-block product (``None`` for sparse patterns):
+        rows ``s:e`` hold entries ``a:b``, at offsets ``flat`` of the ``(e - s) x n`` block."""
+        m, n = self.shape
+        if self.nnz <= DENSE_BLOCKS * m * n:
+            return None
+        step, blocks = max(1, CHUNK // n), []
+        for s in range(0, m, step):
+            e = min(s + step, m)
+            a, b = int(self.indptr[s]), int(self.indptr[e])
+            if a < b:
+                blocks.append((s, e, a, b, (self.rows[a:b].astype(np.int64) - s) * n + self.indices[a:b]))
+        return blocks
+
+
+class Residual:
+    """The observed residual ``E = P_Omega(M - A B^T)`` in one preallocated vector ``data``, with a CSR
+    matrix (``csr``) and its CSC transpose (``csc``) built once on that same vector, so each sweep's
+    ``E V`` and ``E^T U`` reuse them instead of rebuilding (and re-validating) a sparse matrix.
+    Iterations keep two and swap them when a step is accepted."""
+
+    def __init__(self, pat: Pattern) -> None:
+        self.pat = pat
+        self.data = np.empty(pat.nnz)
+        self.csr = pat.matrix(self.data)
+        self.csc = self.csr.T
+        if not (np.shares_memory(self.csr.data, self.data) and np.shares_memory(self.csc.data, self.data)):
+            raise AssertionError("sparse views must share the residual buffer")  # pragma: no cover
+
+    def update(self, A: np.ndarray, B: np.ndarray) -> "Residual":
+        """Set ``data = M_Omega - (A B^T)_Omega`` in place (one pass over ``Omega``)."""
+        np.subtract(self.pat.values, self.pat.sampled(A, B, out=self.data), out=self.data)
+        return self
+
+    def norm(self) -> float:
+        return float(np.sqrt(self.data @ self.data))
 
 
 def as_pattern(observed: Any, rank: int | None = None) -> Pattern:

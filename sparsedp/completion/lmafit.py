@@ -27,9 +27,10 @@ import scipy.linalg
 
 from ..errors import ShapeError
 from ..validation import check_positive
+from ._linalg import thin_qr
 from ._loop import Monitor
 from ._relax import OverRelaxation
-from ._observed import as_pattern, spectral_init
+from ._observed import Residual, as_pattern, spectral_init
 from .report import CompletionResult
 from .shrinkage import nuclear_objective, resolve_lambda, thin_svd
 
@@ -100,14 +101,13 @@ def lmafit_sor(
     if lam > 0:
         X, s, V = thin_svd(X, Yt)
         X, Yt = X, V * _shrink(s, lam)
-    S = pat.values - pat.sampled(X, Yt)
-    merit = _merit(S, Yt, lam)
+    S, S_new = Residual(pat).update(X, Yt), Residual(pat)  # two buffers, swapped on acceptance
+    merit = _merit(S.data, Yt, lam)
     mon = Monitor(pat, truth, tol, abs_tol, max_iter)
     relax, adapt = OverRelaxation(w_max, check_positive(w0, "w0")), rank_adaptive
     while True:
         w = relax.w
-        Smat = pat.matrix(S)
-        ZYt = X @ (Yt.T @ Yt) + w * (Smat @ Yt)  # Z_w Y^T
+        ZYt = X @ (Yt.T @ Yt) + w * (S.csr @ Yt)  # Z_w Y^T
         dropped = False
         if adapt:
             Q, R, piv = scipy.linalg.qr(ZYt, mode="economic", pivoting=True)
@@ -116,17 +116,17 @@ def lmafit_sor(
                 adapt, dropped = False, True
                 Q = Q[:, :drop]  # leading pivoted columns span the kept subspace
         else:
-            Q = np.linalg.qr(ZYt)[0]
-        Yt_new = Yt @ (X.T @ Q) + w * (Smat.T @ Q)  # (Q^T Z_w)^T
+            Q = thin_qr(ZYt, want_r=False)[0]
+        Yt_new = Yt @ (X.T @ Q) + w * (S.csc @ Q)  # (Q^T Z_w)^T
         if lam > 0:  # X+ Y+ = Q Yt_new^T = (Q G) diag(sig) P^T, soft-thresholded by w lam
             P, sig, Gt = np.linalg.svd(Yt_new, full_matrices=False)
             Q, Yt_new = Q @ Gt.T, P * _shrink(sig, w * lam)
-        S_new = pat.values - pat.sampled(Q, Yt_new)
-        merit_new = _merit(S_new, Yt_new, lam)
+        merit_new = _merit(S_new.update(Q, Yt_new).data, Yt_new, lam)
         if not relax.accept(merit_new, merit, force=dropped):  # rejected: redo from the last accepted point, w = 1
             continue
-        X, Yt, S, merit = Q, Yt_new, S_new, merit_new
-        if mon.record(float(np.linalg.norm(S)), X, Yt):
+        X, Yt, merit = Q, Yt_new, merit_new
+        S, S_new = S_new, S
+        if mon.record(S.norm(), X, Yt):
             break
     return mon.result(X, Yt, "sor", {"w": relax.w, "rejected": relax.rejected, "rank": X.shape[1], "lam": lam})
 
