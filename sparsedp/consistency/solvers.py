@@ -189,19 +189,21 @@ class _Recorder:
         self.problem, self.truth, self.callback, self.tol = problem, truth, callback, tol
         self.rows: dict[str, list[float]] = {"mse": [], "err": [], "residual": [], "change": []}
 
-    last_x: np.ndarray | None = None
-
     def __call__(self, x: np.ndarray, change: float) -> float:
-        self.last_x = x
+        """Evaluate ``x``'s residual in float64 and record the iteration; returns ``max |C x - b|``."""
         r = self.problem.residual_vector(x)
         res = float(np.max(np.abs(r), initial=0.0))
-        self.rows["mse"].append(float(np.mean(r**2)) if r.size else 0.0)
+        self.record(x, change, float(np.mean(r**2)) if r.size else 0.0, res)
+        return res
+
+    def record(self, x: np.ndarray, change: float, mse: float, residual: float) -> None:
+        """Append one iteration's measures (seed 002 eqs. 14-15) and call the user's callback."""
+        self.rows["mse"].append(mse)
         self.rows["err"].append(float(np.sqrt(np.mean((x - self.truth) ** 2))) if self.truth is not None else np.nan)
-        self.rows["residual"].append(res)
+        self.rows["residual"].append(residual)
         self.rows["change"].append(change)
         if self.callback is not None:
-            self.callback(len(self.rows["residual"]), x, res)
-        return res
+            self.callback(len(self.rows["residual"]), x, residual)
 
     def history(self) -> dict[str, np.ndarray]:
         return {k: np.asarray(v) for k, v in self.rows.items()}
@@ -428,8 +430,7 @@ def solve(
             ts = detect_tree_span(problem.blocks, n)
             if ts is not None:
                 x, how = tree_span_solve(ts, x0, v)
-                rec.rows["change"].append(np.nan)
-                return _result(x, f"{method}:tree-span:{how}", 1, 0, problem, start, True, rec, ex, floor)
+                return _result(x, f"{method}:tree-span:{how}", 1, 0, problem, start, True, rec, ex, floor, one_shot=True)
             if method == "structured":
                 raise UnsupportedStructureError(
                     "method='structured' needs layout trees plus span constraints covering their leaves "
@@ -488,16 +489,16 @@ def _result(
     rec: _Recorder,
     ex: Executor,
     floor: float,
+    one_shot: bool = False,
 ) -> ConsistencyResult:
+    """The frozen result of ``x``, its exact residual (:mod:`.residuals`); ``one_shot``: a solve that
+    recorded no iteration (the structured one) is recorded now, with that residual, and converged
+    means it reached ``tol``."""
     rep = accurate_residual(problem.blocks, x, floor)
     problem._rows = rep.rows
-    if len(rec.rows["change"]) > len(rec.rows["residual"]):  # one-shot structured solve: record it now
-        rec.rows["mse"].append(rep.mse)
-        rec.rows["err"].append(float(np.sqrt(np.mean((x - rec.truth) ** 2))) if rec.truth is not None else np.nan)
-        rec.rows["residual"].append(rep.residual)
+    if one_shot:
+        rec.record(x, np.nan, rep.mse, rep.residual)
         ok = rep.residual <= rec.tol
-        if rec.callback is not None:
-            rec.callback(1, x, rep.residual)
     est = rec.error_estimate() if method in ("alternating", "accelerated", "dykstra+direct") else 0.0
     return ConsistencyResult(
         x=x,
