@@ -18,7 +18,7 @@ builder             structure               ``Delta_1`` (max column L1)     fast
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import scipy.sparse as sp
@@ -88,13 +88,20 @@ class TreeLayout:
     @staticmethod
     def balanced(n: int, branching: int) -> "TreeLayout":
         """Group ``branching`` consecutive nodes per parent, level by level, up to one root."""
+        return TreeLayout.grouped(n, lambda level, m: branching)
+
+    @staticmethod
+    def grouped(n: int, radix: Callable[[int, int], int]) -> "TreeLayout":
+        """Build bottom-up: level ``l + 1`` groups ``radix(l, m)`` consecutive nodes of level ``l``
+        (``m`` of them; the last group may be smaller), until one root remains."""
         sizes = [n]
         child_starts: list[np.ndarray] = []
         leaf_starts = [np.arange(n + 1, dtype=np.int64)]
         while sizes[-1] > 1:
             m = sizes[-1]
-            parents = -(-m // branching)
-            starts = np.minimum(np.arange(parents + 1, dtype=np.int64) * branching, m)
+            r = int(radix(len(child_starts), m))
+            parents = -(-m // r)
+            starts = np.minimum(np.arange(parents + 1, dtype=np.int64) * r, m)
             child_starts.append(starts)
             leaf_starts.append(leaf_starts[-1][starts])
             sizes.append(parents)

@@ -75,22 +75,7 @@ def mixed_layout(N: int, radices: Sequence[int]) -> TreeLayout:
     the radices run out first."""
     N = check_horizon(N, "N")
     radices = _check_radices(radices)
-    sizes = [N]
-    child_starts: list[np.ndarray] = []
-    leaf_starts = [np.arange(N + 1, dtype=np.int64)]
-    level = 0
-    while sizes[-1] > 1:
-        m = sizes[-1]
-        r = radices[level] if level < len(radices) else m
-        parents = -(-m // r)
-        starts = np.minimum(np.arange(parents + 1, dtype=np.int64) * r, m)
-        child_starts.append(starts)
-        leaf_starts.append(leaf_starts[-1][starts])
-        sizes.append(parents)
-        level += 1
-    offsets = np.concatenate(([0], np.cumsum(sizes[::-1])))[:-1][::-1]
-    return TreeLayout(n=N, sizes=tuple(sizes), child_starts=tuple(child_starts),
-                      leaf_starts=tuple(leaf_starts), row_offsets=tuple(int(o) for o in offsets))
+    return TreeLayout.grouped(N, lambda level, m: radices[level] if level < len(radices) else m)
 
 
 def default_radices(N: int, k: int = 12) -> tuple[int, ...]:
