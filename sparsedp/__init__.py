@@ -22,6 +22,7 @@ from .errors import (
     ShapeError,
     SparseDPError,
     UnsupportedStructureError,
+    InputBoundError,
 )
 from .inference import Reconstruction, l1_fit, least_squares, nnls, reconstruct
 from .mechanism import MatrixMechanism, Measurement, Release
@@ -57,6 +58,7 @@ __all__ = [
     "SparseDPError",
     "SparseOperator",
     "UnsupportedStructureError",
+    "InputBoundError",
     "aslinearoperator",
     "expected_error",
     "kron",

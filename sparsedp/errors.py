@@ -15,6 +15,7 @@ __all__ = [
     "NegativeCountError",
     "InfeasibleConstraintsError",
     "UnsupportedStructureError",
+    "InputBoundError",
 ]
 
 
@@ -48,3 +49,9 @@ class InfeasibleConstraintsError(SparseDPError):
 
 class UnsupportedStructureError(SparseDPError):
     """A fast path was requested for an operator that does not have the needed structure."""
+
+
+class InputBoundError(SparseDPError):
+    """Input lies outside the documented domain of a release (e.g. a count above
+    :data:`sparsedp.validation.MAX_MAGNITUDE`, an increment outside ``[0, 1]``).  Raised before any
+    budget is charged or noise drawn: outside the domain no privacy guarantee is claimed."""

@@ -33,12 +33,13 @@ import scipy.sparse as sp
 
 from . import noise as _noise
 from .accuracy import ErrorReport, expected_error
-from .errors import InvalidPrivacyParameterError, ShapeError, SparseDPError
+from .errors import InputBoundError, InvalidPrivacyParameterError, ShapeError, SparseDPError
 from .inference import Reconstruction, reconstruct
-from .operators import Operator, aslinearoperator, sensitivity
+from .calibration import gaussian_sigma, laplace_scale, sensitivity_bound
+from .operators import Operator, aslinearoperator
 from .privacy import Accountant, PrivacyCost, rho_for_approx_dp
 from .noise import discrete_gaussian_variance, discrete_laplace_variance, snap_to_grid
-from .validation import check_counts, check_positive, check_vector
+from .validation import check_counts, check_epsilon, check_magnitude, check_positive, check_rho, check_vector
 
 __all__ = ["Measurement", "Release", "MatrixMechanism"]
 
@@ -110,52 +111,69 @@ class MatrixMechanism:
         self.noise = noise
         self.secure = bool(secure)
         self.grid = check_positive(grid, "grid")
+        if accountant is not None and not isinstance(accountant, Accountant):
+            raise InvalidPrivacyParameterError(f"accountant must be an Accountant, got {type(accountant).__name__}")
         self.accountant = accountant
+        # The matrix that is measured is the one whose entries calibrate the noise: one object,
+        # never a structure tag or a closed form an operator claims for itself.
+        self._matrix = sp.csr_matrix(self.M.tosparse(), dtype=np.float64)
+        if self._matrix.shape != self.M.shape:
+            raise ShapeError(f"the strategy's explicit form has shape {self._matrix.shape}, not {self.M.shape}")
         if noise == "laplace":
             if rho is not None or delta is not None:
                 raise InvalidPrivacyParameterError("Laplace noise takes epsilon only (pure DP)")
             if epsilon is None:
                 raise InvalidPrivacyParameterError("Laplace noise needs epsilon")
-            self.epsilon = check_positive(epsilon, "epsilon")
+            self.epsilon = check_epsilon(epsilon, "epsilon")
             self.cost = PrivacyCost(epsilon=self.epsilon)
-            self.sensitivity = sensitivity(self.M, 1)
+            self.sensitivity = sensitivity_bound(self._matrix, 1)
         else:
             if rho is None:
                 if epsilon is None or delta is None:
                     raise InvalidPrivacyParameterError("Gaussian noise needs rho, or epsilon and delta")
-                rho = rho_for_approx_dp(epsilon, delta)
+                rho = rho_for_approx_dp(check_epsilon(epsilon, "epsilon"), delta)
             elif epsilon is not None:
                 raise InvalidPrivacyParameterError("give rho or (epsilon, delta), not both")
-            self.rho = check_positive(rho, "rho")
+            self.rho = check_rho(rho, "rho")
             self.cost = PrivacyCost(rho=self.rho)
-            self.sensitivity = sensitivity(self.M, 2)
+            self.sensitivity = sensitivity_bound(self._matrix, 2)
         if self.sensitivity == 0:
             raise ShapeError("the strategy has no non-zero entry: nothing to measure")
         self._grid_exact, self._grid_sensitivity = self._grid_calibration() if self.secure else (True, 0.0)
+        if self.secure and self._secure_scale() > _noise.MAX_DISCRETE_SCALE:
+            raise InvalidPrivacyParameterError(
+                f"the exact sampler's scale would be {self._secure_scale():.6g} grid units, above its limit "
+                f"{_noise.MAX_DISCRETE_SCALE:g}: raise epsilon/rho or the grid"
+            )
 
     # -- calibration -----------------------------------------------------------------------------
     def _grid_calibration(self) -> tuple[bool, float]:
-        """Sensitivity in grid units for secure mode, and whether ``M x / g`` is integral."""
-        A = sp.csc_matrix(self.M.tosparse()) / self.grid
+        """Sensitivity in grid units for secure mode, and whether ``M x / g`` is integral.
+
+        Exact grid (every ``M_ij / g`` an integer): ``Delta_p(M / g)``.  Otherwise rounding can move
+        every touched row by one more unit: ``max_j sum_{i: M_ij != 0} (ceil(|M_ij| / g) + 1)``
+        (``p = 1``; the root of the sum of squares for ``p = 2``), certified upward."""
+        A = sp.csc_matrix(self._matrix) / self.grid
+        p = 1 if self.noise == "laplace" else 2
         exact = bool(np.all(A.data == np.round(A.data)))
         if exact:
-            return True, self.sensitivity / self.grid
+            return True, sensitivity_bound(A, p)
         bumped = A.copy()
-        bumped.data = np.abs(bumped.data) + 1.0
-        p = 1 if self.noise == "laplace" else 2
-        return False, sensitivity(bumped, p)
+        bumped.data = np.ceil(np.abs(bumped.data)) + 1.0
+        return False, sensitivity_bound(bumped, p)
 
     def noise_scale(self) -> float:
-        """Laplace ``b = Delta_1 / epsilon`` or Gaussian ``sigma = Delta_2 / sqrt(2 rho)`` (float noise)."""
+        """Laplace ``b = Delta_1 / epsilon`` or Gaussian ``sigma = Delta_2 / sqrt(2 rho)`` (float
+        noise), rounded up so that the stated budget is never exceeded."""
         if self.noise == "laplace":
-            return self.sensitivity / self.epsilon
-        return self.sensitivity / math.sqrt(2.0 * self.rho)
+            return laplace_scale(self.sensitivity, self.epsilon)
+        return gaussian_sigma(self.sensitivity, self.rho)
 
     def _secure_scale(self) -> float:
-        """Scale in grid units of the discrete noise (``t`` or ``sigma``)."""
+        """Scale in grid units of the discrete noise (``t`` or ``sigma``), rounded up."""
         if self.noise == "laplace":
-            return self._grid_sensitivity / self.epsilon
-        return self._grid_sensitivity / math.sqrt(2.0 * self.rho)
+            return laplace_scale(self._grid_sensitivity, self.epsilon)
+        return gaussian_sigma(self._grid_sensitivity, self.rho)
 
     def variances(self) -> np.ndarray:
         """Per-row noise variance of one measurement."""
@@ -178,20 +196,30 @@ class MatrixMechanism:
         """
         n = self.M.shape[1]
         xv = check_counts(x, n, "x") if counts else check_vector(x, n, "x")
+        check_magnitude(xv, "x")
         if self.secure and not np.all(xv == np.round(xv)) and self._grid_exact:
             raise SparseDPError("secure mode with an exact grid needs integral data; pass grid= or round x")
-        if self.accountant is not None:
-            self.accountant.spend(self.cost, label=f"MatrixMechanism({self.M.name})")
+        # Everything that can fail is computed and checked before the budget is charged and the
+        # generator advanced: validate, then charge, then draw.
         m = self.M.shape[0]
-        exact = self.M.matvec(xv)
+        exact = np.asarray(self._matrix @ xv, dtype=np.float64)
+        if not np.all(np.isfinite(exact)):
+            raise InputBoundError("M x overflows float64")
+        check_magnitude(exact, "M x")
         if self.secure:
+            check_magnitude(exact / self.grid, "M x / grid")
             cells = snap_to_grid(exact, self.grid)
-            k = _noise.noise(self.noise, self._secure_scale(), size=m, rng=rng, secure=True)
-            y = self.grid * (cells + k)
             scale = self._secure_scale() * self.grid
         else:
             scale = self.noise_scale()
-            y = exact + _noise.noise(self.noise, scale, size=m, rng=rng, secure=False)
+        gen = rng if rng is None or isinstance(rng, _noise.SecureRandomBits) else _noise.as_generator(rng)
+        if self.accountant is not None:
+            self.accountant.spend(self.cost, label=f"MatrixMechanism({self.M.name})")
+        if self.secure:
+            k = _noise.noise(self.noise, self._secure_scale(), size=m, rng=gen, secure=True)
+            y = self.grid * (cells + k)
+        else:
+            y = exact + _noise.noise(self.noise, scale, size=m, rng=gen, secure=False)
         return Measurement(
             y=np.asarray(y, dtype=np.float64),
             strategy=self.M,

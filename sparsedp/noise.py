@@ -215,7 +215,8 @@ def _bits_from(rng: Any) -> SecureRandomBits:
 # Parameter checks
 # --------------------------------------------------------------------------------------------
 
-_MAX_DISCRETE_SCALE = float(2**40)
+MAX_DISCRETE_SCALE = float(2**40)
+_MAX_DISCRETE_SCALE = MAX_DISCRETE_SCALE
 
 
 def _normalize_size(size: Size) -> tuple[int, ...] | None:

@@ -16,7 +16,12 @@ first and sample only if it returns.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+import numbers
+import threading
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
 
 from .errors import BudgetExceededError, InvalidPrivacyParameterError
 from .validation import check_positive, check_probability
@@ -30,10 +35,6 @@ __all__ = [
     "parallel",
 ]
 
-# Relative slack for float round-off in sums such as 10 * 0.1; far below any meaningful epsilon.
-_SLACK = 1e-12
-
-
 @dataclass(frozen=True)
 class PrivacyCost:
     """The privacy loss of one release: pure ``epsilon``, or ``rho``-zCDP.  Exactly one is > 0."""
@@ -44,8 +45,12 @@ class PrivacyCost:
     def __post_init__(self) -> None:
         for name in ("epsilon", "rho"):
             value = getattr(self, name)
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+                raise InvalidPrivacyParameterError(f"{name} must be a real number, got {value!r}")
+            value = float(value)
             if not math.isfinite(value) or value < 0:
                 raise InvalidPrivacyParameterError(f"{name} must be finite and >= 0, got {value!r}")
+            object.__setattr__(self, name, value)
         if self.epsilon > 0 and self.rho > 0:
             raise InvalidPrivacyParameterError("a cost is either pure epsilon or rho-zCDP, not both")
 
@@ -57,19 +62,24 @@ class PrivacyCost:
         """The cost in zCDP: ``rho``, or ``epsilon^2 / 2`` for a pure cost (Bun-Steinke Prop. 1.4)."""
         return self.rho if self.rho > 0 else self.epsilon**2 / 2
 
+    def exact_rho(self) -> Fraction:
+        """:meth:`as_rho` in exact rational arithmetic over the float values."""
+        return Fraction(self.rho) if self.rho > 0 else Fraction(self.epsilon) ** 2 / 2
+
 
 def sequential(*costs: PrivacyCost) -> PrivacyCost:
-    """Cost of running all ``costs`` on the same data: epsilons add (or rhos add)."""
+    """Cost of running all ``costs`` on the same data: epsilons add (or rhos add), exactly, rounded
+    up to the next float so the result never understates the sum."""
     if all(c.is_pure for c in costs):
-        return PrivacyCost(epsilon=math.fsum(c.epsilon for c in costs))
-    return PrivacyCost(rho=math.fsum(c.as_rho() for c in costs))
+        return PrivacyCost(epsilon=_ceil_float(sum((Fraction(c.epsilon) for c in costs), Fraction(0))))
+    return PrivacyCost(rho=_ceil_float(sum((c.exact_rho() for c in costs), Fraction(0))))
 
 
 def parallel(*costs: PrivacyCost) -> PrivacyCost:
     """Cost of running ``costs`` on disjoint parts of the data: the largest of them."""
     if all(c.is_pure for c in costs):
         return PrivacyCost(epsilon=max((c.epsilon for c in costs), default=0.0))
-    return PrivacyCost(rho=max((c.as_rho() for c in costs), default=0.0))
+    return PrivacyCost(rho=_ceil_float(max((c.exact_rho() for c in costs), default=Fraction(0))))
 
 
 def zcdp_to_approx_dp(rho: float, delta: float) -> float:
@@ -91,60 +101,135 @@ def rho_for_approx_dp(epsilon: float, delta: float) -> float:
     return (math.sqrt(L + epsilon) - math.sqrt(L)) ** 2
 
 
-@dataclass
 class Accountant:
-    """A privacy budget that refuses to be overspent.
+    """A privacy budget that refuses to be overspent, by even one ulp.
 
     ``Accountant(epsilon=1.0)`` is a pure-DP budget; ``Accountant(rho=0.5)`` a zCDP budget (pure
     costs are charged as ``epsilon^2 / 2``).  :meth:`spend` records a cost or raises
     :class:`BudgetExceededError` and records nothing.
+
+    * Exact: costs are added as rationals (:class:`fractions.Fraction` of the float values that
+      calibrated the noise), and a spend is accepted only if ``spent + cost <= total`` exactly.  So
+      ten spends of ``0.1`` do *not* fit in ``1.0`` (the float ``0.1`` is
+      ``0.1000000000000000055...``; the noise was calibrated with it), while eight of ``0.125`` do.
+    * Thread-safe: the check and the record happen under one lock, so concurrent spends can never
+      together exceed the budget.
+    * Tamper-evident: the budget cannot be changed after construction (``acc.epsilon = 100``
+      raises), and :attr:`history` is a tuple copy: the ledger is append-only through
+      :meth:`spend`.  (This protects against mistakes and careless callers, not against code
+      running in the same interpreter that means harm.)
     """
 
-    epsilon: float | None = None
-    rho: float | None = None
-    history: list[tuple[str, PrivacyCost]] = field(default_factory=list)
+    __slots__ = ("_epsilon", "_rho", "_total", "_spent", "_history", "_lock")
 
-    def __post_init__(self) -> None:
-        if (self.epsilon is None) == (self.rho is None):
+    def __init__(self, epsilon: float | None = None, rho: float | None = None) -> None:
+        if (epsilon is None) == (rho is None):
             raise InvalidPrivacyParameterError("give exactly one total budget: epsilon= or rho=")
-        if self.epsilon is not None:
-            self.epsilon = check_positive(self.epsilon, "epsilon")
-        else:
-            self.rho = check_positive(self.rho, "rho")
+        eps = None if epsilon is None else check_positive(epsilon, "epsilon")
+        r = None if rho is None else check_positive(rho, "rho")
+        object.__setattr__(self, "_epsilon", eps)
+        object.__setattr__(self, "_rho", r)
+        object.__setattr__(self, "_total", Fraction(eps if eps is not None else r))
+        object.__setattr__(self, "_spent", Fraction(0))
+        object.__setattr__(self, "_history", [])
+        object.__setattr__(self, "_lock", threading.Lock())
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"an Accountant's {name!r} cannot be changed after construction")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"an Accountant's {name!r} cannot be deleted")
+
+    def __repr__(self) -> str:
+        unit = "epsilon" if self.is_pure else "rho"
+        return f"Accountant({unit}={self.total!r}, spent={self.spent!r}, releases={len(self._history)})"
+
+    @property
+    def epsilon(self) -> float | None:
+        """The pure-DP budget (``None`` for a zCDP budget)."""
+        return self._epsilon
+
+    @property
+    def rho(self) -> float | None:
+        """The zCDP budget (``None`` for a pure-DP budget)."""
+        return self._rho
 
     @property
     def is_pure(self) -> bool:
-        return self.epsilon is not None
+        return self._epsilon is not None
 
     @property
     def total(self) -> float:
-        return float(self.epsilon if self.epsilon is not None else self.rho)  # type: ignore[arg-type]
+        return float(self._total)
 
-    def _amount(self, cost: PrivacyCost) -> float:
+    @property
+    def history(self) -> tuple[tuple[str, PrivacyCost], ...]:
+        """Every accepted spend ``(label, cost)``, oldest first (a copy: append only via :meth:`spend`)."""
+        with self._lock:
+            return tuple(self._history)
+
+    def _amount(self, cost: PrivacyCost) -> Fraction:
+        if not isinstance(cost, PrivacyCost):
+            raise InvalidPrivacyParameterError(f"expected a PrivacyCost, got {type(cost).__name__}")
+        if cost.epsilon == 0 and cost.rho == 0:
+            raise InvalidPrivacyParameterError("a zero PrivacyCost cannot be spent: no release is free")
         if self.is_pure:
             if not cost.is_pure:
                 raise BudgetExceededError("a rho-zCDP cost cannot be charged to a pure-epsilon budget")
-            return cost.epsilon
-        return cost.as_rho()
+            return Fraction(cost.epsilon)
+        return cost.exact_rho()
+
+    @property
+    def spent_exact(self) -> Fraction:
+        """What has been spent, exactly."""
+        with self._lock:
+            return self._spent
 
     @property
     def spent(self) -> float:
-        return math.fsum(self._amount(c) for _, c in self.history)
+        """What has been spent (rounded up to a float, so it never understates)."""
+        return _ceil_float(self.spent_exact)
 
     @property
     def remaining(self) -> float:
-        return max(self.total - self.spent, 0.0)
+        """What is left (rounded down to a float, so it never overstates)."""
+        with self._lock:
+            left = self._total - self._spent
+        return max(_floor_float(left), 0.0)
+
+    def _refuse(self, amount: Fraction, left: Fraction) -> BudgetExceededError:
+        unit = "epsilon" if self.is_pure else "rho"
+        return BudgetExceededError(
+            f"{unit} {float(amount)!r} requested but only {_floor_float(left)!r} of {self.total!r} remains"
+        )
 
     def check(self, cost: PrivacyCost) -> None:
         """Raise :class:`BudgetExceededError` if ``cost`` does not fit; spend nothing."""
         amount = self._amount(cost)
-        if self.spent + amount > self.total * (1 + _SLACK):
-            unit = "epsilon" if self.is_pure else "rho"
-            raise BudgetExceededError(
-                f"{unit} {amount:g} requested but only {self.remaining:g} of {self.total:g} remains"
-            )
+        with self._lock:
+            left = self._total - self._spent
+        if amount > left:
+            raise self._refuse(amount, left)
 
     def spend(self, cost: PrivacyCost, label: str = "") -> None:
-        """Record ``cost`` if it fits, else raise :class:`BudgetExceededError` and record nothing."""
-        self.check(cost)
-        self.history.append((label, cost))
+        """Record ``cost`` if it fits exactly, else raise :class:`BudgetExceededError` and record
+        nothing.  Atomic: the check and the record hold one lock."""
+        amount = self._amount(cost)
+        with self._lock:
+            left = self._total - self._spent
+            if amount > left:
+                raise self._refuse(amount, left)
+            object.__setattr__(self, "_spent", self._spent + amount)
+            self._history.append((str(label), cost))
+
+
+def _ceil_float(q: Fraction) -> float:
+    """The smallest float ``>= q``."""
+    f = float(q)
+    return f if Fraction(f) >= q else math.nextafter(f, math.inf)
+
+
+def _floor_float(q: Fraction) -> float:
+    """The largest float ``<= q``."""
+    f = float(q)
+    return f if Fraction(f) <= q else math.nextafter(f, -math.inf)

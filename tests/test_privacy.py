@@ -1,4 +1,5 @@
 import math
+from fractions import Fraction
 
 import pytest
 
@@ -8,12 +9,25 @@ from sparsedp.privacy import parallel, rho_for_approx_dp, sequential, zcdp_to_ap
 
 def test_pure_budget_sequential_and_refusal():
     acc = Accountant(epsilon=1.0)
-    for _ in range(10):
-        acc.spend(PrivacyCost(epsilon=0.1))  # 10 x 0.1 fits despite float round-off
-    assert acc.remaining == pytest.approx(0.0, abs=1e-12)
+    for _ in range(8):
+        acc.spend(PrivacyCost(epsilon=0.125))  # dyadic: fits exactly
+    assert acc.remaining == 0.0 and acc.spent == 1.0
     with pytest.raises(BudgetExceededError):
-        acc.spend(PrivacyCost(epsilon=1e-9))
-    assert len(acc.history) == 10  # the refused spend was not recorded
+        acc.spend(PrivacyCost(epsilon=5e-324))  # not even the smallest float is left
+    assert len(acc.history) == 8  # the refused spend was not recorded
+
+
+def test_exact_arithmetic_refuses_ulp_overspend():
+    # the float 0.1 is 0.1000000000000000055...: ten of them exceed 1.0 by 5.55e-17, so the tenth
+    # is refused (the old accountant accepted up to 1e-12 relative slack)
+    acc = Accountant(epsilon=1.0)
+    for _ in range(9):
+        acc.spend(PrivacyCost(epsilon=0.1))
+    with pytest.raises(BudgetExceededError):
+        acc.spend(PrivacyCost(epsilon=0.1))
+    assert acc.spent_exact == 9 * Fraction(0.1)
+    acc.spend(PrivacyCost(epsilon=float(Fraction(1) - 9 * Fraction(0.1))))  # the exact rest fits
+    assert acc.spent_exact <= 1
 
 
 def test_overspend_in_one_step():
@@ -32,8 +46,8 @@ def test_composition_rules():
 
 def test_zcdp_budget_and_conversion():
     acc = Accountant(rho=0.5)
-    acc.spend(PrivacyCost(rho=0.25))
-    acc.spend(PrivacyCost(epsilon=math.sqrt(0.5)))  # pure eps costs eps^2 / 2 = 0.25
+    acc.spend(PrivacyCost(rho=0.375))
+    acc.spend(PrivacyCost(epsilon=0.5))  # pure eps costs eps^2 / 2 = 0.125
     with pytest.raises(BudgetExceededError):
         acc.spend(PrivacyCost(rho=1e-6))
     eps = zcdp_to_approx_dp(0.5, 1e-6)
