@@ -9,6 +9,7 @@ from sparsedp import (
     NegativeCountError,
     NonFiniteInputError,
     ShapeError,
+    SparseDPError,
     reconstruct,
 )
 from sparsedp import noise as noise_module
@@ -146,3 +147,69 @@ def test_low_rank_form_of_seed_000():
     rel = mech.run(x, rng=3)
     B = wl.prefix(n).tosparse() @ st.fenwick_inverse(n)  # seed Algorithm 5.3's B
     np.testing.assert_allclose(rel.answers, B @ rel.measurement.y, atol=1e-9)
+
+
+@pytest.mark.parametrize("secure", [False, True])
+def test_counts_above_the_bound_are_refused(secure, monkeypatch):
+    # issue 19 #3: 10**18 + 64 and 10**18 + 65 released 1e18 and 1e18 + 128 whatever the noise
+    from sparsedp import InputBoundError
+
+    monkeypatch.setattr(noise_module, "noise", _no_noise)
+    acc = Accountant(epsilon=1.0)
+    mech = MatrixMechanism(wl.identity(1), st.identity(1), epsilon=1.0, secure=secure, accountant=acc)
+    for big in ([10**18 + 64], [2**53 + 2], [2.0**62], [1e308]):
+        with pytest.raises(InputBoundError):
+            mech.measure(big)
+    # the sum of counts may exceed the bound even when every count is below it: M x is checked
+    tree = MatrixMechanism(wl.total(4), st.hierarchical(4, 2), epsilon=1.0, secure=secure, accountant=acc)
+    with pytest.raises(InputBoundError):
+        tree.measure([2**49, 2**49, 2**49, 0])
+    assert acc.history == ()
+
+
+def _no_noise(*args, **kwargs):  # pragma: no cover - must never be reached
+    raise AssertionError("noise drawn for refused input")
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(epsilon=1e-13, secure=True),  # exact sampler's scale limit
+    dict(epsilon=1e-13),
+    dict(epsilon=1e300),
+    dict(epsilon="1"),
+    dict(epsilon=True),
+    dict(epsilon=5e-324),
+])
+def test_bad_budgets_refused_at_construction(kwargs):
+    # issue 19 #4 / #10: epsilon=1e-13 used to charge, then fail in the sampler
+    with pytest.raises(InvalidPrivacyParameterError):
+        MatrixMechanism(wl.identity(3), st.identity(3), **kwargs)
+
+
+def test_failures_never_charge_nor_advance_the_generator(monkeypatch):
+    # issue 19 #4: validate, then charge, then draw
+    acc = Accountant(epsilon=1.0)
+    gen = np.random.default_rng(5)
+    state = gen.bit_generator.state
+    mech = MatrixMechanism(wl.identity(2), st.identity(2), epsilon=0.5, accountant=acc)
+    for bad in ([2.0**62, 1.0], [1e308, 1e308], [np.nan, 1.0], [1.0]):
+        with pytest.raises(SparseDPError):
+            mech.run(bad, rng=gen)
+    with pytest.raises(SparseDPError):
+        mech.run([1.0, 2.0], rng="seed")
+    assert acc.history == () and gen.bit_generator.state == state
+    mech.run([1.0, 2.0], rng=gen)
+    assert acc.spent == 0.5
+
+
+def test_calibration_uses_the_matrix_that_is_measured():
+    # a user Operator whose closed-form column norms understate its entries is calibrated from
+    # the entries (issue 19: calibration from the matrix actually measured)
+    from sparsedp.operators import SparseOperator
+
+    class Liar(SparseOperator):
+        def column_norms(self, p=1):
+            return np.ones(self.shape[1])
+
+    M = Liar(np.array([[1.0, 1.0], [1.0, 1.0], [1.0, 0.0]]))
+    mech = MatrixMechanism(wl.identity(2), M, epsilon=1.0)
+    assert mech.sensitivity == 3.0 and mech.noise_scale() == 3.0

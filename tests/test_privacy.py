@@ -69,3 +69,65 @@ def test_invalid_parameters(bad):
     if bad != 0.0:
         with pytest.raises(InvalidPrivacyParameterError):
             PrivacyCost(epsilon=bad)
+
+
+def test_concurrent_spends_never_exceed_the_budget():
+    # issue 19 #5: 8 threads each spending 0.6 of 1.0; the old accountant accepted two spends in
+    # 14 of 300 trials (check and record were not atomic)
+    import threading
+
+    for _ in range(300):
+        acc = Accountant(epsilon=1.0)
+        barrier = threading.Barrier(8)
+        accepted = []
+
+        def worker() -> None:
+            barrier.wait()
+            try:
+                acc.spend(PrivacyCost(epsilon=0.6))
+                accepted.append(1)
+            except BudgetExceededError:
+                pass
+
+        threads = [threading.Thread(target=worker) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(accepted) == 1 and len(acc.history) == 1
+
+
+def test_budget_and_history_cannot_be_edited():
+    acc = Accountant(epsilon=1.0)
+    acc.spend(PrivacyCost(epsilon=0.75), "first")
+    for name, value in [("epsilon", 100.0), ("epsilon", float("nan")), ("rho", 1.0), ("history", [])]:
+        with pytest.raises(AttributeError):
+            setattr(acc, name, value)
+    with pytest.raises(AttributeError):
+        acc.history.clear()  # a tuple copy: nothing to clear
+    assert acc.epsilon == 1.0 and acc.spent == 0.75 and acc.history == (("first", PrivacyCost(epsilon=0.75)),)
+    with pytest.raises(BudgetExceededError):
+        acc.spend(PrivacyCost(epsilon=0.5))
+
+
+def test_zero_cost_cannot_be_spent():
+    acc = Accountant(epsilon=1.0)
+    with pytest.raises(InvalidPrivacyParameterError):
+        acc.spend(PrivacyCost())
+    with pytest.raises(InvalidPrivacyParameterError):
+        acc.spend("0.5")  # type: ignore[arg-type]
+    assert acc.history == ()
+
+
+@pytest.mark.parametrize("bad", ["1", True, 1 + 0j, None])
+def test_budgets_must_be_real_numbers(bad):
+    with pytest.raises(InvalidPrivacyParameterError):
+        Accountant(epsilon=bad) if bad is not None else Accountant()
+    if bad is not None:
+        with pytest.raises(InvalidPrivacyParameterError):
+            PrivacyCost(epsilon=bad)
+
+
+def test_sequential_never_understates():
+    total = sequential(*[PrivacyCost(epsilon=0.1)] * 10)
+    assert Fraction(total.epsilon) >= 10 * Fraction(0.1)
