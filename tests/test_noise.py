@@ -539,3 +539,22 @@ if given is not None:
         plan = nz._LaplacePlan(t, light=True)
         want = dec_bits(lambda: dec_p0(t), 64)
         assert int(plan.main.c64[0]) == want
+
+
+def test_tail_branch_runs_on_every_call(monkeypatch):
+    # issue 19 #10: the overflow continuation of the exact discrete Laplace used to run only when a
+    # value landed in the tail (a call took 2-2.5x longer then: a timing channel).  It now runs on
+    # every call, on a dummy draw when nothing is in the tail.
+    from sparsedp.noise import _LaplacePlan
+
+    calls: list[int] = []
+    real = _LaplacePlan.geometric
+
+    def spy(self, m, bits):
+        calls.append(m)
+        return real(self, m, bits)
+
+    monkeypatch.setattr(_LaplacePlan, "geometric", spy)
+    for _ in range(200):
+        nz.discrete_laplace(1.0, size=1, rng=np.random.default_rng(len(calls)))
+    assert len(calls) == 200 and min(calls) >= 1
