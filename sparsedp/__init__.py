@@ -25,7 +25,8 @@ from .errors import (
     InputBoundError,
 )
 from .inference import Reconstruction, l1_fit, least_squares, nnls, reconstruct
-from .mechanism import MatrixMechanism, Measurement, Release
+from .mechanism import MatrixMechanism, Release
+from .measure import Measurement, MeasurementPlan, measure, plan_measurement
 from .operators import Operator, SparseOperator, aslinearoperator, kron, scale_rows, sensitivity, vstack
 from .privacy import Accountant, PrivacyCost
 
@@ -48,6 +49,9 @@ __all__ = [
     "InvalidPrivacyParameterError",
     "MatrixMechanism",
     "Measurement",
+    "MeasurementPlan",
+    "measure",
+    "plan_measurement",
     "NegativeCountError",
     "NonFiniteInputError",
     "Operator",

@@ -28,6 +28,7 @@ from .validation import check_positive, check_probability
 
 __all__ = [
     "PrivacyCost",
+    "LedgerEntry",
     "Accountant",
     "zcdp_to_approx_dp",
     "rho_for_approx_dp",
@@ -65,6 +66,32 @@ class PrivacyCost:
     def exact_rho(self) -> Fraction:
         """:meth:`as_rho` in exact rational arithmetic over the float values."""
         return Fraction(self.rho) if self.rho > 0 else Fraction(self.epsilon) ** 2 / 2
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One accepted spend in an :class:`Accountant`'s ledger: what was measured and how.
+
+    Entries made by :func:`sparsedp.measure.measure` fill every field; a spend made with a bare
+    :class:`PrivacyCost` records the label and cost only (the other fields are ``None``)."""
+
+    label: str
+    cost: PrivacyCost
+    rows: int | None = None  # rows of the measured matrix
+    columns: int | None = None  # its columns (the data's length)
+    noise: str | None = None  # "laplace" or "gaussian"
+    secure: bool | None = None  # exact discrete noise
+    private: bool | None = None  # False when noise came from a seeded generator
+    sensitivity: float | None = None  # Delta_p of the measured matrix (sampler units)
+    scale_min: float | None = None  # smallest and largest per-row noise scale
+    scale_max: float | None = None
+    time: float | None = None  # UNIX time of the charge
+
+    def as_dict(self) -> dict:
+        """A JSON-ready dict (the cost as ``epsilon`` / ``rho``)."""
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "cost"}
+        d["epsilon"], d["rho"] = self.cost.epsilon, self.cost.rho
+        return d
 
 
 def sequential(*costs: PrivacyCost) -> PrivacyCost:
@@ -166,6 +193,12 @@ class Accountant:
     def history(self) -> tuple[tuple[str, PrivacyCost], ...]:
         """Every accepted spend ``(label, cost)``, oldest first (a copy: append only via :meth:`spend`)."""
         with self._lock:
+            return tuple((e.label, e.cost) for e in self._history)
+
+    @property
+    def ledger(self) -> tuple[LedgerEntry, ...]:
+        """Every accepted spend as a :class:`LedgerEntry`, oldest first (a copy)."""
+        with self._lock:
             return tuple(self._history)
 
     def _amount(self, cost: PrivacyCost) -> Fraction:
@@ -211,16 +244,21 @@ class Accountant:
         if amount > left:
             raise self._refuse(amount, left)
 
-    def spend(self, cost: PrivacyCost, label: str = "") -> None:
+    def spend(self, cost: PrivacyCost, label: str = "", *, entry: LedgerEntry | None = None) -> None:
         """Record ``cost`` if it fits exactly, else raise :class:`BudgetExceededError` and record
-        nothing.  Atomic: the check and the record hold one lock."""
+        nothing.  Atomic: the check and the record hold one lock.  ``entry`` describes the
+        measurement in the ledger (its cost must be ``cost``)."""
         amount = self._amount(cost)
+        if entry is None:
+            entry = LedgerEntry(label=str(label), cost=cost)
+        elif not isinstance(entry, LedgerEntry) or entry.cost != cost:
+            raise InvalidPrivacyParameterError("the ledger entry must be a LedgerEntry with the cost charged")
         with self._lock:
             left = self._total - self._spent
             if amount > left:
                 raise self._refuse(amount, left)
             object.__setattr__(self, "_spent", self._spent + amount)
-            self._history.append((str(label), cost))
+            self._history.append(entry)
 
 
 def _ceil_float(q: Fraction) -> float:

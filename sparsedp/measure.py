@@ -1,0 +1,277 @@
+"""The one measurement path: ``y = A x + z`` with calibrated noise, checked, charged and recorded.
+
+Every release is a strategy with per-row noise scales followed by post-processing (tree budgets,
+Fenwick weights, LUE budgets, flow and completion scales are all per-row scales).  This module
+is where privacy noise is drawn for a measurement:
+
+1. :func:`plan_measurement` fixes *what* is measured -- the explicit matrix ``A`` (the operator's
+   own entries, ``M.tosparse()``), the noise kind, per-row scales -- and computes its privacy loss
+   from those entries with :mod:`sparsedp.calibration` (certified upper bounds)::
+
+       Laplace  (epsilon-DP):  epsilon >= max_j sum_i |A_ij| / b_i
+       Gaussian (rho-zCDP):    rho     >= max_j sum_i A_ij^2 / (2 sigma_i^2)
+
+   Given ``epsilon`` (or ``rho``) alone, the scales are homoscedastic, ``b = Delta_1(A) / epsilon``
+   (``sigma = Delta_2(A) / sqrt(2 rho)``), rounded up.  Given ``scales``, the loss of those scales
+   is computed; a stated ``epsilon`` must cover it.
+2. :meth:`MeasurementPlan.measure` validates the data (shape, finite, counts, the input bound
+   ``2^50`` on ``x`` and on ``A x``), the generator and the budget, **then** charges the
+   accountant (with a :class:`~sparsedp.privacy.LedgerEntry`), **then** draws the noise.
+
+``secure=True`` (the default here) draws exact discrete Laplace / discrete Gaussian noise
+(Canonne, Kamath, Steinke 2020) on the grid ``g``: ``y = g (round(A x / g) + k)``, ``k`` with
+per-row scales ``t_i = b_i / g``.  If every ``A_ij / g`` is an integer and ``x`` is integral the
+rounding is exact and the loss is the one above; otherwise each touched row can move by one more
+grid unit, and the loss is computed for ``ceil(|A_ij| / g) + 1`` grid units per entry.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from . import noise as _noise
+from .calibration import gaussian_loss, gaussian_sigma, laplace_loss, laplace_scale, sensitivity_bound
+from .errors import InputBoundError, InvalidPrivacyParameterError, ShapeError, SparseDPError
+from .operators import Operator, aslinearoperator
+from .privacy import Accountant, LedgerEntry, PrivacyCost, rho_for_approx_dp
+from .validation import check_counts, check_epsilon, check_magnitude, check_positive, check_rho, check_vector
+
+__all__ = ["Measurement", "MeasurementPlan", "plan_measurement", "measure"]
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Noisy strategy answers and everything needed to use them."""
+
+    y: np.ndarray  # noisy answers, one per strategy row
+    strategy: Operator
+    noise: str  # "laplace" or "gaussian"
+    scales: np.ndarray  # per-row noise scale: Laplace b_i or Gaussian sigma_i, in data units
+    variances: np.ndarray  # per-row noise variance Var(z_i)
+    sensitivity: float  # Delta_1 (Laplace) or Delta_2 (Gaussian) of the measured matrix (certified)
+    cost: PrivacyCost
+    secure: bool = False
+    private: bool = True  # False when the noise came from a seeded (reproducible) generator
+
+
+@dataclass(frozen=True)
+class MeasurementPlan:
+    """A calibrated measurement of a fixed matrix, ready to be applied to data (see module doc)."""
+
+    strategy: Operator
+    matrix: sp.csr_matrix  # the matrix actually measured
+    noise: str
+    secure: bool
+    grid: float
+    grid_exact: bool  # secure only: every A_ij / grid is an integer
+    scales: np.ndarray  # per-row scales in data units (b_i or sigma_i)
+    unit_scales: np.ndarray  # per-row scales of the sampler (grid units when secure; = scales otherwise)
+    sensitivity: float  # Delta_p of the matrix (grid units, bumped, when secure and inexact)
+    loss: float  # certified epsilon (Laplace) or rho (Gaussian) of these scales on this matrix
+    cost: PrivacyCost  # what is charged: the stated budget, which covers ``loss``
+
+    @property
+    def rows(self) -> int:
+        return int(self.matrix.shape[0])
+
+    def variances(self) -> np.ndarray:
+        """Per-row noise variance ``Var(z_i)`` (exact discrete variances when secure)."""
+        s = self.unit_scales
+        if not self.secure:
+            return 2.0 * s * s if self.noise == "laplace" else s * s
+        f = _noise.discrete_laplace_variance if self.noise == "laplace" else _noise.discrete_gaussian_variance
+        uniq, inv = np.unique(s, return_inverse=True)
+        return np.array([f(float(t)) for t in uniq])[inv] * self.grid**2
+
+    def measure(
+        self,
+        x: Any,
+        *,
+        accountant: Accountant | None = None,
+        rng: Any = None,
+        counts: bool = True,
+        label: str = "",
+    ) -> Measurement:
+        """Validate ``x``, then charge ``accountant``, then draw ``y = A x + z``."""
+        n = self.matrix.shape[1]
+        xv = check_counts(x, n, "x") if counts else check_vector(x, n, "x")
+        check_magnitude(xv, "x")
+        if self.secure and self.grid_exact and not np.all(xv == np.round(xv)):
+            raise SparseDPError("secure mode with an exact grid needs integral data; pass grid= or round x")
+        if accountant is not None and not isinstance(accountant, Accountant):
+            raise InvalidPrivacyParameterError(f"accountant must be an Accountant, got {type(accountant).__name__}")
+        exact = np.asarray(self.matrix @ xv, dtype=np.float64)
+        if not np.all(np.isfinite(exact)):
+            raise InputBoundError("A x overflows float64")
+        check_magnitude(exact, "A x")
+        cells = None
+        if self.secure:
+            check_magnitude(exact / self.grid, "A x / grid")
+            cells = _noise.snap_to_grid(exact, self.grid)
+        seeded = rng is not None and not (isinstance(rng, _noise.SecureRandomBits) and rng.secure)
+        gen = rng if rng is None or isinstance(rng, _noise.SecureRandomBits) else _noise.as_generator(rng)
+        if accountant is not None:
+            entry = LedgerEntry(
+                label=label or f"measure({self.strategy.name})",
+                cost=self.cost,
+                rows=self.rows,
+                columns=n,
+                noise=self.noise,
+                secure=self.secure,
+                private=not seeded,
+                sensitivity=self.sensitivity,
+                scale_min=float(self.scales.min()),
+                scale_max=float(self.scales.max()),
+                time=time.time(),
+            )
+            accountant.spend(self.cost, label=entry.label, entry=entry)
+        if self.secure:
+            k = _noise.noise(self.noise, self.unit_scales, size=self.rows, rng=gen, secure=True)
+            y = self.grid * (cells + k)
+        else:
+            y = exact + _noise.noise(self.noise, self.unit_scales, size=self.rows, rng=gen, secure=False)
+        return Measurement(
+            y=np.asarray(y, dtype=np.float64),
+            strategy=self.strategy,
+            noise=self.noise,
+            scales=self.scales,
+            variances=self.variances(),
+            sensitivity=self.sensitivity,
+            cost=self.cost,
+            secure=self.secure,
+            private=not seeded,
+        )
+
+
+def _budget(noise: str, epsilon: Any, rho: Any, delta: Any) -> tuple[float | None, float | None]:
+    """Validated ``(epsilon, rho)``: one of them set, as the noise kind requires."""
+    if noise not in ("laplace", "gaussian"):
+        raise SparseDPError(f"noise must be 'laplace' or 'gaussian', got {noise!r}")
+    if noise == "laplace":
+        if rho is not None or delta is not None:
+            raise InvalidPrivacyParameterError("Laplace noise takes epsilon only (pure DP)")
+        return (None if epsilon is None else check_epsilon(epsilon, "epsilon")), None
+    if rho is None:
+        if epsilon is None and delta is None:
+            return None, None
+        if epsilon is None or delta is None:
+            raise InvalidPrivacyParameterError("Gaussian noise needs rho, or epsilon and delta")
+        rho = rho_for_approx_dp(check_epsilon(epsilon, "epsilon"), delta)
+    elif epsilon is not None:
+        raise InvalidPrivacyParameterError("give rho or (epsilon, delta), not both")
+    return None, check_rho(rho, "rho")
+
+
+def plan_measurement(
+    M: Any,
+    *,
+    epsilon: float | None = None,
+    rho: float | None = None,
+    delta: float | None = None,
+    scales: Any = None,
+    noise: str = "laplace",
+    secure: bool = True,
+    grid: float = 1.0,
+) -> MeasurementPlan:
+    """Calibrate a measurement of ``M`` (see the module docstring); nothing is drawn or charged.
+
+    Give ``epsilon`` (Laplace) or ``rho`` / ``(epsilon, delta)`` (Gaussian) for homoscedastic noise
+    calibrated to the sensitivity, or ``scales`` (one per row, or a scalar) for given per-row scales:
+    the plan's ``loss`` is then what they cost, and a budget given beside them must cover it.
+    """
+    op = aslinearoperator(M, name="strategy")
+    eps, r = _budget(noise, epsilon, rho, delta)
+    A = sp.csr_matrix(op.tosparse(), dtype=np.float64)
+    if A.shape != op.shape:
+        raise ShapeError(f"the strategy's explicit form has shape {A.shape}, not {op.shape}")
+    if A.nnz and not np.all(np.isfinite(A.data)):
+        raise ShapeError("the strategy contains NaN or infinite entries")
+    m = A.shape[0]
+    g = check_positive(grid, "grid")
+    p = 1 if noise == "laplace" else 2
+    secure = bool(secure)
+    # the matrix in the sampler's units: A / g (exact grid), or ceil(|A| / g) + 1 (rounding)
+    grid_exact = True
+    unit = A
+    if secure:
+        unit = sp.csr_matrix(A / g)
+        grid_exact = bool(np.all(unit.data == np.round(unit.data)))
+        if not grid_exact:
+            unit = unit.copy()
+            unit.data = np.ceil(np.abs(unit.data)) + 1.0
+    sens = sensitivity_bound(unit, p)
+    if sens == 0:
+        raise ShapeError("the strategy has no non-zero entry: nothing to measure")
+    if scales is None:
+        if eps is None and r is None:
+            raise InvalidPrivacyParameterError("give a budget (epsilon or rho) or per-row scales")
+        s = laplace_scale(sens, eps) if noise == "laplace" else gaussian_sigma(sens, r)
+        unit_scales = np.full(m, s)
+        # Delta (certified >= the exact one) / scale (rounded up) <= the budget: no recomputation,
+        # which could only add the certificate's own slack
+        loss = eps if noise == "laplace" else r
+    else:
+        unit_scales = np.broadcast_to(np.asarray(scales, dtype=np.float64), (m,)).copy()
+        if not np.all(np.isfinite(unit_scales)) or np.any(unit_scales <= 0):
+            raise InvalidPrivacyParameterError("scales must be finite and > 0")
+        if secure:
+            unit_scales = unit_scales / g
+        loss = laplace_loss(unit, unit_scales) if noise == "laplace" else gaussian_loss(unit, unit_scales)
+    budget = eps if noise == "laplace" else r
+    if budget is not None and loss > budget:
+        raise InvalidPrivacyParameterError(
+            f"these scales cost {'epsilon' if noise == 'laplace' else 'rho'} {loss!r} on this matrix, "
+            f"more than the {budget!r} given"
+        )
+    charged = budget if budget is not None else loss
+    if noise == "laplace":
+        check_epsilon(charged, "epsilon of these scales")
+    else:
+        check_rho(charged, "rho of these scales")
+    if secure and float(unit_scales.max()) > _noise.MAX_DISCRETE_SCALE:
+        raise InvalidPrivacyParameterError(
+            f"the exact sampler's scale would be {float(unit_scales.max()):.6g} grid units, above its limit "
+            f"{_noise.MAX_DISCRETE_SCALE:g}: raise epsilon/rho or the grid"
+        )
+    cost = PrivacyCost(epsilon=charged) if noise == "laplace" else PrivacyCost(rho=charged)
+    return MeasurementPlan(
+        strategy=op,
+        matrix=A,
+        noise=noise,
+        secure=secure,
+        grid=g,
+        grid_exact=grid_exact,
+        scales=unit_scales * g if secure else unit_scales,
+        unit_scales=unit_scales,
+        sensitivity=sens,
+        loss=loss,
+        cost=cost,
+    )
+
+
+def measure(
+    M: Any,
+    x: Any,
+    *,
+    epsilon: float | None = None,
+    rho: float | None = None,
+    delta: float | None = None,
+    scales: Any = None,
+    noise: str = "laplace",
+    secure: bool = True,
+    grid: float = 1.0,
+    accountant: Accountant | None = None,
+    rng: Any = None,
+    counts: bool = True,
+    label: str = "",
+) -> Measurement:
+    """Measure ``M x`` with calibrated noise: :func:`plan_measurement` then
+    :meth:`MeasurementPlan.measure` (validate, charge, draw).  Exact noise by default."""
+    plan = plan_measurement(M, epsilon=epsilon, rho=rho, delta=delta, scales=scales, noise=noise,
+                            secure=secure, grid=grid)
+    return plan.measure(x, accountant=accountant, rng=rng, counts=counts, label=label)

@@ -1,0 +1,77 @@
+"""The one measurement path: plan (calibrate from the measured entries), validate, charge, draw."""
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from sparsedp import Accountant, InvalidPrivacyParameterError, SparseDPError
+from sparsedp import noise as noise_module
+from sparsedp import strategies as st
+from sparsedp.measure import measure, plan_measurement
+
+
+def test_homoscedastic_plan_matches_the_sensitivity():
+    plan = plan_measurement(st.hierarchical(16, 2), epsilon=0.5, secure=False)
+    assert plan.sensitivity == 5 and plan.scales[0] == 10.0 and plan.cost.epsilon == 0.5
+    np.testing.assert_allclose(plan.variances(), 200.0)
+
+
+def test_per_row_scales_are_charged_their_exact_loss():
+    M = st.hierarchical(8, 2).tosparse()  # 15 rows, 4 levels
+    b = np.repeat([1.0, 2.0, 4.0, 8.0], [1, 2, 4, 8])
+    plan = plan_measurement(M, scales=b, secure=False)
+    exact = Fraction(1) + Fraction(1, 2) + Fraction(1, 4) + Fraction(1, 8)
+    assert Fraction(plan.loss) >= exact and plan.loss == pytest.approx(float(exact), rel=1e-14)
+    assert plan.cost.epsilon == plan.loss
+    with pytest.raises(InvalidPrivacyParameterError, match="more than"):
+        plan_measurement(M, scales=b, epsilon=1.8, secure=False)  # a budget that does not cover them
+    assert plan_measurement(M, scales=b, epsilon=2.0, secure=False).cost.epsilon == 2.0
+
+
+def test_ledger_records_the_measurement_and_seeded_runs_are_not_private():
+    acc = Accountant(epsilon=1.0)
+    m1 = measure(st.identity(4), [1, 2, 3, 4], epsilon=0.25, accountant=acc, label="a")
+    m2 = measure(st.identity(4), [1, 2, 3, 4], epsilon=0.25, accountant=acc, rng=3, label="b")
+    assert m1.secure and m1.private and not m2.private
+    a, b = acc.ledger
+    assert (a.label, a.rows, a.columns, a.noise, a.secure, a.private, a.sensitivity) == ("a", 4, 4, "laplace", True, True, 1.0)
+    assert b.private is False and a.scale_min == a.scale_max == 4.0
+    assert acc.history == (("a", a.cost), ("b", b.cost))
+
+
+def test_exact_noise_is_the_default_and_integral():
+    m = measure(st.hierarchical(8, 2), np.arange(8), epsilon=1.0)
+    assert m.secure and np.all(m.y == np.round(m.y))
+
+
+@pytest.mark.parametrize("bad", [dict(x=[1, 2, np.nan, 4]), dict(x=[1, 2, 3]), dict(x=[-1, 0, 0, 0]),
+                                 dict(x=[2**51, 0, 0, 0]), dict(rng="x"), dict(accountant="acc")])
+def test_bad_input_raises_before_charge_or_noise(bad, monkeypatch):
+    def boom(*a, **k):  # pragma: no cover
+        raise AssertionError("noise drawn")
+
+    monkeypatch.setattr(noise_module, "noise", boom)
+    acc = Accountant(epsilon=1.0)
+    kwargs = dict(x=[1, 2, 3, 4], accountant=acc)
+    kwargs.update(bad)
+    with pytest.raises(SparseDPError):
+        measure(st.identity(4), kwargs.pop("x"), epsilon=0.5, **kwargs)
+    assert acc.ledger == ()
+
+
+@pytest.mark.parametrize("secure", [False, True])
+def test_empirical_variance_matches_the_plan(secure):
+    b = np.array([0.7, 2.0, 5.0])
+    plan = plan_measurement(sp.eye(3), scales=b, secure=secure)
+    ys = np.array([plan.measure([0, 0, 0], rng=i).y for i in range(4000)])
+    np.testing.assert_allclose(ys.var(axis=0), plan.variances(), rtol=0.1)
+
+
+def test_gaussian_per_row_sigmas():
+    M = np.array([[1.0, 0.0], [1.0, 1.0], [0.0, 2.0]])
+    sig = np.array([1.0, 2.0, 3.0])
+    plan = plan_measurement(M, scales=sig, noise="gaussian", secure=False)
+    exact = max(Fraction(1) + Fraction(1, 4), Fraction(1, 4) + Fraction(4, 9)) / 2
+    assert Fraction(plan.loss) >= exact and plan.cost.rho == plan.loss
