@@ -147,8 +147,9 @@ def test_cli_flows_json(tmp_path, capsys):
     out = tmp_path / "flows.json"
     assert main(["flows", "--grid", "12", "12", "--trips", "300", "--max-trip-edges", "6", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
-    for key in ("nodes", "edges", "variables", "method", "solver", "seconds", "residual", "rmse_noisy", "rmse_consistent"):
+    for key in ("private", "nodes", "edges", "variables", "method", "solver", "seconds", "residual"):
         assert key in data
+    assert data["private"] is True and "rmse_noisy" not in data  # evaluation only with --evaluate
     assert data["residual"] <= 1e-8 and data["variables"] == data["edges"] + 2 * data["nodes"]
     assert "Laplace scale 8" in capsys.readouterr().out
 

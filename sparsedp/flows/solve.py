@@ -31,11 +31,11 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 from scipy.sparse.linalg import cg, splu
 
-from ..errors import ShapeError, SparseDPError
-from ..validation import check_vector
+from ..errors import SparseDPError
+from ..validation import check_positive, check_vector
 from .conservation import FlowSystem
 
-__all__ = ["FlowSolve", "project", "choose_method", "METHODS"]
+__all__ = ["METHODS", "FlowSolve", "check_method", "choose_method", "project"]
 
 METHODS = ("auto", "direct", "amg", "cg", "alternating", "generic")
 _GENERIC_LIMIT = 4000  # variables
@@ -66,6 +66,25 @@ def choose_method(system: FlowSystem) -> tuple[str, str]:
     return "amg", f"{n} nodes with fixed end points: singular Laplacian too large to factor quickly; AMG-preconditioned CG"
 
 
+def check_method(system: FlowSystem, method: str) -> tuple[str, str]:
+    """The method :func:`project` will run for ``method`` (``auto`` resolved) and why, or
+    :class:`SparseDPError` if it cannot run here: an unknown name, ``generic`` above its size
+    limit, ``amg`` without pyamg.  A release calls this before it charges the budget."""
+    if not isinstance(method, str) or method not in METHODS:
+        raise SparseDPError(f"method must be one of {METHODS}, got {method!r}")
+    reason = "requested"
+    if method == "auto":
+        method, reason = choose_method(system)
+    if method == "generic" and system.variables > _GENERIC_LIMIT:
+        raise SparseDPError(f"generic (dense pseudo-inverse) is for <= {_GENERIC_LIMIT} variables, not {system.variables}")
+    if method == "amg":
+        try:
+            import pyamg  # noqa: F401
+        except ImportError as exc:
+            raise SparseDPError("method 'amg' needs pyamg (pip install pyamg)") from exc
+    return method, reason
+
+
 def _grounded(system: FlowSystem, S: sp.csr_matrix) -> np.ndarray:
     """Indices of the rows kept after grounding one node per weakly connected component."""
     if not system.fixed_endpoints:
@@ -94,11 +113,8 @@ def project(
         var = check_vector(np.broadcast_to(np.asarray(variances, dtype=float), (system.variables,)), system.variables, "variances")
         if np.any(var <= 0):
             raise SparseDPError("variances must be > 0")
-    if method not in METHODS:
-        raise SparseDPError(f"method must be one of {METHODS}, got {method!r}")
-    reason = "requested"
-    if method == "auto":
-        method, reason = choose_method(system)
+    tol = check_positive(tol, "tol")
+    method, reason = check_method(system, method)
     C = system.C
     rhs = C @ x0 - system.b
     if method == "alternating":
@@ -111,8 +127,6 @@ def project(
         lam = np.zeros(S.shape[0])
         its = 1
         if method == "generic":
-            if system.variables > _GENERIC_LIMIT:
-                raise SparseDPError(f"generic (dense pseudo-inverse) is for <= {_GENERIC_LIMIT} variables")
             Cd = C.toarray()
             lam = np.linalg.pinv(Cd @ np.diag(var) @ Cd.T) @ rhs
             solver = "dense pseudo-inverse"

@@ -1,30 +1,53 @@
 """Trips on a road network: shortest-path routing, truncation, and the released count vector.
 
-Each trip starts at an origin, follows a shortest path (by edge length) and ends at its destination.
-A trip is truncated to its first ``L`` edges (``max_edges``): it then *ends* where it was cut.  The
-count vector released for a set of trips is ``[edge flows (E), trips started at each node (V),
-trips ended at each node (V)]``.  One trip adds 1 to at most ``L`` distinct edge flows (a shortest
-path never repeats an edge), 1 to one start and 1 to one end count, so the L1 sensitivity of the
-count vector to adding or removing one trip is ``L + 2`` (:func:`count_sensitivity`).
+Each trip starts at an origin, follows a walk along directed edges and ends at its destination
+(:func:`route_trips` and :func:`random_trips` route on shortest paths).  A trip is truncated to its
+first ``L`` edges (:func:`truncate_trips`): it then *ends* where it was cut (the head of its last
+kept edge).  The count vector released for a set of trips is ``[edge flows (E), trips started at
+each node (V), trips ended at each node (V)]``; one trip's contribution to it
+(:func:`trip_contributions`) adds 1 per kept edge (an edge used twice counts twice), 1 to one start
+and 1 to one end count, so its L1 norm is at most ``L + 2`` (:func:`count_sensitivity`), whatever
+the trip.  The release (:func:`~sparsedp.flows.release_flows`) truncates every trip itself and
+never trusts the ``max_edges`` a :class:`Trips` object claims.
 """
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 from scipy.sparse.csgraph import dijkstra
 
-from ..errors import ShapeError, SparseDPError
+from ..errors import InputBoundError, ShapeError, SparseDPError
 from .network import RoadNetwork
 
-__all__ = ["Trips", "route_trips", "random_trips", "flow_counts", "count_sensitivity"]
+__all__ = [
+    "MAX_TRIP_EDGES",
+    "Trips",
+    "check_max_edges",
+    "check_trips",
+    "count_sensitivity",
+    "flow_counts",
+    "random_trips",
+    "route_trips",
+    "trip_contributions",
+    "truncate_trips",
+]
+
+#: Largest accepted truncation bound ``L`` (edges per trip).  Far above any road trip; it keeps
+#: ``(L + 2) / epsilon`` a finite Laplace scale for every accepted ``epsilon``.
+MAX_TRIP_EDGES: int = 2**31
 
 
 @dataclass(frozen=True)
 class Trips:
     """Routed trips: trip ``i`` starts at ``origins[i]``, ends at ``ends[i]`` and uses the edges
-    ``edge_ids[edge_ptr[i]:edge_ptr[i + 1]]`` in order."""
+    ``edge_ids[edge_ptr[i]:edge_ptr[i + 1]]`` in order.  ``max_edges`` is what the builder claims
+    (the truncation :func:`route_trips` applied); the release checks the arrays
+    (:func:`check_trips`) and truncates them itself instead of trusting it."""
 
     origins: np.ndarray
     ends: np.ndarray
@@ -40,11 +63,107 @@ class Trips:
         return np.diff(self.edge_ptr)
 
 
+def check_max_edges(max_edges: Any, name: str = "max_edges") -> int:
+    """``max_edges`` as an int in ``[1, MAX_TRIP_EDGES]`` (an integral real number; not a bool or a
+    string), else :class:`SparseDPError` (:class:`InputBoundError` above the bound)."""
+    if isinstance(max_edges, (bool, np.bool_)) or not isinstance(max_edges, numbers.Real):
+        raise SparseDPError(f"{name} must be a positive integer, got {type(max_edges).__name__} {max_edges!r}")
+    value = float(max_edges)
+    if not np.isfinite(value) or value != int(value) or value < 1:
+        raise SparseDPError(f"{name} must be a positive integer, got {max_edges!r}")
+    if value > MAX_TRIP_EDGES:
+        raise InputBoundError(f"{name} = {max_edges!r} is above the supported bound {MAX_TRIP_EDGES} edges per trip")
+    return int(value)
+
+
 def count_sensitivity(max_edges: int) -> int:
-    """L1 sensitivity of the count vector to one trip truncated to ``max_edges`` edges: ``L + 2``."""
-    if int(max_edges) != max_edges or max_edges < 1:
-        raise SparseDPError(f"max_edges must be a positive integer, got {max_edges!r}")
-    return int(max_edges) + 2
+    """L1 sensitivity of the count vector to one trip truncated to ``max_edges`` edges: ``L + 2``
+    (``L`` edge counts, one start, one end; :func:`trip_contributions` gives each trip's part)."""
+    return check_max_edges(max_edges) + 2
+
+
+def _index_array(values: Any, name: str, upper: int) -> np.ndarray:
+    """``values`` as a 1-D int64 array of integers in ``[0, upper)`` (integral floats accepted)."""
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise ShapeError(f"trips.{name} must be 1-D, got shape {arr.shape}")
+    if arr.size and not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+        raise ShapeError(f"trips.{name} must hold integers, got dtype {arr.dtype}")
+    if np.issubdtype(arr.dtype, np.floating) and not (np.all(np.isfinite(arr)) and np.all(arr == np.round(arr))):
+        raise ShapeError(f"trips.{name} must hold finite integers")
+    if arr.size and (arr.min() < 0 or arr.max() >= upper):
+        raise ShapeError(f"trips.{name} must lie in [0, {upper}), got values in [{arr.min()}, {arr.max()}]")
+    return arr.astype(np.int64)
+
+
+def check_trips(road: RoadNetwork, trips: Trips) -> Trips:
+    """Validated int64 copies of ``trips``' arrays, or :class:`ShapeError`.
+
+    Checks: ``origins`` and ``ends`` are intersections, ``edge_ids`` are edges of ``road``,
+    ``edge_ptr`` is a non-decreasing pointer array from 0 to ``len(edge_ids)`` with one entry per
+    trip plus one, and every trip is a walk: its first edge leaves its origin, each edge starts
+    where the previous one ended, and it ends at the head of its last edge (at its origin when it
+    has no edge).  ``max_edges`` is carried over unchecked: the release never relies on it.
+    """
+    if not isinstance(trips, Trips):
+        raise ShapeError(f"trips must be a Trips, got {type(trips).__name__}")
+    origins = _index_array(trips.origins, "origins", road.nodes)
+    ends = _index_array(trips.ends, "ends", road.nodes)
+    ids = _index_array(trips.edge_ids, "edge_ids", road.edges)
+    ptr = _index_array(trips.edge_ptr, "edge_ptr", ids.size + 1)
+    k = origins.size
+    if ends.size != k or ptr.size != k + 1:
+        raise ShapeError(f"trips: {k} origins need {k} ends and {k + 1} edge_ptr entries, got {ends.size} and {ptr.size}")
+    if ptr[0] != 0 or ptr[-1] != ids.size or np.any(np.diff(ptr) < 0):
+        raise ShapeError("trips.edge_ptr must rise from 0 to len(edge_ids)")
+    lens = np.diff(ptr)
+    walked = lens > 0
+    first, last = ptr[:-1][walked], ptr[1:][walked] - 1
+    bad = np.zeros(k, dtype=bool)
+    bad[walked] = (road.tails[ids[first]] != origins[walked]) | (road.heads[ids[last]] != ends[walked])
+    bad[~walked] = ends[~walked] != origins[~walked]
+    if np.any(bad):
+        raise ShapeError(f"trip {int(np.flatnonzero(bad)[0])} does not start at its origin or end at its end")
+    inner = np.ones(ids.size, dtype=bool)
+    inner[last] = False  # position j continues into j + 1 unless j is a trip's last edge
+    j = np.flatnonzero(inner)
+    if np.any(road.heads[ids[j]] != road.tails[ids[j + 1]]):
+        at = int(j[np.flatnonzero(road.heads[ids[j]] != road.tails[ids[j + 1]])[0]])
+        trip = int(np.searchsorted(ptr, at, side="right") - 1)
+        raise ShapeError(f"trip {trip} is not a walk: edge {ids[at]} does not lead to edge {ids[at + 1]}")
+    return Trips(origins, ends, ptr, ids, trips.max_edges)
+
+
+def truncate_trips(road: RoadNetwork, trips: Trips, max_edges: int) -> Trips:
+    """Every trip cut to its first ``max_edges`` edges; a cut trip ends at the head of its last kept
+    edge (so flow conservation still holds).  Per record and data independent: the result's
+    ``max_edges`` is true.  ``trips`` must be valid (:func:`check_trips`)."""
+    L = check_max_edges(max_edges)
+    lens = np.diff(trips.edge_ptr)
+    kept = np.minimum(lens, L)
+    pos = np.arange(trips.edge_ids.size) - np.repeat(trips.edge_ptr[:-1], lens)
+    ids = trips.edge_ids[pos < L]
+    ptr = np.concatenate(([0], np.cumsum(kept))).astype(np.int64)
+    ends = np.array(trips.ends, dtype=np.int64, copy=True)
+    cut = np.flatnonzero(lens > L)
+    ends[cut] = road.heads[ids[ptr[cut + 1] - 1]]
+    return Trips(np.array(trips.origins, dtype=np.int64), ends, ptr, ids, L)
+
+
+def trip_contributions(road: RoadNetwork, trips: Trips, endpoints: bool = True) -> sp.csr_matrix:
+    """Row ``i``: trip ``i``'s contribution to ``[edge flows, starts, ends]`` (``[edge flows]`` with
+    ``endpoints=False``), so :func:`flow_counts` is the column sum.  A neighbouring trip set (one
+    trip added or removed) moves the counts by exactly one row."""
+    k, E, V = trips.count, road.edges, road.nodes
+    lens = np.diff(trips.edge_ptr)
+    rows = [np.repeat(np.arange(k), lens)]
+    cols = [np.asarray(trips.edge_ids, dtype=np.int64)]
+    if endpoints:
+        rows += [np.arange(k), np.arange(k)]
+        cols += [E + np.asarray(trips.origins, dtype=np.int64), E + V + np.asarray(trips.ends, dtype=np.int64)]
+    r, c = np.concatenate(rows), np.concatenate(cols)
+    width = E + 2 * V if endpoints else E
+    return sp.csr_matrix((np.ones(r.size), (r, c)), shape=(k, width))
 
 
 def route_trips(
@@ -107,7 +226,7 @@ def _route(road: RoadNetwork, origins: np.ndarray, destinations_of, max_edges: i
     by ``limit``), ``destinations_of(sources, dist, trip_rows)`` gives the trips' destinations, and
     the paths are walked back from them."""
     if max_edges is not None:
-        count_sensitivity(max_edges)  # validates
+        max_edges = check_max_edges(max_edges)
     order = np.argsort(origins, kind="stable")
     uniq, first = np.unique(origins[order], return_index=True)
     graph = road.lengths_matrix()

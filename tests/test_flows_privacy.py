@@ -1,0 +1,301 @@
+"""Privacy of the traffic-flow release (issue 19 #2, #4, #8): the release enforces the trip bound it
+calibrates for, validates before it charges, and the CLI's noise is not reproducible by default."""
+
+import json
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hst
+
+from sparsedp import Accountant, SparseDPError, flows
+from sparsedp.cli import main
+from sparsedp.flows import Trips, flow_counts, random_trips, release_flows, road_grid
+
+
+def drop(trips: Trips, i: int) -> Trips:
+    """The neighbouring trip set without trip ``i`` (same claimed ``max_edges``)."""
+    keep = np.delete(np.arange(trips.count), i)
+    lens = np.diff(trips.edge_ptr)[keep]
+    ids = np.concatenate([trips.edge_ids[trips.edge_ptr[j] : trips.edge_ptr[j + 1]] for j in keep] or [np.empty(0, np.int64)])
+    ptr = np.concatenate(([0], np.cumsum(lens)))
+    return Trips(trips.origins[keep], trips.ends[keep], ptr, ids.astype(np.int64), trips.max_edges)
+
+
+def relabel(trips: Trips, max_edges) -> Trips:
+    """The same trips with a different (possibly false) claimed ``max_edges``."""
+    return Trips(trips.origins, trips.ends, trips.edge_ptr, trips.edge_ids, max_edges)
+
+
+def exact_loss(diff: np.ndarray, scales: np.ndarray) -> Fraction:
+    """``sum_i |diff_i| / b_i`` in exact arithmetic."""
+    return sum((Fraction(abs(float(d))) / Fraction(float(b)) for d, b in zip(diff, scales) if d != 0), Fraction(0))
+
+
+def independent_contribution(road, trips: Trips, i: int, L: int, fixed: bool) -> np.ndarray:
+    """Trip ``i``'s contribution to ``[f, s, t]`` (``[f]`` with fixed end points) after truncation to
+    its first ``L`` edges, computed here without the library."""
+    E, V = road.edges, road.nodes
+    e = trips.edge_ids[trips.edge_ptr[i] : trips.edge_ptr[i + 1]][:L]
+    c = np.zeros(E if fixed else E + 2 * V)
+    for edge in e:
+        c[edge] += 1
+    if not fixed:
+        c[E + trips.origins[i]] += 1
+        c[E + V + (road.heads[e[-1]] if e.size else trips.origins[i])] += 1
+    return c
+
+
+def untruncated_trips():
+    road = road_grid(4, 4, seed=0)
+    return road, random_trips(road, 30, seed=1, max_edges=None)
+
+
+# --------------------------------------------------------------------------------------------------
+# (issue 19 #2) a lying max_edges
+# --------------------------------------------------------------------------------------------------
+
+
+def test_lying_max_edges_costs_no_more_than_charged():
+    """The issue's reproduction: trips of up to 6 edges claiming max_edges=1.  Removing one trip must
+    move the measured counts by at most epsilon in the Laplace loss sum_i |d_i| / b_i."""
+    road, trips = untruncated_trips()
+    assert trips.lengths().max() == 6
+    liar = relabel(trips, 1)
+    acc = Accountant(epsilon=1.0)
+    rel = release_flows(road, liar, epsilon=1.0, rng=0, accountant=acc, keep_truth=True)
+    worst = Fraction(0)
+    for i in range(liar.count):
+        other = release_flows(road, drop(liar, i), epsilon=1.0, rng=0, keep_truth=True)
+        worst = max(worst, exact_loss(rel.truth - other.truth, np.broadcast_to(rel.scale, rel.truth.shape)))
+    assert worst <= acc.spent_exact == Fraction(1.0)
+    assert worst == 1  # truncation to 1 edge: sensitivity 3, scale 3, a long trip moves 3 counts
+
+
+def test_explicit_bound_truncates_every_trip():
+    road, trips = untruncated_trips()
+    rel = release_flows(road, trips, epsilon=1.0, rng=0, max_edges=2, keep_truth=True)
+    assert rel.max_edges == 2 and rel.sensitivity == 4
+    want = sum(independent_contribution(road, trips, i, 2, False) for i in range(trips.count))
+    np.testing.assert_array_equal(rel.truth, want)
+    fixed = release_flows(road, trips, epsilon=1.0, rng=0, max_edges=2, keep_truth=True, fixed_endpoints=True)
+    assert fixed.sensitivity == 2
+    want = sum(independent_contribution(road, trips, i, 2, True) for i in range(trips.count))
+    np.testing.assert_array_equal(fixed.truth, want)
+
+
+def test_untruncated_trips_without_a_bound_are_refused():
+    road, trips = untruncated_trips()
+    acc = Accountant(epsilon=1.0)
+    with pytest.raises(SparseDPError, match="max_edges"):
+        release_flows(road, trips, epsilon=1.0, accountant=acc)
+    assert acc.spent_exact == 0
+
+
+def test_truncate_and_contributions_match_the_counts():
+    road, trips = untruncated_trips()
+    cut = flows.truncate_trips(road, trips, 3)
+    assert cut.max_edges == 3 and cut.lengths().max() == 3
+    C = flows.trip_contributions(road, cut)
+    assert C.shape == (trips.count, road.edges + 2 * road.nodes)
+    np.testing.assert_array_equal(np.asarray(C.sum(axis=0)).ravel(), flow_counts(road, cut))
+    for i in range(trips.count):
+        np.testing.assert_array_equal(C[i].toarray().ravel(), independent_contribution(road, trips, i, 3, False))
+    # a truncated trip ends where it was cut, so the counts still satisfy flow conservation
+    x = flow_counts(road, cut)
+    E, V = road.edges, road.nodes
+    inflow = np.bincount(road.heads, weights=x[:E], minlength=V)
+    outflow = np.bincount(road.tails, weights=x[:E], minlength=V)
+    np.testing.assert_array_equal(inflow + x[E : E + V], outflow + x[E + V :])
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    rows=hst.integers(2, 4),
+    cols=hst.integers(2, 4),
+    k=hst.integers(1, 12),
+    seed=hst.integers(0, 10_000),
+    claimed=hst.one_of(hst.none(), hst.integers(1, 8)),
+    bound=hst.one_of(hst.none(), hst.integers(1, 8)),
+    fixed=hst.booleans(),
+    eps=hst.sampled_from([0.1, 0.3, 1.0, 2.5]),
+)
+def test_property_charged_epsilon_covers_every_trip(rows, cols, k, seed, claimed, bound, fixed, eps):
+    """For random trip sets whose claimed max_edges may lie: epsilon charged >= the exact loss of
+    every trip's contribution to the measured counts, sum_i |c_i| / b_i (Fraction arithmetic); the
+    contributions computed independently, and also as truth differences of neighbouring releases."""
+    road = road_grid(rows, cols, seed=seed)
+    trips = relabel(random_trips(road, k, seed=seed + 1, max_edges=None), claimed)
+    if claimed is None and bound is None:
+        with pytest.raises(SparseDPError):
+            release_flows(road, trips, epsilon=eps, rng=0)
+        return
+    acc = Accountant(epsilon=10.0)
+    rel = release_flows(road, trips, epsilon=eps, rng=0, max_edges=bound, fixed_endpoints=fixed,
+                        accountant=acc, keep_truth=True)
+    L = bound if bound is not None else claimed
+    assert rel.max_edges == L
+    scales = rel.scales
+    assert scales.shape == rel.noisy.shape
+    charged = acc.spent_exact
+    assert charged == Fraction(eps)
+    contributions = [independent_contribution(road, trips, i, L, fixed) for i in range(trips.count)]
+    np.testing.assert_array_equal(sum(contributions), rel.truth)  # what was measured
+    worst = max(exact_loss(c, scales) for c in contributions)
+    assert worst <= charged
+    i = seed % trips.count
+    other = release_flows(road, drop(trips, i), epsilon=eps, rng=0, max_edges=bound, fixed_endpoints=fixed,
+                          keep_truth=True)
+    assert exact_loss(rel.truth - other.truth, scales) <= charged
+    # worst case over all trips of <= L edges: L + 2 (L) counts; the calibration is not looser
+    assert rel.sensitivity == (L if fixed else L + 2)
+
+
+# --------------------------------------------------------------------------------------------------
+# (issue 19 #2, #4) invalid trips, parameters and magnitudes fail before the charge
+# --------------------------------------------------------------------------------------------------
+
+
+def bad_trip_sets():
+    road = road_grid(4, 4, seed=0)
+    t = random_trips(road, 10, seed=1, max_edges=4)
+    E, V = road.edges, road.nodes
+    ids = t.edge_ids.copy()
+    ids[0] = E  # no such edge
+    yield "edge id", Trips(t.origins, t.ends, t.edge_ptr, ids, 4)
+    ids = t.edge_ids.copy()
+    ids[0] = -1
+    yield "negative edge id", Trips(t.origins, t.ends, t.edge_ptr, ids, 4)
+    o = t.origins.copy()
+    o[0] = V
+    yield "origin", Trips(o, t.ends, t.edge_ptr, t.edge_ids, 4)
+    e = t.ends.astype(float)
+    e[0] = 1e308
+    yield "huge end", Trips(t.origins, e, t.edge_ptr, t.edge_ids, 4)
+    e = t.ends.astype(float)
+    e[0] = np.nan
+    yield "nan end", Trips(t.origins, e, t.edge_ptr, t.edge_ids, 4)
+    ptr = t.edge_ptr.copy()
+    ptr[-1] += 1
+    yield "edge_ptr", Trips(t.origins, t.ends, ptr, t.edge_ids, 4)
+    yield "lengths", Trips(t.origins[:-1], t.ends, t.edge_ptr, t.edge_ids, 4)
+    i = int(np.flatnonzero(t.lengths() >= 2)[0])
+    ids = t.edge_ids.copy()
+    ids[t.edge_ptr[i]], ids[t.edge_ptr[i] + 1] = ids[t.edge_ptr[i] + 1], ids[t.edge_ptr[i]]
+    yield "not a walk", Trips(t.origins, t.ends, t.edge_ptr, ids, 4)
+    e = t.ends.copy()
+    e[i] = t.origins[i]
+    yield "wrong end", Trips(t.origins, e, t.edge_ptr, t.edge_ids, 4)
+
+
+@pytest.mark.parametrize("name,trips", list(bad_trip_sets()), ids=[n for n, _ in bad_trip_sets()])
+def test_invalid_trips_are_refused_before_the_charge(name, trips):
+    road = road_grid(4, 4, seed=0)
+    acc = Accountant(epsilon=1.0)
+    rng = np.random.default_rng(4)
+    state = rng.bit_generator.state
+    with pytest.raises(SparseDPError):
+        release_flows(road, trips, epsilon=1.0, rng=rng, accountant=acc)
+    assert acc.spent_exact == 0 and rng.bit_generator.state == state
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"epsilon": "1"}, {"epsilon": True}, {"epsilon": 1e300}, {"epsilon": float("nan")}, {"epsilon": 0},
+    {"max_edges": 0}, {"max_edges": 2.5}, {"max_edges": True}, {"max_edges": 1e308}, {"max_edges": "3"},
+    {"method": "magic"}, {"tol": float("nan")}, {"tol": 0}, {"rng": "seed"},
+    {"method": "generic", "max_edges": 3},  # fine: small system, must not raise (checked below)
+])
+def test_bad_parameters_fail_before_the_charge(kwargs):
+    road = road_grid(4, 4, seed=0)
+    trips = random_trips(road, 10, seed=1, max_edges=4)
+    acc = Accountant(epsilon=1e307)  # room for epsilon = 1e300: check_epsilon, not the budget, refuses it
+    args = {"epsilon": 0.5, **kwargs}
+    if kwargs.get("method") == "generic":
+        release_flows(road, trips, accountant=acc, **args)
+        assert acc.spent_exact == Fraction(0.5)
+        return
+    with pytest.raises(SparseDPError):
+        release_flows(road, trips, accountant=acc, **args)
+    assert acc.spent_exact == 0
+
+
+def test_generic_too_large_fails_before_the_charge():
+    road = road_grid(30, 30, seed=0)
+    trips = random_trips(road, 20, seed=1, max_edges=4)
+    acc = Accountant(epsilon=1.0)
+    with pytest.raises(SparseDPError, match="generic"):
+        release_flows(road, trips, epsilon=1.0, method="generic", accountant=acc)
+    assert acc.spent_exact == 0
+
+
+def test_projection_failure_after_the_draw_falls_back_to_direct(monkeypatch):
+    """Once noise is drawn the release must not fail: an iterative solver that gives up is replaced."""
+    from sparsedp.flows import release as module
+
+    real = module.project
+
+    def flaky(x, system, variances=None, method="auto", tol=1e-8):
+        if method == "cg":
+            raise SparseDPError("CG + Jacobi did not reach tol")
+        return real(x, system, variances, method=method, tol=tol)
+
+    monkeypatch.setattr(module, "project", flaky)
+    road = road_grid(4, 4, seed=0)
+    trips = random_trips(road, 10, seed=1, max_edges=4)
+    acc = Accountant(epsilon=1.0)
+    rel = release_flows(road, trips, epsilon=0.5, method="cg", accountant=acc)
+    assert rel.solve.method == "direct" and "cg failed" in rel.solve.reason
+    assert rel.solve.residual <= 1e-8 and acc.spent_exact == Fraction(0.5)
+
+
+def test_scale_is_rounded_up():
+    road = road_grid(4, 4, seed=0)
+    trips = random_trips(road, 10, seed=1, max_edges=4)
+    rel = release_flows(road, trips, epsilon=0.3, rng=0)
+    assert Fraction(rel.sensitivity) / Fraction(rel.scale) <= Fraction(0.3)
+
+
+# --------------------------------------------------------------------------------------------------
+# (issue 19 #8) the CLI: OS-entropy noise by default, truth only in evaluation mode
+# --------------------------------------------------------------------------------------------------
+
+CLI = ["flows", "--grid", "8", "8", "--trips", "200", "--max-trip-edges", "5"]
+
+
+def run_cli(tmp_path, name, *extra):
+    js, out = tmp_path / f"{name}.json", tmp_path / f"{name}.npz"
+    assert main([*CLI, "--json", str(js), "--out", str(out), *extra]) == 0
+    return json.loads(js.read_text()), np.load(out)["x"]
+
+
+def test_cli_default_noise_is_fresh_and_json_has_no_truth(tmp_path, capsys):
+    a, xa = run_cli(tmp_path, "a")
+    b, xb = run_cli(tmp_path, "b")
+    assert not np.array_equal(xa, xb)
+    for data in (a, b):
+        assert data["private"] is True
+        assert not any("rmse" in key or "truth" in key for key in data)
+    captured = capsys.readouterr()
+    assert "RMSE" not in captured.out and "not private" not in captured.err.lower()
+
+
+def test_cli_seeded_noise_is_reproducible_and_marked_not_private(tmp_path, capsys):
+    a, xa = run_cli(tmp_path, "a", "--seed", "5")
+    _, xb = run_cli(tmp_path, "b", "--seed", "5")
+    np.testing.assert_array_equal(xa, xb)
+    assert a["private"] is False and a["noise_seed"] == 5
+    assert "not private" in capsys.readouterr().err.lower()
+
+
+def test_cli_evaluation_mode_reports_rmse_and_is_not_private(tmp_path, capsys):
+    data, _ = run_cli(tmp_path, "e", "--evaluate")
+    assert data["private"] is False
+    assert data["evaluation"]["rmse_consistent"] < data["evaluation"]["rmse_noisy"]
+    captured = capsys.readouterr()
+    assert "RMSE" in captured.out and "not private" in captured.err.lower()
+
+
+def test_cli_data_seed_changes_the_city_not_the_privacy(tmp_path):
+    a, _ = run_cli(tmp_path, "a", "--data-seed", "1")
+    assert a["private"] is True and a["data_seed"] == 1
