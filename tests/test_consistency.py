@@ -319,3 +319,42 @@ def test_groups_are_disjoint_blocks():
             FixedValues([0], [3.0])]
     prob = compile_constraints(fams, 2 * lay.nodes)
     assert [len(g) for g in prob.groups] == [2, 1]
+
+
+def test_tree_nodes_are_variables_by_label_not_insertion_order():
+    # issue 20 #1: a geography (1 country, 10 states, 100 counties; node i is variable i) built
+    # with county edges listed before state edges was solved against the wrong variables (MSE
+    # 13,943,740 instead of ~7) because nodes were numbered by insertion order
+    rng = np.random.default_rng(0)
+    states = [(0, s) for s in range(1, 11)]
+    counties = [(s, 11 + 10 * (s - 1) + c) for s in range(1, 11) for c in range(10)]
+    truth = np.zeros(111)
+    truth[11:] = rng.integers(100, 1000, size=100)
+    for s in range(1, 11):
+        truth[s] = truth[11 + 10 * (s - 1): 21 + 10 * (s - 1)].sum()
+    truth[0] = truth[1:11].sum()
+    noisy = truth + rng.normal(0, 3, size=111)
+    ordered = solve(noisy, TreeConstraints(nx.DiGraph(states + counties)), method="auto").x
+    for order in (counties + states, list(reversed(states + counties)), list(rng.permutation(110))):
+        edges = order if isinstance(order[0], tuple) else [(states + counties)[i] for i in order]
+        x = solve(noisy, TreeConstraints(nx.DiGraph(edges)), method="auto").x
+        np.testing.assert_allclose(x, ordered, atol=1e-9)
+    assert np.mean((ordered - truth) ** 2) < 20
+
+
+def test_non_integer_labels_need_an_explicit_mapping():
+    G = nx.DiGraph([("US", "CA"), ("US", "NY")])
+    with pytest.raises(SparseDPError, match="variables="):
+        TreeConstraints(G)
+    fam = TreeConstraints(G, variables={"US": 0, "CA": 1, "NY": 2})
+    x = solve(np.array([10.0, 4.0, 5.0]), fam, method="generic").x
+    assert x[0] == pytest.approx(x[1] + x[2])
+    with pytest.raises(SparseDPError, match="no entry"):
+        TreeConstraints(G, variables={"US": 0, "CA": 1})
+
+
+def test_short_x_error_names_the_length_of_x():
+    # issue 20 #6: "variable indices must lie in [0, 110), got [0, 110]" did not say x was short
+    G = nx.DiGraph([(0, i) for i in range(1, 111)])
+    with pytest.raises(ShapeError, match="x has only 110 values.*at least 111"):
+        solve(np.zeros(110), TreeConstraints(G))

@@ -26,11 +26,39 @@ __all__ = ["ConstraintFamily", "LinearConstraints", "TreeConstraints", "SpanCons
 def _check_index(index: np.ndarray, n: int, name: str, distinct: str | None = None) -> None:
     """Indices in ``[0, n)``; with ``distinct`` (the message), no index may repeat (O(n): increasing
     indices are distinct, else a bincount)."""
-    if index.size and (index.min() < 0 or index.max() >= n):
-        raise ShapeError(f"{name}: variable indices must lie in [0, {n}), got [{index.min()}, {index.max()}]")
+    if index.size and index.min() < 0:
+        raise ShapeError(f"{name}: variable index {int(index.min())} is negative")
+    if index.size and index.max() >= n:
+        top = int(index.max())
+        raise ShapeError(
+            f"{name}: the family uses variable {top}, but x has only {n} values (indices 0..{n - 1}); "
+            f"x needs at least {top + 1} values, or the family's variables are off"
+        )
     flat = index.ravel()
     if distinct and flat.size > 1 and not np.all(flat[1:] > flat[:-1]) and np.bincount(flat, minlength=n).max() > 1:
         raise ShapeError(f"{name}: {distinct}")
+
+
+def node_variables(graph: nx.Graph, variables: Mapping[Hashable, int] | None, name: str) -> np.ndarray:
+    """The variable index of every node of ``graph`` (in ``graph.nodes`` order), by the label rule:
+    an explicit ``variables`` mapping, else every node's ``index`` attribute, else integer labels
+    (node ``i`` is variable ``i``).  Any other labelling raises :class:`SparseDPError`: a graph's
+    insertion order is never used as a numbering."""
+    nodes = list(graph.nodes)
+    if variables is not None:
+        missing = [u for u in nodes if u not in variables]
+        if missing:
+            raise SparseDPError(f"{name}: variables has no entry for node(s) {missing[:5]!r}")
+        return np.array([variables[u] for u in nodes], dtype=np.int64)
+    if all("index" in graph.nodes[u] for u in nodes):
+        return np.array([graph.nodes[u]["index"] for u in nodes], dtype=np.int64)
+    bad = [u for u in nodes if isinstance(u, (bool, np.bool_)) or not isinstance(u, (int, np.integer))]
+    if bad:
+        raise SparseDPError(
+            f"{name}: node {bad[0]!r} is not an integer label; integer labels 0..n-1 are variable "
+            "indices, other labels need variables={node: index} (or an 'index' attribute on every node)"
+        )
+    return np.array(nodes, dtype=np.int64)
 
 
 class ConstraintFamily:
@@ -76,19 +104,35 @@ class TreeConstraints(ConstraintFamily):
     """Every internal node equals the sum of its children.
 
     ``tree`` is a ``networkx.DiGraph`` (edges parent -> child; a forest is accepted) or a
-    :class:`~sparsedp.strategies.TreeLayout`.  Node ``u`` is the variable ``offset + i``, where ``i``
-    is the node's ``index`` attribute if every node has one, else its position in ``tree.nodes``
-    (for a layout: its strategy row, root first).  ``index`` overrides this with a mapping node ->
-    variable (networkx) or an integer array (layout; shape ``(nodes, k)`` for ``k`` trees sharing the
-    layout, projected together).  The projector is the O(n) two-pass weighted
-    estimate (Hay et al. 2010 generalised to per-node variances); ``solve(x, TreeConstraints(t),
-    variances=v)`` is therefore the tree BLUE of node measurements with variances ``v``.
+    :class:`~sparsedp.strategies.TreeLayout`.  Which variable a node is, for a graph:
+
+    1. ``variables={node: index}`` (alias ``index=``) if given;
+    2. else the node's ``index`` attribute, if every node has one;
+    3. else the node's *label*, which must then be an integer: node ``7`` is variable
+       ``offset + 7`` whatever order the graph was built in.  Other labels (strings, tuples) need
+       1. or 2.; they raise :class:`SparseDPError` instead of being numbered by insertion order
+       (which once silently matched county edges to state values).
+
+    For a layout a node is its strategy row (root first); ``index`` may be an integer array
+    (shape ``(nodes, k)`` for ``k`` trees sharing the layout, projected together).  The projector
+    is the O(n) two-pass weighted estimate (Hay et al. 2010 generalised to per-node variances);
+    ``solve(x, TreeConstraints(t), variances=v)`` is therefore the tree BLUE of node measurements
+    with variances ``v``.
     """
 
     def __init__(
-        self, tree: Any, offset: int = 0, index: Mapping[Hashable, int] | np.ndarray | None = None, name: str = "tree"
+        self,
+        tree: Any,
+        offset: int = 0,
+        index: Mapping[Hashable, int] | np.ndarray | None = None,
+        name: str = "tree",
+        *,
+        variables: Mapping[Hashable, int] | np.ndarray | None = None,
     ) -> None:
         self.name = name
+        if variables is not None and index is not None:
+            raise SparseDPError(f"{name}: give variables= or index=, not both")
+        index = variables if variables is not None else index
         if isinstance(tree, TreeLayout):
             self.layout: TreeLayout | None = tree
             idx = np.arange(tree.nodes) if index is None else np.asarray(index, dtype=np.int64)
@@ -105,17 +149,11 @@ class TreeConstraints(ConstraintFamily):
             raise SparseDPError(f"{name}: a node has two parents; edges must point parent -> child")
         nodes = list(tree.nodes)
         pos = {u: i for i, u in enumerate(nodes)}
-        if index is not None:
-            var = np.array([index[u] for u in nodes], dtype=np.int64)
-        elif all("index" in tree.nodes[u] for u in nodes):
-            var = np.array([tree.nodes[u]["index"] for u in nodes], dtype=np.int64)
-        else:
-            var = np.arange(len(nodes), dtype=np.int64)
+        self.layout = None
+        self.variables = node_variables(tree, index, name) + int(offset)
         parent = np.full(len(nodes), -1, dtype=np.int64)
         for p, c in tree.edges:
             parent[pos[c]] = pos[p]
-        self.layout = None
-        self.variables = var + int(offset)
         self.parent = parent
 
     def blocks(self, n: int) -> list[Block]:
