@@ -72,9 +72,9 @@ def test_fast_paths_equal_dense_gls(M, weighted):
 
 def test_solver_names():
     assert least_squares(st.fenwick(8), np.ones(8)).solver == "sparse-inverse(fenwick)"
-    assert least_squares(st.hierarchical(8), np.ones(15)).solver == "tree-two-pass"
+    assert least_squares(st.hierarchical(8, 2), np.ones(15)).solver == "tree-two-pass"
     assert least_squares(st.haar(8), np.ones(8)).solver == "sparse-inverse(haar)"
-    assert sparse_inverse(st.hierarchical(8)) is None
+    assert sparse_inverse(st.hierarchical(8, 2)) is None
 
 
 def test_tree_gls_large_is_linear_time():

@@ -72,3 +72,39 @@ def test_from_matrix_detects_triangular():
 def test_bad_branching():
     with pytest.raises(ShapeError):
         st.hierarchical(8, branching=1)
+
+
+def test_default_branching_is_the_best_measured():
+    # issue 20 #5: the default was 2, the slowest and least accurate tree
+    from sparsedp import MatrixMechanism
+    from sparsedp import workloads as wl
+
+    n = 4096
+    default = st.hierarchical(n)
+    assert "k=16" in default.name
+    for W in (wl.all_ranges(n), wl.prefix(n)):
+        err = MatrixMechanism(W, default, epsilon=1.0).expected_error()
+        assert err < 0.6 * MatrixMechanism(W, st.hierarchical(n, 2), epsilon=1.0).expected_error()
+
+
+def test_haar_sensitivity_formula_from_the_docstring():
+    # issue 20 #6: the documented ceil(log2 n) + 1 is 10 at n = 365; the true value is 9.40033
+    from fractions import Fraction
+
+    for n in (365, 20, 1024, 7):
+        H = st.haar(n)
+        best = Fraction(0)
+
+        def walk(a, b, acc):
+            nonlocal best
+            if b - a < 2:
+                best = max(best, acc)
+                return
+            m = a + (b - a + 1) // 2
+            nl, nr = m - a, b - m
+            walk(a, m, acc + Fraction(nr, max(nl, nr)))
+            walk(m, b, acc + Fraction(nl, max(nl, nr)))
+
+        walk(0, n, Fraction(1))
+        assert sensitivity(H) == pytest.approx(float(best), rel=1e-14)
+    assert sensitivity(st.haar(365)) == pytest.approx(9.40033, abs=1e-5)
