@@ -112,13 +112,15 @@ def test_weighted_restaurant_all_methods_agree():
 def test_cli_restaurant(tmp_path, capsys):
     js, out, png = tmp_path / "r.json", tmp_path / "x.npz", tmp_path / "c.png"
     assert main(["restaurant", "--days", "32", "--epsilon", "1", "--method", "accelerated", "--seed", "3",
-                 "--combos-at", "leaves", "--json", str(js), "--out", str(out), "--plot", str(png)]) == 0
+                 "--combos-at", "leaves", "--json", str(js), "--out", str(out), "--plot", str(png), "--evaluate"]) == 0
     data = json.loads(js.read_text())
-    for key in ("days", "variables", "constraints", "method", "seconds", "iterations", "residual",
-                "rmse_noisy", "rmse_consistent"):
+    for key in ("private", "days", "variables", "constraints", "method", "seconds", "iterations", "residual",
+                "evaluation"):
         assert key in data
+    assert data["private"] is False  # seeded noise and evaluation against the truth
     assert data["days"] == 32 and data["variables"] == 5 * 63 and data["constraints"] == 5 * 31 + 2 * 32
-    assert data["residual"] <= 1e-8 and data["rmse_consistent"] < data["rmse_noisy"]
+    assert data["residual"] <= 1e-8
+    assert data["evaluation"]["rmse_consistent"] < data["evaluation"]["rmse_noisy"]
     assert np.load(out)["x"].shape == (5 * 63,)
     assert png.stat().st_size > 1000
     assert "Delta_1 = 5h = 30" in capsys.readouterr().out

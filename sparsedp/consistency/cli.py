@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SparseDPError
-from .restaurant import restaurant_release
+from .restaurant import restaurant, restaurant_release
 from .solvers import METHODS
 
 __all__ = ["register"]
@@ -44,28 +44,45 @@ class _Progress:
             self.stream.write("\n")
 
 
+def _warn_not_private(seed: int | None, evaluate: bool) -> bool:
+    """Whether the output is a private release; say on stderr why not."""
+    if seed is not None:
+        print(f"warning: --seed {seed} makes the noise reproducible: this release is NOT private "
+              "(for tests and demonstrations only)", file=sys.stderr)
+    if evaluate:
+        print("warning: --evaluate compares the release with the true sales: the output is NOT private",
+              file=sys.stderr)
+    return seed is None and not evaluate
+
+
 def _run(args: argparse.Namespace) -> int:
     if args.days < 1:
         raise SparseDPError(f"--days must be >= 1, got {args.days}")
+    private = _warn_not_private(args.seed, args.evaluate)
+    sales = restaurant(args.days, seed=args.data_seed)  # synthetic data; the noise is seeded separately
     progress = _Progress(args.tol)
     try:
         rel = restaurant_release(
-            args.days,
             epsilon=args.epsilon,
             method=args.method,
             seed=args.seed,
+            sales=sales,
             combos_at=args.combos_at,
             tol=args.tol,
             max_sweeps=args.max_sweeps,
             executor=args.executor,
             callback=progress,
+            evaluate=args.evaluate,
         )
     finally:
         progress.close()
     res = rel.result
-    summary = {
+    summary: dict[str, Any] = {
+        "private": private,
+        "noise_seed": args.seed,
+        "data_seed": args.data_seed,
         "days": rel.sales.days,
-        "variables": int(rel.truth.size),
+        "variables": int(rel.noisy.size),
         "constraints": res.constraints,
         "method": res.method,
         "seconds": res.seconds,
@@ -73,8 +90,6 @@ def _run(args: argparse.Namespace) -> int:
         "residual": res.residual,
         "relative_residual": res.relative_residual,
         "converged": res.converged,
-        "rmse_noisy": rel.rmse_noisy,
-        "rmse_consistent": rel.rmse_consistent,
         "epsilon": rel.epsilon,
         "sensitivity": rel.sensitivity,
         "laplace_scale": rel.scale,
@@ -85,20 +100,24 @@ def _run(args: argparse.Namespace) -> int:
         f"epsilon {rel.epsilon:g}, Delta_1 = 5h = {rel.sensitivity:g}, Laplace scale {rel.scale:g}\n"
         f"method {res.method}: {res.iterations} iterations, {res.seconds:.3f} s, residual max|Cx-b| = {res.residual:.2e} "
         f"(relative {res.relative_residual:.1e})"
-        f"{'' if res.converged else ' (NOT converged)'}\n"
-        f"RMSE per tree node: noisy {rel.rmse_noisy:.4g} -> consistent {rel.rmse_consistent:.4g}"
+        f"{'' if res.converged else ' (NOT converged)'}"
     )
+    if args.evaluate:
+        summary["evaluation"] = {"rmse_noisy": rel.rmse_noisy, "rmse_consistent": rel.rmse_consistent}
+        print(f"evaluation (not private): RMSE per tree node: noisy {rel.rmse_noisy:.4g} -> consistent "
+              f"{rel.rmse_consistent:.4g}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(summary, fh, indent=2)
     if args.out:
-        np.savez(args.out, x=res.x)
+        np.savez(args.out, x=res.x, private=np.array(private))
     if args.plot:
-        _plot(res.history, args.plot, res.method)
+        _plot(res.history, args.plot, res.method, args.evaluate)
     return 0
 
 
-def _plot(history: dict[str, np.ndarray], path: str, method: str) -> None:
+def _plot(history: dict[str, np.ndarray], path: str, method: str, evaluate: bool) -> None:
+    """The consistency deviation per iteration; with ``evaluate`` also the RMSE against the truth."""
     try:
         import matplotlib
 
@@ -106,12 +125,15 @@ def _plot(history: dict[str, np.ndarray], path: str, method: str) -> None:
         import matplotlib.pyplot as plt
     except ImportError as exc:  # pragma: no cover - optional extra
         raise SparseDPError("--plot needs matplotlib (pip install 'sparsedp[plot]')") from exc
-    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.5))
+    fig, axes = plt.subplots(1, 2 if evaluate else 1, figsize=(9 if evaluate else 4.5, 3.5), squeeze=False)
     it = np.arange(len(history["mse"]))
+    a = axes[0, 0]
     a.semilogy(it, np.maximum(history["mse"], 1e-300))
     a.set(xlabel="iteration", ylabel="mse_s (eq. 14)", title=f"consistency deviation ({method})")
-    b.plot(it, history["err"])
-    b.set(xlabel="iteration", ylabel="err_s (eq. 15)", title="RMSE against the truth")
+    if evaluate:
+        b = axes[0, 1]
+        b.plot(it, history["err"])
+        b.set(xlabel="iteration", ylabel="err_s (eq. 15)", title="RMSE against the truth (not private)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -124,12 +146,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="seed 002's restaurant: DP item trees made consistent with tree and combo constraints",
         description="Generate the restaurant's sales (5 items sold in 3 combos), release each item's "
         "binary tree over the days with Laplace noise (Delta_1 = 5h, one order), and make the release "
-        "consistent (parent = sum of children; every node's 5 counts in the span of the combos).",
+        "consistent (parent = sum of children; every node's 5 counts in the span of the combos).  The noise "
+        "comes from OS entropy; --seed makes it reproducible and the release NOT private.  Comparisons with "
+        "the true sales appear only with --evaluate (also not private).",
     )
     p.add_argument("--days", type=int, default=1024, help="number of days T (default %(default)s)")
     p.add_argument("--epsilon", type=float, default=1.0, help="privacy budget epsilon (default %(default)s)")
     p.add_argument("--method", choices=METHODS, default="auto", help="consistency solver (default %(default)s)")
-    p.add_argument("--seed", type=int, default=0, help="seed for the data and the noise; not secure (default %(default)s)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="seed the privacy noise (reproducible, NOT private; default: OS entropy)")
+    p.add_argument("--data-seed", type=int, default=0, help="seed of the synthetic sales (default %(default)s)")
+    p.add_argument("--evaluate", action="store_true",
+                   help="evaluation mode: also report the RMSE against the true sales, in the output, the JSON "
+                   "('evaluation') and the plot (the output is NOT private)")
     p.add_argument("--combos-at", choices=("leaves", "nodes"), default="leaves",
                    help="impose the combo constraint only at the leaves (the seed's T + 5 sub-problems) or "
                    "also at every internal node (implied, redundant rows); the answer is the same "
@@ -138,8 +167,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-sweeps", type=int, default=100_000, help="iteration cap for iterative methods (default %(default)s)")
     p.add_argument("--executor", choices=("inprocess", "threads", "dask"), default="inprocess",
                    help="where block projections run; 'dask' starts a LocalCluster (default %(default)s)")
-    p.add_argument("--json", metavar="FILE", help="write the summary (days, variables, constraints, method, "
-                   "seconds, iterations, residual, rmse_noisy, rmse_consistent, ...) as JSON")
-    p.add_argument("--out", metavar="FILE.npz", help="write the released vector (numpy .npz, key 'x')")
-    p.add_argument("--plot", metavar="FILE.png", help="draw the convergence curves (needs matplotlib, the 'plot' extra)")
+    p.add_argument("--json", metavar="FILE", help="write the summary (private, days, variables, constraints, method, "
+                   "seconds, iterations, residual, ...; 'evaluation' only with --evaluate) as JSON")
+    p.add_argument("--out", metavar="FILE.npz", help="write the released vector (numpy .npz, keys 'x', 'private')")
+    p.add_argument("--plot", metavar="FILE.png", help="draw the convergence curve (with --evaluate also the error "
+                   "against the truth; needs matplotlib, the 'plot' extra)")
     p.set_defaults(func=_run)

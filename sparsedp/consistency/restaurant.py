@@ -5,11 +5,19 @@ Items (cola, burger, wings, fries, nuggets); combos ``[2,1,1,0,1]``, ``[0,2,2,1,
 (:func:`sparsedp.strategies.hierarchical`, ``h`` levels).  The released vector is node-major:
 ``x.reshape(nodes, 5)[u, i]`` is item ``i`` at tree node ``u`` (strategy row order, root first).
 
-Privacy (event level, one order).  One order adds one combo ``c`` to one day; every item ``i``
-changes by ``c_i`` at that day's leaf and at all its ``h - 1`` ancestors, so the tree-measurement
-vector changes by ``h ||c||_1 <= 5 h`` in L1.  Laplace noise of scale ``b = 5 h / epsilon`` on every
-node of every item tree is therefore ``epsilon``-DP (``Delta_1 = 5 h``, seed 002 sec. 7:
-``Delta_1 = c h``).  Making the release consistent is post-processing and costs no privacy.
+Privacy (event level, one order).  The data are the orders ``orders[t, k]`` (combo ``k`` on day
+``t``); what is measured is ``M vec(orders)`` with ``M = A (x) COMBOS^T`` (``A`` the tree's
+node x day matrix, node-major output): the item sales ``orders @ COMBOS`` summed over every tree
+node.  One order adds one combo ``c_k`` to one day ``t`` and changes the measurements by column
+``(t, k)`` of ``M``, whose L1 norm is ``||A[:, t]||_1 ||c_k||_1``; so ``Delta_1 = max_t ||A[:, t]||_1
+max_k ||c_k||_1 = 5 h`` (seed 002 sec. 7: ``Delta_1 = c h``), computed from ``A``'s entries by
+:func:`restaurant_sensitivity` and checked against the explicit ``M`` in the tests.  Laplace noise
+of scale ``b = Delta_1 / epsilon`` (rounded up) on every node of every item tree is therefore
+``epsilon``-DP.  The release measures sales derived from the orders: given ``sales`` must equal
+``orders @ COMBOS`` (else the one-order bound would not hold for what is measured), orders must be
+non-negative integers and every tree node at most ``2^50`` (:data:`~sparsedp.validation.MAX_MAGNITUDE`);
+all of it is checked before the budget is charged.  Making the release consistent is
+post-processing and costs no privacy.
 
 Consistency.  Two families: each item's tree (parent = sum of children) and the combos (every day's
 5-vector lies in the span of the combos, ``B v_t = 0``).  ``combos_at="leaves"`` (default) is the
@@ -23,31 +31,43 @@ leaves formulation is the one whose residual reaches 1e-8 at the largest sizes.
 
 from __future__ import annotations
 
+import importlib.util
+import numbers
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..calibration import laplace_scale, sensitivity_bound
+from ..errors import ShapeError, SparseDPError
+from ..executors import get_executor
 from ..noise import as_generator, laplace
 from ..privacy import Accountant, PrivacyCost
 from ..strategies import TreeLayout
-from ..validation import check_positive
+from ..validation import (
+    check_counts,
+    check_epsilon,
+    check_magnitude,
+    check_positive,
+    check_vector,
+)
 from ..workloads import _check_n
 from .families import ConstraintFamily, SpanConstraints, TreeConstraints
-from .solvers import ConsistencyResult, solve
+from .solvers import GENERIC_MAX_BYTES, METHODS, ConsistencyResult, solve
 
 __all__ = [
-    "ITEMS",
     "COMBOS",
-    "RestaurantSales",
+    "ITEMS",
     "RestaurantRelease",
+    "RestaurantSales",
+    "check_sales",
     "restaurant",
-    "restaurant_layout",
-    "restaurant_tree_values",
     "restaurant_constraints",
-    "restaurant_sensitivity",
+    "restaurant_layout",
     "restaurant_release",
+    "restaurant_sensitivity",
+    "restaurant_tree_values",
 ]
 
 ITEMS = ("cola", "burger", "wings", "fries", "nuggets")
@@ -116,13 +136,60 @@ def restaurant_constraints(
 
 
 def restaurant_sensitivity(layout: TreeLayout) -> float:
-    """``Delta_1 = h max_k ||c_k||_1 = 5 h``: one order moves every level of every item's tree."""
-    return float(layout.levels * COMBOS.sum(axis=1).max())
+    """``Delta_1`` of the measured map ``orders -> node-major tree values``, ``M = A (x) COMBOS^T``.
+
+    Column ``(t, k)`` of ``M`` has L1 norm ``||A[:, t]||_1 ||c_k||_1`` (the Kronecker product's
+    entries are the products), so ``Delta_1 = max_t ||A[:, t]||_1 max_k ||c_k||_1``; the first
+    factor is computed from the entries of ``layout.matrix()`` (:func:`sensitivity_bound`, exact
+    for this 0/1 matrix), which is ``h`` for the balanced binary tree: ``Delta_1 = 5 h``.
+    """
+    return _sensitivity(layout.matrix())
+
+
+def _sensitivity(A: Any) -> float:
+    """``max_t ||A[:, t]||_1 max_k ||c_k||_1`` from the entries of the tree matrix ``A``."""
+    return float(sensitivity_bound(A, 1) * int(COMBOS.sum(axis=1).max()))
+
+
+def check_sales(sales: RestaurantSales, days: int | None = None) -> RestaurantSales:
+    """Validated int64 copies of ``sales``, or an error before anything is charged.
+
+    ``orders``: a ``(T, 3)`` array of non-negative integers of at most ``2^50``
+    (:func:`~sparsedp.validation.check_counts`); ``sales``: a ``(T, 5)`` array equal to
+    ``orders @ COMBOS`` (the one-order sensitivity assumes it); ``days`` (if given) equal to ``T``.
+    """
+    if not isinstance(sales, RestaurantSales):
+        raise ShapeError(f"sales must be a RestaurantSales (orders and item sales), got {type(sales).__name__}")
+    orders = np.asarray(sales.orders)
+    if orders.ndim != 2 or orders.shape[1] != COMBOS.shape[0] or orders.shape[0] < 1:
+        raise ShapeError(f"sales.orders must have shape (days, {COMBOS.shape[0]}), got {orders.shape}")
+    T = orders.shape[0]
+    if days is not None and _check_n(days) != T:
+        raise ShapeError(f"days = {days} but the sales cover {T} days")
+    o = check_counts(orders.ravel(), name="orders").astype(np.int64).reshape(T, -1)
+    items = np.asarray(sales.sales)
+    if items.shape != (T, COMBOS.shape[1]):
+        raise ShapeError(f"sales.sales must have shape ({T}, {COMBOS.shape[1]}), got {items.shape}")
+    derived = o @ COMBOS  # exact: at most 4 * 2^50 < 2^63
+    given = check_vector(items.ravel(), name="sales").reshape(T, -1)
+    mismatch = given != derived  # derived < 2^53: exact floats, so the comparison is exact
+    if np.any(mismatch):
+        t = int(np.flatnonzero(mismatch.any(axis=1))[0])
+        raise SparseDPError(
+            f"sales differ from orders @ COMBOS on day {t}: the release measures combos of orders (one order "
+            "changes at most 5 item counts), so item sales outside the combos cannot be released"
+        )
+    return RestaurantSales(orders=o, sales=derived)
 
 
 @dataclass(frozen=True)
 class RestaurantRelease:
-    """A consistent DP release of the restaurant's item trees (vectors node-major, length 5 x nodes)."""
+    """A consistent DP release of the restaurant's item trees (vectors node-major, length 5 x nodes).
+
+    Only ``x`` (and ``noisy``) are the release.  ``sales`` and ``truth`` are the data, and
+    ``rmse_noisy`` / ``rmse_consistent`` (``None`` unless ``evaluate=True``) compare the release
+    with them: evaluation only, not private.
+    """
 
     sales: RestaurantSales
     layout: TreeLayout
@@ -132,12 +199,40 @@ class RestaurantRelease:
     epsilon: float
     sensitivity: float
     scale: float
-    rmse_noisy: float
-    rmse_consistent: float
+    rmse_noisy: float | None
+    rmse_consistent: float | None
 
     @property
     def x(self) -> np.ndarray:
         return self.result.x
+
+
+def _check_solver_args(method: Any, max_sweeps: Any, executor: Any, callback: Any) -> int:
+    """Refuse solver arguments that would make :func:`solve` fail after the noise is drawn."""
+    if not isinstance(method, str) or method not in METHODS:
+        raise SparseDPError(f"unknown method {method!r}; choose one of {METHODS}")
+    if isinstance(max_sweeps, (bool, np.bool_)) or not isinstance(max_sweeps, numbers.Integral) or max_sweeps < 1:
+        raise SparseDPError(f"max_sweeps must be an integer >= 1, got {max_sweeps!r}")
+    if executor == "dask":
+        if importlib.util.find_spec("dask") is None or importlib.util.find_spec("dask.distributed") is None:
+            raise SparseDPError("executor 'dask' needs dask.distributed (pip install 'sparsedp[dask]')")
+    elif executor in (None, "inprocess", "threads"):
+        pass
+    else:
+        get_executor(executor)  # an Executor or a dask Client is returned as is; anything else raises
+    if callback is not None and not callable(callback):
+        raise SparseDPError("callback must be callable")
+    return int(max_sweeps)
+
+
+def _check_generic_size(constraints: list[ConstraintFamily], n: int) -> None:
+    """``generic`` refuses dense problems above ``GENERIC_MAX_BYTES`` (``8 (3 m n + min(m, n)^2)``
+    bytes, as in :mod:`.solvers`): refuse them here, before the charge."""
+    m = sum(int(family.rows(n)[0].shape[0]) for family in constraints)
+    need = 8 * (3 * m * n + min(m, n) ** 2)
+    if need > GENERIC_MAX_BYTES:
+        raise SparseDPError(f"method 'generic' would need {need / 2**30:.3f} GiB of dense matrices "
+                            f"(limit {GENERIC_MAX_BYTES / 2**30:g} GiB); use 'auto' or 'direct'")
 
 
 def restaurant_release(
@@ -152,32 +247,51 @@ def restaurant_release(
     executor: Any = None,
     accountant: Accountant | None = None,
     callback: Callable[[int, np.ndarray, float], Any] | None = None,
+    evaluate: bool = True,
 ) -> RestaurantRelease:
-    """Measure every item tree with ``Lap(5 h / epsilon)`` noise and make it consistent.
+    """Measure every item tree with ``Lap(Delta_1 / epsilon)`` noise (``Delta_1 = 5 h``) and make it
+    consistent.
 
-    ``sales`` (from :func:`restaurant`) or ``days`` (then ``restaurant(days, seed)``).  ``seed``
-    drives both the data and the noise (reproducible, not secure).  The budget is checked and spent
-    on ``accountant`` (if given) before any noise is drawn.
+    ``sales`` (e.g. from :func:`restaurant`; validated by :func:`check_sales`) or ``days`` (then
+    synthetic ``restaurant(days, seed)``).  ``seed`` drives the noise, and the synthetic data when
+    ``sales`` is not given; ``None`` (default) is OS entropy, an int is reproducible and NOT
+    private.  ``evaluate`` (default True, for experiments) compares the release with the truth
+    (``rmse_*``, the solver's error history); pass ``False`` for a release that reads the truth only
+    to measure it.
+
+    Order (issue 19): every input and parameter is checked (:class:`InvalidPrivacyParameterError`,
+    :class:`ShapeError`, :class:`InputBoundError`, :class:`SparseDPError`), then ``accountant`` is
+    charged, then noise is drawn.
     """
-    eps = check_positive(epsilon, "epsilon")
+    eps = check_epsilon(epsilon, "epsilon")
     if sales is None and days is None:
         raise ShapeError("give days or sales")
+    tol = check_positive(tol, "tol")
+    sweeps = _check_solver_args(method, max_sweeps, executor, callback)
+    rng = as_generator(seed)
+    if sales is not None:
+        sales = check_sales(sales, days)
     T = sales.days if sales is not None else _check_n(days)
     layout = restaurant_layout(T)
     constraints = restaurant_constraints(T, combos_at)
-    delta = restaurant_sensitivity(layout)
-    scale = delta / eps
-    if accountant is not None:  # every check is done: spend, then draw
-        accountant.spend(PrivacyCost(epsilon=eps), label=f"restaurant({T} days)")
-    rng = as_generator(seed)
+    if method == "generic":
+        _check_generic_size(constraints, len(ITEMS) * layout.nodes)
+    A = layout.matrix()  # the tree matrix that is measured (and whose entries give Delta_1)
+    delta = _sensitivity(A)
+    scale = laplace_scale(delta, eps)
+    cost = PrivacyCost(epsilon=eps)
     if sales is None:
+        if accountant is not None:
+            accountant.check(cost)  # an over-budget call must not move the generator either
         sales = restaurant(T, rng)
-    truth = restaurant_tree_values(sales.sales, layout)
+    truth = np.asarray(A @ np.asarray(sales.sales, dtype=np.float64)).ravel()  # = restaurant_tree_values
+    check_magnitude(truth, "tree node values")
+    if accountant is not None:  # every check is done: spend, then draw
+        accountant.spend(cost, label=f"restaurant({T} days)")
     noisy = truth + laplace(scale, truth.size, rng)
-    res = solve(
-        noisy, constraints, method=method, tol=tol, max_sweeps=max_sweeps, executor=executor, callback=callback, truth=truth
-    )
-    rmse = lambda a: float(np.sqrt(np.mean((a - truth) ** 2)))  # noqa: E731
+    res = solve(noisy, constraints, method=method, tol=tol, max_sweeps=sweeps, executor=executor, callback=callback,
+                truth=truth if evaluate else None)
+    rmse = (lambda a: float(np.sqrt(np.mean((a - truth) ** 2)))) if evaluate else (lambda a: None)
     return RestaurantRelease(
         sales=sales,
         layout=layout,
@@ -190,4 +304,3 @@ def restaurant_release(
         rmse_noisy=rmse(noisy),
         rmse_consistent=rmse(res.x),
     )
-
