@@ -27,6 +27,7 @@ grid unit, and the loss is computed for ``ceil(|A_ij| / g) + 1`` grid units per 
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -37,7 +38,8 @@ import scipy.sparse as sp
 from . import noise as _noise
 from .calibration import gaussian_loss, gaussian_sigma, laplace_loss, laplace_scale, sensitivity_bound
 from .errors import InputBoundError, InvalidPrivacyParameterError, ShapeError, SparseDPError
-from .operators import Operator, aslinearoperator
+from .intervals import IntervalRows
+from .operators import Operator, SparseOperator, aslinearoperator
 from .privacy import Accountant, LedgerEntry, PrivacyCost, rho_for_approx_dp
 from .validation import check_counts, check_epsilon, check_magnitude, check_positive, check_rho, check_vector
 
@@ -64,7 +66,7 @@ class MeasurementPlan:
     """A calibrated measurement of a fixed matrix, ready to be applied to data (see module doc)."""
 
     strategy: Operator
-    matrix: sp.csr_matrix  # the matrix actually measured
+    measured: Operator  # what computes A x: the explicit matrix, or an IntervalRows operator
     noise: str
     secure: bool
     grid: float
@@ -77,7 +79,12 @@ class MeasurementPlan:
 
     @property
     def rows(self) -> int:
-        return int(self.matrix.shape[0])
+        return int(self.measured.shape[0])
+
+    @property
+    def matrix(self) -> sp.csr_matrix:
+        """The explicit matrix measured (built on demand for implicit interval rows)."""
+        return sp.csr_matrix(self.measured.tosparse())
 
     def variances(self) -> np.ndarray:
         """Per-row noise variance ``Var(z_i)`` (exact discrete variances when secure)."""
@@ -98,14 +105,14 @@ class MeasurementPlan:
         label: str = "",
     ) -> Measurement:
         """Validate ``x``, then charge ``accountant``, then draw ``y = A x + z``."""
-        n = self.matrix.shape[1]
+        n = self.measured.shape[1]
         xv = check_counts(x, n, "x") if counts else check_vector(x, n, "x")
         check_magnitude(xv, "x")
         if self.secure and self.grid_exact and not np.all(xv == np.round(xv)):
             raise SparseDPError("secure mode with an exact grid needs integral data; pass grid= or round x")
         if accountant is not None and not isinstance(accountant, Accountant):
             raise InvalidPrivacyParameterError(f"accountant must be an Accountant, got {type(accountant).__name__}")
-        exact = np.asarray(self.matrix @ xv, dtype=np.float64)
+        exact = np.asarray(self.measured.matvec(xv), dtype=np.float64)
         if not np.all(np.isfinite(exact)):
             raise InputBoundError("A x overflows float64")
         check_magnitude(exact, "A x")
@@ -167,6 +174,57 @@ def _budget(noise: str, epsilon: Any, rho: Any, delta: Any) -> tuple[float | Non
     return None, check_rho(rho, "rho")
 
 
+def _explicit_calibration(
+    op: Operator, secure: bool, g: float, p: int, unit_scales: np.ndarray | None
+) -> tuple[Operator, bool, float, float]:
+    """From the explicit entries: (measured operator, grid exact, sensitivity, loss of the scales)."""
+    A = sp.csr_matrix(op.tosparse(), dtype=np.float64)
+    if A.shape != op.shape:
+        raise ShapeError(f"the strategy's explicit form has shape {A.shape}, not {op.shape}")
+    if A.nnz and not np.all(np.isfinite(A.data)):
+        raise ShapeError("the strategy contains NaN or infinite entries")
+    # the matrix in the sampler's units: A / g (exact grid), or ceil(|A| / g) + 1 (rounding)
+    grid_exact = True
+    unit = A
+    if secure:
+        unit = sp.csr_matrix(A / g)
+        grid_exact = bool(np.all(unit.data == np.round(unit.data)))
+        if not grid_exact:
+            unit = unit.copy()
+            unit.data = np.ceil(np.abs(unit.data)) + 1.0
+    sens = sensitivity_bound(unit, p)
+    loss = float("nan")
+    if unit_scales is not None:
+        loss = laplace_loss(unit, unit_scales) if p == 1 else gaussian_loss(unit, unit_scales)
+    return SparseOperator(A, name=op.name), grid_exact, sens, loss
+
+
+def _interval_calibration(
+    op: IntervalRows, secure: bool, g: float, p: int, unit_scales: np.ndarray | None
+) -> tuple[Operator, bool, float, float]:
+    """The same for interval rows, by the exact integer coverage of :class:`IntervalRows`."""
+    grid_exact = True
+    unit = op
+    if secure:
+        w = op.weights / g
+        grid_exact = bool(np.all(w == np.round(w)))
+        if not grid_exact:
+            w = np.ceil(np.abs(w)) + 1.0
+        unit = IntervalRows(op.shape[1], op.lo, op.hi, w)
+    if p == 1:
+        sens = unit.certified_loss(None, 1)
+    else:
+        sq = unit.certified_loss(None, 2)
+        root = math.sqrt(sq)
+        sens = root if root * root == sq else math.nextafter(root, math.inf)
+    loss = float("nan")
+    if unit_scales is not None:
+        loss = unit.certified_loss(unit_scales, p)
+        if p == 2:
+            loss = math.nextafter(loss / 2.0, math.inf)
+    return op, grid_exact, sens, loss
+
+
 def plan_measurement(
     M: Any,
     *,
@@ -186,25 +244,20 @@ def plan_measurement(
     """
     op = aslinearoperator(M, name="strategy")
     eps, r = _budget(noise, epsilon, rho, delta)
-    A = sp.csr_matrix(op.tosparse(), dtype=np.float64)
-    if A.shape != op.shape:
-        raise ShapeError(f"the strategy's explicit form has shape {A.shape}, not {op.shape}")
-    if A.nnz and not np.all(np.isfinite(A.data)):
-        raise ShapeError("the strategy contains NaN or infinite entries")
-    m = A.shape[0]
+    m = op.shape[0]
     g = check_positive(grid, "grid")
     p = 1 if noise == "laplace" else 2
     secure = bool(secure)
-    # the matrix in the sampler's units: A / g (exact grid), or ceil(|A| / g) + 1 (rounding)
-    grid_exact = True
-    unit = A
-    if secure:
-        unit = sp.csr_matrix(A / g)
-        grid_exact = bool(np.all(unit.data == np.round(unit.data)))
-        if not grid_exact:
-            unit = unit.copy()
-            unit.data = np.ceil(np.abs(unit.data)) + 1.0
-    sens = sensitivity_bound(unit, p)
+    if scales is not None:
+        unit_scales = np.broadcast_to(np.asarray(scales, dtype=np.float64), (m,)).copy()
+        if not np.all(np.isfinite(unit_scales)) or np.any(unit_scales <= 0):
+            raise InvalidPrivacyParameterError("scales must be finite and > 0")
+        if secure:
+            unit_scales = unit_scales / g
+    given = unit_scales if scales is not None else None
+    # exact structured loss for interval rows; anything else (subclasses included) from its entries
+    calibrate = _interval_calibration if type(op) is IntervalRows else _explicit_calibration
+    measured, grid_exact, sens, given_loss = calibrate(op, secure, g, p, given)
     if sens == 0:
         raise ShapeError("the strategy has no non-zero entry: nothing to measure")
     if scales is None:
@@ -216,12 +269,7 @@ def plan_measurement(
         # which could only add the certificate's own slack
         loss = eps if noise == "laplace" else r
     else:
-        unit_scales = np.broadcast_to(np.asarray(scales, dtype=np.float64), (m,)).copy()
-        if not np.all(np.isfinite(unit_scales)) or np.any(unit_scales <= 0):
-            raise InvalidPrivacyParameterError("scales must be finite and > 0")
-        if secure:
-            unit_scales = unit_scales / g
-        loss = laplace_loss(unit, unit_scales) if noise == "laplace" else gaussian_loss(unit, unit_scales)
+        loss = given_loss
     budget = eps if noise == "laplace" else r
     if budget is not None and loss > budget:
         raise InvalidPrivacyParameterError(
@@ -241,7 +289,7 @@ def plan_measurement(
     cost = PrivacyCost(epsilon=charged) if noise == "laplace" else PrivacyCost(rho=charged)
     return MeasurementPlan(
         strategy=op,
-        matrix=A,
+        measured=measured,
         noise=noise,
         secure=secure,
         grid=g,

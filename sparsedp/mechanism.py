@@ -107,7 +107,8 @@ class MatrixMechanism:
             self.epsilon = self.cost.epsilon
         else:
             self.rho = self.cost.rho
-        self.sensitivity = sensitivity_bound(self._plan.matrix, 1 if noise == "laplace" else 2)
+        self.sensitivity = self._plan.sensitivity if not self.secure else sensitivity_bound(
+            self._plan.matrix, 1 if noise == "laplace" else 2)
 
     # -- calibration -----------------------------------------------------------------------------
     @property

@@ -75,3 +75,26 @@ def test_gaussian_per_row_sigmas():
     plan = plan_measurement(M, scales=sig, noise="gaussian", secure=False)
     exact = max(Fraction(1) + Fraction(1, 4), Fraction(1, 4) + Fraction(4, 9)) / 2
     assert Fraction(plan.loss) >= exact and plan.cost.rho == plan.loss
+
+
+@pytest.mark.parametrize("noise", ["laplace", "gaussian"])
+@pytest.mark.parametrize("secure", [False, True])
+def test_interval_rows_are_calibrated_like_their_explicit_matrix(noise, secure):
+    from sparsedp.intervals import IntervalRows
+
+    rng = np.random.default_rng(1)
+    lo = rng.integers(0, 20, size=30)
+    hi = lo + rng.integers(1, 6, size=30)
+    op = IntervalRows(25, lo, hi, rng.integers(1, 4, size=30).astype(float))
+    b = rng.uniform(0.5, 3.0, size=30)
+    implicit = plan_measurement(op, scales=b, noise=noise, secure=secure)
+    explicit = plan_measurement(op.tosparse(), scales=b, noise=noise, secure=secure)
+    assert implicit.loss >= explicit.loss * (1 - 1e-12) and implicit.loss <= explicit.loss * (1 + 1e-9)
+    assert implicit.sensitivity == pytest.approx(explicit.sensitivity, rel=1e-12)
+    x = rng.integers(0, 9, size=25)
+    assert implicit.measured is op  # measured without forming the matrix
+    if noise == "laplace":
+        h = plan_measurement(op, epsilon=0.7, secure=secure)
+        assert h.sensitivity == explicit.sensitivity
+    m = implicit.measure(x, rng=0)
+    assert m.y.shape == (30,)
