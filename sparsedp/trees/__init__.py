@@ -6,16 +6,42 @@ See ``docs/trees.md``.  Builders return networkx graphs whose nodes carry ``inte
 """
 
 from .blue import blue
-from .budget import allocate_budget, expected_range_error, level_budget, optimal_error, path_sums, uniform_budget
-from .build import IntervalTree, as_interval_tree, kary_layout, kary_tree, to_graph, tree_from_splits
+from .budget import (
+    allocate_budget,
+    expected_range_error,
+    level_budget,
+    normalise_budget,
+    optimal_error,
+    path_sum_bounds,
+    path_sums,
+    uniform_budget,
+)
+from .build import (
+    IntervalTree,
+    as_interval_tree,
+    check_structure,
+    kary_layout,
+    kary_tree,
+    to_graph,
+    tree_from_splits,
+)
 from .compile import to_constraints, to_strategy
 from .coverage import answer_ranges, coverage_probabilities, decompose
-from .publishers import Boost, BoostUN, Dwork, LUEDPTree, Privelet, TreePublisher
+from .publishers import (
+    Boost,
+    BoostUN,
+    Dwork,
+    HistogramRelease,
+    LUEDPTree,
+    Privelet,
+    TreePublisher,
+)
 from .sc import choose_branching, sc_layout, sc_tree, subtree_coverage
 
 __all__ = [
     "IntervalTree",
     "as_interval_tree",
+    "check_structure",
     "to_graph",
     "kary_layout",
     "kary_tree",
@@ -33,10 +59,13 @@ __all__ = [
     "optimal_error",
     "expected_range_error",
     "path_sums",
+    "path_sum_bounds",
+    "normalise_budget",
     "uniform_budget",
     "level_budget",
     "blue",
     "TreePublisher",
+    "HistogramRelease",
     "LUEDPTree",
     "Boost",
     "BoostUN",

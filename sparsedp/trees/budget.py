@@ -4,8 +4,16 @@ Privacy (Conclusion 3.4).  Node ``x`` releases ``h_x + Lap(1 / eps_x)``.  One re
 bin, hence exactly the counts of the nodes on one root-to-leaf path, each by 1: the release is
 ``max_leaf sum_{y in Path(root, leaf)} eps_y``-DP (sequential composition along a path, parallel
 across disjoint subtrees).  Equivalently, the strategy ``diag(eps) M_tree`` has
-``Delta_1 = max_leaf sum_path eps`` with unit-scale noise.  :func:`allocate_budget` makes every path
-sum to ``eps`` exactly.
+``Delta_1 = max_leaf sum_path eps`` with unit-scale noise.
+
+Exact path sums (issue 16).  Every budget rule here returns budgets whose path sums are
+``<= epsilon`` in exact rational arithmetic over the float values, without slack:
+:func:`path_sum_bounds` adds along each path with every float addition rounded *up* (TwoSum gives the
+exact rounding error of ``a + b``; the sum moves one float step up when it rounded down), so its
+result is ``>=`` the exact sum; :func:`normalise_budget` scales the budgets down (``eps / bound``
+and each product rounded toward 0) until that certified bound is ``<= epsilon``.  The change is a
+few float steps, a relative ``~ (levels + 2) 2^-53`` (below ``1e-14`` in the tests): every path of
+:func:`allocate_budget` sums to ``eps`` up to that.
 
 Optimal allocation (3.6): minimise ``sum_x p_x / eps_x^2`` s.t. every root-to-leaf path sums to
 ``eps``.  The optimum of a subtree given the budget ``s`` left for it is ``K_x / s^2`` (homogeneity):
@@ -23,10 +31,21 @@ from typing import Any
 import numpy as np
 
 from ..errors import SparseDPError
-from ..validation import check_positive, check_vector
+from ..validation import check_epsilon, check_positive, check_vector
 from .build import IntervalTree, as_interval_tree
 
-__all__ = ["allocate_budget", "expected_range_error", "path_sums", "optimal_error", "level_budget", "uniform_budget"]
+__all__ = [
+    "allocate_budget",
+    "expected_range_error",
+    "path_sums",
+    "path_sum_bounds",
+    "normalise_budget",
+    "optimal_error",
+    "level_budget",
+    "uniform_budget",
+]
+
+_MAX_ROUNDS = 16
 
 
 def _coefficients(t: IntervalTree, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -48,10 +67,11 @@ def _coefficients(t: IntervalTree, p: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 def allocate_budget(tree: Any, epsilon: float, probabilities: Any) -> np.ndarray:
     """Per-node budgets ``eps_x`` minimising ``sum p_x / eps_x^2`` with every root-to-leaf path
-    summing to ``epsilon`` (CNP + NPBD, Conclusion 3.5).  A node with ``p_x = 0`` gets ``eps_x = 0``
+    summing to ``epsilon`` (CNP + NPBD, Conclusion 3.5), normalised so that no path exceeds
+    ``epsilon`` exactly (:func:`normalise_budget`).  A node with ``p_x = 0`` gets ``eps_x = 0``
     (it is not worth measuring).  ``O(nodes)``."""
     t = as_interval_tree(tree)
-    eps = check_positive(epsilon, "epsilon")
+    eps = check_epsilon(epsilon, "epsilon")
     p = check_vector(probabilities, t.size, "probabilities")
     if np.any(p < 0):
         raise SparseDPError("probabilities must be >= 0")
@@ -65,7 +85,7 @@ def allocate_budget(tree: Any, epsilon: float, probabilities: Any) -> np.ndarray
         par = t.parent[sl]
         left[sl] = left[par] - out[par]
         out[sl] = frac[sl] * left[sl]
-    return out
+    return normalise_budget(t, np.maximum(out, 0.0), eps)
 
 
 def optimal_error(tree: Any, epsilon: float, probabilities: Any) -> float:
@@ -77,8 +97,8 @@ def optimal_error(tree: Any, epsilon: float, probabilities: Any) -> float:
 
 
 def path_sums(tree: Any, eps_per_node: Any) -> np.ndarray:
-    """``sum_{y in Path(root, leaf)} eps_y`` for every leaf, ordered by bin (Conclusion 3.4): the
-    release is ``max(path_sums)``-DP."""
+    """``sum_{y in Path(root, leaf)} eps_y`` for every leaf, ordered by bin (Conclusion 3.4), in
+    float arithmetic (rounded to nearest: for reporting; :func:`path_sum_bounds` certifies)."""
     t = as_interval_tree(tree)
     e = check_vector(eps_per_node, t.size, "eps_per_node")
     acc = e.copy()
@@ -86,6 +106,58 @@ def path_sums(tree: Any, eps_per_node: Any) -> np.ndarray:
         sl = t.level(d)
         acc[sl] += acc[t.parent[sl]]
     return acc[t.leaves]
+
+
+def _add_up(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a + b`` rounded up: ``fl(a + b)``, one float step higher where TwoSum (Knuth) shows the
+    rounding went down.  ``>= a + b`` exactly for finite ``a``, ``b`` (no overflow)."""
+    s = a + b
+    bp = s - a
+    err = (a - (s - bp)) + (b - bp)  # exactly (a + b) - s
+    return np.where(err > 0, np.nextafter(s, np.inf), s)
+
+
+def path_sum_bounds(tree: Any, eps_per_node: Any) -> np.ndarray:
+    """Certified upper bounds of ``sum_{y in Path(root, leaf)} eps_y`` for every leaf (by bin).
+
+    Each addition along a path is rounded up (:func:`_add_up`), so the result is ``>=`` the exact
+    rational sum of the float budgets.  For a (validated) interval tree the bins covered by node
+    ``y`` are those of the leaves below it, so ``max(path_sum_bounds)`` bounds
+    ``max_j sum_{y : j in [lo_y, hi_y)} eps_y``, the ``Delta_1`` of ``diag(eps) M`` (``M`` the
+    node-interval rows); the tests compare it with :func:`sparsedp.calibration.laplace_loss` of
+    the explicit matrix and with :class:`fractions.Fraction` sums.  ``O(nodes)``.
+    """
+    t = as_interval_tree(tree)
+    e = check_vector(eps_per_node, t.size, "eps_per_node")
+    if np.any(e < 0):
+        raise SparseDPError("eps_per_node must be >= 0")
+    acc = e.copy()
+    for d in range(1, t.levels):
+        sl = t.level(d)
+        acc[sl] = _add_up(acc[t.parent[sl]], e[sl])
+    return acc[t.leaves]
+
+
+def normalise_budget(tree: Any, eps_per_node: Any, epsilon: float) -> np.ndarray:
+    """Budgets scaled down just enough that every root-to-leaf path sums to ``<= epsilon`` exactly.
+
+    While the certified bound ``B = max(path_sum_bounds)`` exceeds ``epsilon``: multiply every
+    budget by ``epsilon / B`` rounded toward 0 and round each product toward 0.  The exact new sums
+    are then ``<= epsilon``; the loop only absorbs the bound's own upward rounding (one or two
+    rounds).  Budgets already within ``epsilon`` are returned unchanged.
+    """
+    t = as_interval_tree(tree)
+    eps = check_positive(epsilon, "epsilon")
+    e = check_vector(eps_per_node, t.size, "eps_per_node").copy()
+    if np.any(e < 0):
+        raise SparseDPError("eps_per_node must be >= 0")
+    for _ in range(_MAX_ROUNDS):
+        bound = float(path_sum_bounds(t, e).max())
+        if bound <= eps:
+            return e
+        ratio = np.nextafter(eps / bound, 0.0)
+        e = np.nextafter(e * ratio, 0.0)
+    raise SparseDPError(f"could not normalise the budgets to epsilon {eps!r}")  # pragma: no cover
 
 
 def expected_range_error(tree: Any, eps_per_node: Any, probabilities: Any) -> float:
@@ -102,20 +174,23 @@ def expected_range_error(tree: Any, eps_per_node: Any, probabilities: Any) -> fl
 
 
 def uniform_budget(tree: Any, epsilon: float) -> np.ndarray:
-    """Boost (Hay et al. 2010): ``eps / levels`` on every node, so no path exceeds ``eps``."""
+    """Boost (Hay et al. 2010): ``eps / levels`` on every node, so no path exceeds ``eps``
+    (normalised: exactly)."""
     t = as_interval_tree(tree)
-    return np.full(t.size, check_positive(epsilon, "epsilon") / t.levels)
+    eps = check_epsilon(epsilon, "epsilon")
+    return normalise_budget(t, np.full(t.size, eps / t.levels), eps)
 
 
 def level_budget(tree: Any, epsilon: float, probabilities: Any) -> np.ndarray:
     """Boost-UN: one budget per depth, ``eps_d`` proportional to ``P_d^(1/3)`` (``P_d`` the total
     coverage probability of depth ``d``), the minimiser of ``sum_d P_d / eps_d^2`` with
-    ``sum_d eps_d = eps``; scaled so that the longest path sums to ``eps``."""
+    ``sum_d eps_d = eps``; scaled so that the longest path sums to ``eps`` (normalised: exactly
+    at most ``eps``)."""
     t = as_interval_tree(tree)
-    eps = check_positive(epsilon, "epsilon")
+    eps = check_epsilon(epsilon, "epsilon")
     p = check_vector(probabilities, t.size, "probabilities")
     P = np.add.reduceat(p, t.level_start[:-1])
     share = np.cbrt(P)
     per_level = eps * share / share.sum()
     out = per_level[t.depth]
-    return out * (eps / path_sums(t, out).max())
+    return normalise_budget(t, out * (eps / path_sums(t, out).max()), eps)

@@ -45,10 +45,11 @@ __all__ = [
     "kary_tree",
     "tree_from_splits",
     "balanced_split",
+    "check_structure",
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class IntervalTree:
     """A histogram interval tree as flat arrays, breadth-first (see the module docstring).
 
@@ -56,6 +57,12 @@ class IntervalTree:
     ``child_start`` (length ``size + 1``): node ``i``'s children are
     ``child_start[i] : child_start[i + 1]`` (empty for a leaf); ``level_start``: the nodes of depth
     ``d`` are ``level_start[d] : level_start[d + 1]``.
+
+    Validated on construction (:func:`check_structure`, ``O(nodes)``, vectorised): a tree that is
+    not a histogram interval tree in this layout raises :class:`ShapeError` (lengths, types) or
+    :class:`UnsupportedStructureError` (structure).  The arrays are copied to read-only ``int64``
+    arrays, so a validated tree cannot be edited afterwards; publishers still call :meth:`check`
+    before measuring, so an object whose fields were forged around the constructor is refused too.
     """
 
     n: int
@@ -64,6 +71,40 @@ class IntervalTree:
     parent: np.ndarray
     child_start: np.ndarray
     level_start: np.ndarray
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "n", _tree_size(self.n))
+        for name in _FIELDS:
+            object.__setattr__(self, name, _index_array(getattr(self, name), name))
+        check_structure(self)
+
+    @classmethod
+    def _from_fresh_arrays(cls, n: int, *arrays: np.ndarray) -> "IntervalTree":
+        """Construct from int64 arrays that nothing else references (a builder's own): validated
+        like the constructor, made read-only, but not copied."""
+        tree = object.__new__(cls)
+        object.__setattr__(tree, "n", _tree_size(n))
+        for name, arr in zip(_FIELDS, arrays, strict=True):
+            if not isinstance(arr, np.ndarray) or arr.dtype != np.int64 or arr.ndim != 1:
+                arr = _index_array(arr, name)
+            arr.setflags(write=False)
+            object.__setattr__(tree, name, arr)
+        check_structure(tree)
+        return tree
+
+    def check(self) -> "IntervalTree":
+        """Re-validate the structure of this object (its fields as they are now) and return it.
+
+        Raises like the constructor.  Publishers call this before they measure anything."""
+        n = getattr(self, "n", None)
+        if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ShapeError(f"IntervalTree: n must be a positive integer, got {n!r}")
+        for name in _FIELDS:
+            arr = getattr(self, name, None)
+            if not isinstance(arr, np.ndarray) or arr.dtype != np.int64 or arr.ndim != 1:
+                raise ShapeError(f"IntervalTree: {name} must be a 1-D int64 array")
+        check_structure(self)
+        return self
 
     @property
     def size(self) -> int:
@@ -110,6 +151,130 @@ class IntervalTree:
         return np.bincount(self.parent[nxt] - base, weights=values[nxt], minlength=size)
 
 
+_FIELDS = ("lo", "hi", "parent", "child_start", "level_start")
+
+
+def _tree_size(n: Any) -> int:
+    """``n`` as a positive ``int`` (a bool, a string or a fractional number is refused)."""
+    if isinstance(n, (bool, np.bool_)):
+        raise ShapeError(f"IntervalTree: n must be a positive integer, got {n!r}")
+    return _check_n(n)
+
+
+def _index_array(value: Any, name: str) -> np.ndarray:
+    """A read-only 1-D ``int64`` copy of ``value`` (integral values only)."""
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError) as exc:  # pragma: no cover - ragged input
+        raise ShapeError(f"IntervalTree: {name} must be a 1-D integer array: {exc}") from exc
+    if arr.ndim != 1:
+        raise ShapeError(f"IntervalTree: {name} must be 1-D, got shape {arr.shape}")
+    if arr.dtype == np.bool_ or not (np.issubdtype(arr.dtype, np.number) or arr.size == 0):
+        raise ShapeError(f"IntervalTree: {name} must hold integers, got dtype {arr.dtype}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        f = arr.astype(np.float64)
+        if not np.all(np.isfinite(f)) or np.any(f != np.round(f)) or np.any(np.abs(f) > 2.0**62):
+            raise ShapeError(f"IntervalTree: {name} must hold integers")
+    elif arr.size and arr.dtype == np.uint64 and int(arr.max()) > 2**62:
+        raise ShapeError(f"IntervalTree: {name} has values too large for an index")
+    out = np.array(arr, dtype=np.int64, copy=True)
+    out.setflags(write=False)
+    return out
+
+
+def _first(mask: np.ndarray) -> int:
+    return int(np.flatnonzero(mask)[0])
+
+
+def check_structure(t: IntervalTree) -> None:
+    """Raise unless ``t`` is a histogram interval tree in breadth-first layout, in ``O(nodes)``.
+
+    Checked, vectorised: lengths (``lo``, ``hi``, ``parent``: ``size >= 1``; ``child_start``:
+    ``size + 1``); ``level_start`` strictly increasing from ``0`` to ``size`` with one root; the root
+    is ``[0, n)`` with parent ``-1``; the other nodes' parents are non-decreasing and every depth's
+    parents lie on the previous depth (so parents precede children, children are contiguous and
+    levels are in breadth-first order); ``child_start`` is the one the parents imply; no node has
+    exactly one child; the children of every node tile its interval in order (the first starts at
+    the parent's ``lo``, each next at the previous one's ``hi``, the last ends at the parent's
+    ``hi``, none is empty); every leaf is one bin.  Together these make every bin lie in exactly the
+    nodes of one root-to-leaf path, which is what the privacy of the tree publishers rests on.
+    Raises :class:`ShapeError` (lengths) or :class:`UnsupportedStructureError` (structure).
+    """
+    size = t.lo.size
+    if size == 0:
+        raise ShapeError("IntervalTree: a tree has at least one node")
+    if t.hi.size != size or t.parent.size != size or t.child_start.size != size + 1:
+        raise ShapeError(
+            f"IntervalTree: lo, hi, parent need {size} entries and child_start {size + 1}; got "
+            f"{t.hi.size}, {t.parent.size} and {t.child_start.size}"
+        )
+    ls = t.level_start
+    if ls.size < 2 or ls[0] != 0 or ls[-1] != size or np.any(ls[1:] <= ls[:-1]) or ls[1] != 1:
+        raise UnsupportedStructureError(
+            f"IntervalTree: level_start must rise strictly from 0 to {size} with one root on level 0, "
+            f"got {ls.tolist()[:8]}"
+        )
+    if t.lo[0] != 0 or t.hi[0] != t.n or t.parent[0] != -1:
+        raise UnsupportedStructureError(
+            f"IntervalTree: node 0 must be the root [0, {t.n}) with parent -1, got [{t.lo[0]}, {t.hi[0]}) "
+            f"and parent {t.parent[0]}"
+        )
+    par = t.parent[1:]
+    descending = par[1:] < par[:-1]
+    if np.any(descending):
+        i = _first(descending) + 2
+        raise UnsupportedStructureError(
+            f"IntervalTree: node {i} has parent {t.parent[i]} after a child of {t.parent[i - 1]}: children must be "
+            "contiguous and in the order of their parents (breadth-first)"
+        )
+    # parents are non-decreasing, so each depth's parents lie on the previous depth iff its first
+    # and last ones do: O(levels)
+    first_par, last_par = t.parent[ls[1:-1]], t.parent[ls[2:] - 1]
+    off = (first_par < ls[:-2]) | (last_par >= ls[1:-1])
+    if np.any(off):
+        d = _first(off) + 1
+        raise UnsupportedStructureError(
+            f"IntervalTree: the parents of depth {d} must lie on depth {d - 1} (nodes {ls[d - 1]}..{ls[d] - 1})"
+        )
+    cs = t.child_start
+    counts = cs[1:] - cs[:-1]
+    if cs[0] != 1 or cs[-1] != size or np.any(counts < 0):
+        raise UnsupportedStructureError(
+            f"IntervalTree: child_start must rise from 1 to {size}, got {cs.tolist()[:8]}..."
+        )
+    # The ranges cs[p] : cs[p + 1] tile 1 .. size - 1; parents are non-decreasing, so every node of
+    # p's range has parent p iff its first and last ones do.
+    internal = np.flatnonzero(counts)
+    firsts = cs[internal]
+    lasts = cs[internal + 1] - 1
+    wrong = (t.parent[firsts] != internal) | (t.parent[lasts] != internal)
+    if np.any(wrong):
+        p = int(internal[_first(wrong)])
+        raise UnsupportedStructureError(
+            f"IntervalTree: child_start says node {p}'s children are {cs[p]}..{cs[p + 1] - 1}; the parents disagree"
+        )
+    length = t.hi - t.lo
+    bad = (counts == 1) | ((counts == 0) & (length != 1)) | (length < 1)
+    if np.any(bad):
+        i = _first(bad)
+        what = "has a single child; internal nodes need >= 2" if counts[i] == 1 else \
+            f"is a leaf (or empty) covering [{t.lo[i]}, {t.hi[i]}); leaves must be single bins"
+        raise UnsupportedStructureError(f"IntervalTree: node {i} {what}")
+    # tiling: a child starts where its previous sibling ends, a first child at its parent's lo, and
+    # a last child ends at its parent's hi (children are non-empty, checked above, so they tile)
+    start = t.hi[:-1].copy()  # start[i - 1]: where node i must start unless it is a first child
+    start[firsts - 1] = t.lo[internal]
+    bad_start = t.lo[1:] != start
+    bad_end = t.hi[lasts] != t.hi[internal]
+    if np.any(bad_start) or np.any(bad_end):
+        i = int(_first(bad_start) + 1) if np.any(bad_start) else int(lasts[_first(bad_end)])
+        p = int(t.parent[i])
+        raise UnsupportedStructureError(
+            f"IntervalTree: the children of node {p} do not tile [{t.lo[p]}, {t.hi[p]}) in order "
+            f"(child {i} is [{t.lo[i]}, {t.hi[i]}))"
+        )
+
+
 def _from_levels(n: int, levels: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> IntervalTree:
     """Assemble a tree from per-depth ``(lo, hi, parent_position_in_previous_level)`` arrays."""
     sizes = np.array([lv[0].size for lv in levels], dtype=np.int64)
@@ -122,7 +287,7 @@ def _from_levels(n: int, levels: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
     )
     counts = np.bincount(parent[1:], minlength=lo.size) if lo.size > 1 else np.zeros(1, dtype=np.int64)
     child_start = np.concatenate(([1], 1 + np.cumsum(counts))).astype(np.int64)
-    return IntervalTree(n=n, lo=lo, hi=hi, parent=parent, child_start=child_start, level_start=level_start)
+    return IntervalTree._from_fresh_arrays(n, lo, hi, parent, child_start, level_start)
 
 
 def balanced_split(lo: np.ndarray, hi: np.ndarray, k: np.ndarray | int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -219,7 +384,7 @@ def as_interval_tree(tree: Any) -> IntervalTree:
     whose leaves are single bins.  Otherwise :class:`UnsupportedStructureError` is raised.
     """
     if isinstance(tree, IntervalTree):
-        return tree
+        return tree  # validated on construction
     if not isinstance(tree, nx.DiGraph):
         raise UnsupportedStructureError(f"expected an IntervalTree or a networkx.DiGraph, got {type(tree).__name__}")
     if tree.number_of_nodes() == 0 or not nx.is_arborescence(tree):
