@@ -81,7 +81,7 @@ def test_baseline_calibrations():
     for d in range(un.tree_.levels):  # one budget per depth
         assert np.ptp(un.eps_per_node_[un.tree_.level(d)]) < 1e-12
     pv = Privelet(1.0).fit(X, rng=0)
-    assert pv.mechanism_.sensitivity == 7  # log2(64) + 1
+    assert pv.sensitivity_ == 7  # log2(64) + 1
 
 
 def test_user_graph_and_query_weights():

@@ -1,8 +1,16 @@
-"""``sparsedp histogram`` (publish a histogram) and ``sparsedp query`` (range counts from a release)."""
+"""``sparsedp histogram`` (publish a histogram) and ``sparsedp query`` (range counts from a release).
+
+The noise comes from OS entropy (``numpy.random.default_rng()`` with no seed) unless ``--seed`` is
+given; a seeded run is reproducible and therefore NOT a private release: it says so on stdout and
+saves ``private = False`` in the release file, and ``sparsedp query`` warns on stderr when it reads
+such a file.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,19 +32,24 @@ def _histogram(args: argparse.Namespace) -> int:
         pub = PUBLISHERS[args.method](args.epsilon, k=args.k or 2)
     else:
         pub = PUBLISHERS[args.method](args.epsilon)
-    pub.fit(x, rng=args.seed)
+    pub.fit(x, rng=args.seed)  # None: OS entropy
     release = pub.release_
     assert release is not None
+    if args.seed is not None:
+        release = dataclasses.replace(release, private=False)
     release.save(args.out)
     extra = f", {release.tree.size} tree nodes" if release.tree is not None else ""
     print(f"{args.method}: published {release.n} bins at epsilon {args.epsilon}{extra} -> {args.out}")
     if args.seed is not None:
-        print("WARNING: --seed makes the noise reproducible; omit it for a real release.")
+        print("WARNING: NOT private: --seed makes the noise reproducible (the file records private=False); "
+              "omit it for a real release.")
     return 0
 
 
 def _query(args: argparse.Namespace) -> int:
     release = load_release(args.release)
+    if not release.private:
+        print(f"warning: {args.release} was published with a fixed --seed and is not private", file=sys.stderr)
     print(f"{release.range(args.lo, args.hi):.6g}")
     return 0
 
@@ -61,7 +74,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     h.add_argument("--upper", type=int, default=20,
                    help="largest branching SC may choose (default %(default)s)")
     h.add_argument("--seed", type=int, default=None,
-                   help="seed of the noise generator, for reproducible tests only (default: OS entropy)")
+                   help="seed of the noise generator, for reproducible tests only: the release is then NOT "
+                   "private and is marked private=False (default: OS entropy)")
     h.add_argument("--out", required=True, help="output release file (.npz)")
     h.set_defaults(func=_histogram)
     q = subparsers.add_parser(

@@ -1,0 +1,471 @@
+"""Privacy of the tree publishers (issues 16 and 19): validated trees, calibration from the matrix
+actually measured, exact budget checks, inputs and parameters checked before any charge."""
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as hs
+
+from sparsedp import (
+    Accountant,
+    InputBoundError,
+    InvalidPrivacyParameterError,
+    ShapeError,
+    SparseDPError,
+    UnsupportedStructureError,
+)
+from sparsedp.calibration import laplace_loss
+from sparsedp.cli import main
+from sparsedp.mechanism import MatrixMechanism
+from sparsedp.trees import (
+    Boost,
+    BoostUN,
+    Dwork,
+    IntervalTree,
+    LUEDPTree,
+    Privelet,
+    allocate_budget,
+    as_interval_tree,
+    coverage_probabilities,
+    kary_layout,
+    kary_tree,
+    level_budget,
+    sc_layout,
+    sc_tree,
+    tree_from_splits,
+    uniform_budget,
+)
+from sparsedp.trees.publishers import load_release, node_counts
+
+ALL = [LUEDPTree, Boost, BoostUN, Privelet, Dwork]
+TREE_METHODS = [LUEDPTree, Boost, BoostUN]
+X = np.random.default_rng(0).integers(0, 30, 37)
+
+# The overlapping tree of issue 19 #1: the root's children [0, 3) and [1, 4) overlap.
+BAD19 = dict(
+    n=4,
+    lo=[0, 0, 1, 0, 1, 2, 1, 2, 3],
+    hi=[4, 3, 4, 1, 2, 3, 2, 3, 4],
+    parent=[-1, 0, 0, 1, 1, 1, 2, 2, 2],
+    child_start=[1, 3, 6, 9, 9, 9, 9, 9, 9, 9],
+    level_start=[0, 1, 3, 9],
+)
+
+
+def forged_tree(n, lo, hi, parent, child_start, level_start):
+    """An IntervalTree object that skipped construction (as if its fields were tampered with)."""
+    t = object.__new__(IntervalTree)
+    for name, value in dict(lo=lo, hi=hi, parent=parent, child_start=child_start, level_start=level_start).items():
+        object.__setattr__(t, name, np.asarray(value, dtype=np.int64))
+    object.__setattr__(t, "n", n)
+    return t
+
+
+def fraction_path_sums(tree, eps):
+    """Every root-to-leaf path sum of ``eps`` in exact rational arithmetic, by walking parents."""
+    t = as_interval_tree(tree)
+    out = []
+    for leaf in t.leaves:
+        s, v = Fraction(0), int(leaf)
+        while v >= 0:
+            s += Fraction(float(eps[v]))
+            v = int(t.parent[v])
+        out.append(s)
+    return out
+
+
+def brute_loss(A, scales):
+    """``max_j sum_i |A_ij| / b_i`` in exact rational arithmetic over the float entries."""
+    A = sp.csc_matrix(A)
+    worst = Fraction(0)
+    for j in range(A.shape[1]):
+        rows = A.indices[A.indptr[j] : A.indptr[j + 1]]
+        vals = A.data[A.indptr[j] : A.indptr[j + 1]]
+        s = sum((Fraction(abs(float(v))) / Fraction(float(scales[i])) for i, v in zip(rows, vals)), Fraction(0))
+        worst = max(worst, s)
+    return worst
+
+
+def random_splits(n, rng, max_k=4):
+    def split(lo, hi):
+        m = hi - lo
+        k = int(rng.integers(2, min(max_k, m) + 1))
+        cuts = np.sort(rng.choice(np.arange(1, m), size=k - 1, replace=False))
+        return np.diff(np.concatenate(([0], cuts, [m]))).tolist()
+
+    return tree_from_splits(n, split)
+
+
+def tree_arrays(t):
+    return dict(n=t.n, lo=t.lo.tolist(), hi=t.hi.tolist(), parent=t.parent.tolist(),
+                child_start=t.child_start.tolist(), level_start=t.level_start.tolist())
+
+
+# ------------------------------------------------------------------ issue 19 #1: validated trees
+
+
+def test_issue19_1_overlapping_tree_refused_on_construction():
+    with pytest.raises(UnsupportedStructureError, match="tile"):
+        IntervalTree(**BAD19)
+
+
+def test_issue19_1_forged_overlapping_tree_refused_before_charge():
+    acc = Accountant(epsilon=1.0)
+    rng = np.random.default_rng(3)
+    state = rng.bit_generator.state
+    with pytest.raises((UnsupportedStructureError, ShapeError)):
+        LUEDPTree(1.0, tree=forged_tree(**BAD19), accountant=acc).fit([5, 0, 2, 7], rng=rng)
+    assert acc.spent_exact == 0 and rng.bit_generator.state == state
+
+
+def test_issue19_1_the_forged_tree_would_have_cost_1_8_epsilon():
+    """What the issue measured: measuring this tree's intervals with its allocation costs ~1.8 eps."""
+    t = forged_tree(**BAD19)
+    eps = allocate_budget(t, 1.0, coverage_probabilities(t))
+    A = np.array([[1.0 if lo <= j < hi else 0.0 for j in range(4)] for lo, hi in zip(t.lo, t.hi)])
+    assert laplace_loss(A, 1.0 / eps) == pytest.approx(1.799, abs=1e-3)
+
+
+VALID = tree_arrays(as_interval_tree(kary_tree(5, 2)))
+
+
+def _bad(**changes):
+    d = {k: list(v) if isinstance(v, list) else v for k, v in VALID.items()}
+    d.update(changes)
+    return d
+
+
+@pytest.mark.parametrize(
+    "arrays",
+    [
+        BAD19,
+        _bad(n=6),  # root does not cover [0, n)
+        _bad(lo=[1] + VALID["lo"][1:]),  # root does not start at 0
+        _bad(hi=[5, 3, 5, 1, 2, 3, 4, 5, 5]),  # a gap/overlap between siblings
+        _bad(parent=[-1, 0, 0, 1, 2, 2, 3, 4, 4]),  # wrong parent pointer
+        _bad(parent=[0, 0, 0, 1, 1, 2, 2, 4, 4]),  # root has a parent
+        _bad(child_start=[1, 3, 5, 7, 7, 9, 9, 9, 9, 9]),  # child_start disagrees with parents
+        _bad(level_start=[0, 1, 3, 7, 9, 9]),  # an empty level
+        _bad(level_start=[0, 3, 7, 9]),  # root level with three nodes
+        _bad(lo=VALID["lo"][:-1]),  # lengths differ
+        dict(n=3, lo=[0, 0, 1], hi=[3, 1, 3], parent=[-1, 0, 0], child_start=[1, 3, 3, 3],
+             level_start=[0, 1, 3]),  # a leaf of two bins
+        dict(n=2, lo=[0, 0, 0, 1], hi=[2, 2, 1, 2], parent=[-1, 0, 1, 1], child_start=[1, 2, 4, 4, 4],
+             level_start=[0, 1, 2, 4]),  # a node with one child (same interval as its parent)
+        dict(n=2, lo=[0, 1, 0], hi=[2, 2, 1], parent=[-1, 0, 0], child_start=[1, 3, 3, 3],
+             level_start=[0, 1, 3]),  # children out of order
+        dict(n=2, lo=[0, 0, 1], hi=[2, 1, 2], parent=[-1, 0, 0], child_start=[1, 3, 3, 3],
+             level_start=[0, 3]),  # children on the root's level
+        dict(n=2, lo=[0.5, 0, 1], hi=[2, 1, 2], parent=[-1, 0, 0], child_start=[1, 3, 3, 3],
+             level_start=[0, 1, 3]),  # non-integral
+    ],
+)
+def test_invalid_hand_built_trees_are_refused(arrays):
+    with pytest.raises((UnsupportedStructureError, ShapeError)):
+        IntervalTree(**arrays)
+
+
+def test_valid_hand_built_tree_is_accepted_and_read_only():
+    t = IntervalTree(**VALID)
+    assert t.size == 9 and t.levels == 4
+    with pytest.raises(ValueError):
+        t.lo[0] = 1  # the validated arrays cannot be edited in place
+    src = np.array(VALID["lo"])
+    t2 = IntervalTree(5, src, VALID["hi"], VALID["parent"], VALID["child_start"], VALID["level_start"])
+    src[0] = 3  # nor through the caller's array
+    assert t2.lo[0] == 0
+
+
+def test_forged_tree_after_construction_is_refused_by_every_use():
+    good = kary_layout(4, 2)
+    forged = forged_tree(**{**tree_arrays(good), "hi": [4, 2, 4, 1, 3, 3, 4]})
+    for pub in (LUEDPTree(1.0, tree=forged), LUEDPTree(1.0, tree=forged, eps_per_node=np.full(7, 0.2))):
+        with pytest.raises(UnsupportedStructureError):
+            pub.fit([1, 2, 3, 4])
+
+
+# --------------------------------------- issue 19 #1 (b) and #4: the loss of what is measured
+
+
+def test_structured_loss_equals_explicit_matrix_loss():
+    rng = np.random.default_rng(1)
+    for trial in range(20):
+        n = int(rng.integers(1, 30))
+        t = as_interval_tree(random_splits(n, rng)) if n > 1 else kary_layout(1)
+        pub = LUEDPTree(float(rng.uniform(0.01, 3)), tree=t, eps_per_node=rng.uniform(1e-3, 1, t.size) / t.levels)
+        acc_eps = pub.epsilon
+        try:
+            pub.fit(rng.integers(0, 9, n), rng=rng)
+        except SparseDPError:
+            continue
+        rel = pub.release_
+        A = rel.measured_matrix()
+        assert A.shape == (t.size, n)
+        assert pub.privacy_loss_ <= acc_eps
+        exact = brute_loss(A, rel.noise_scales)
+        assert Fraction(pub.privacy_loss_) >= exact
+        assert laplace_loss(A, rel.noise_scales) >= float(exact)
+        assert float(exact) == pytest.approx(pub.privacy_loss_, rel=1e-14)
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_audit_measured_matrix_scales_and_charge(cls):
+    acc = Accountant(epsilon=10.0)
+    pub = cls(0.7, accountant=acc).fit(X, rng=2)
+    rel = pub.release_
+    A = rel.measured_matrix()
+    assert sp.issparse(A) and A.shape == (rel.noise_scales.size, X.size)
+    charged = acc.spent_exact
+    assert charged == Fraction(0.7)  # charged once, exactly epsilon
+    assert brute_loss(A, rel.noise_scales) <= charged
+    if rel.tree is not None:  # the rows measured are the node intervals, summed by prefix differences
+        np.testing.assert_array_equal(A @ X.astype(float), node_counts(rel.tree, X.astype(float)))
+
+
+def test_measured_counts_are_exact_below_the_bound():
+    x = np.array([2.0**48, 2.0**48 - 1, 1, 0, 3, 2.0**49 - 5])  # total 2^50 - 2: at the bound
+    t = kary_layout(6, 2)
+    exact = [sum(int(v) for v in x[a:b]) for a, b in zip(t.lo, t.hi)]
+    assert node_counts(t, x).tolist() == [float(v) for v in exact]
+
+
+# ---------------------------------------------------------------------- property test (issue 19)
+
+
+@hs.composite
+def user_trees(draw):
+    """Random trees of any shape given as raw arrays, often corrupted (overlaps, gaps, wrong parents,
+    wrong child_start / level_start, wrong n)."""
+    n = draw(hs.integers(1, 9))
+    seed = draw(hs.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    base = tree_arrays(as_interval_tree(random_splits(n, rng, max_k=n)) if n > 1 else kary_layout(1))
+    kind = draw(hs.sampled_from(["valid"] * 5 + ["lo", "hi", "parent", "child_start", "level_start", "n", "swap"]))
+    size = len(base["lo"])
+    if kind in ("lo", "hi", "parent", "child_start", "level_start"):
+        arr = list(base[kind])
+        i = draw(hs.integers(0, len(arr) - 1))
+        arr[i] += draw(hs.sampled_from([-2, -1, 1, 2]))
+        base[kind] = arr
+    elif kind == "n":
+        base["n"] = n + draw(hs.sampled_from([-1, 1]))
+    elif kind == "swap" and size > 2:
+        i, j = draw(hs.integers(1, size - 1)), draw(hs.integers(1, size - 1))
+        for key in ("lo", "hi"):
+            a = list(base[key])
+            a[i], a[j] = a[j], a[i]
+            base[key] = a
+    return base
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(arrays=user_trees(), eps=hs.floats(1e-3, 10), budget_seed=hs.integers(0, 2**32 - 1),
+       use_budget=hs.booleans(), spread=hs.sampled_from([1.0, 2.5]), forge=hs.booleans())
+def test_property_charge_covers_the_brute_force_loss(arrays, eps, budget_seed, use_budget, spread, forge):
+    acc = Accountant(epsilon=20.0)
+    rng = np.random.default_rng(budget_seed)
+    x = rng.integers(0, 5, max(int(arrays["n"]), 1))
+    try:
+        tree = forged_tree(**arrays) if forge else IntervalTree(**arrays)
+    except SparseDPError:
+        return  # refused on construction: nothing can be charged for it
+    size = len(arrays["lo"])
+    budget = None
+    if use_budget:  # any positive vector: within epsilon (spread 1) or often overspending (2.5)
+        budget = rng.uniform(1e-3, spread, size) * eps / max(len(arrays["level_start"]) - 1, 1)
+    state = rng.bit_generator.state
+    try:
+        pub = LUEDPTree(eps, tree=tree, eps_per_node=budget, accountant=acc).fit(x, rng=rng)
+    except SparseDPError:
+        assert acc.spent_exact == 0 and rng.bit_generator.state == state  # refused before any charge
+        return
+    rel = pub.release_
+    charged = acc.spent_exact
+    assert charged == Fraction(eps)
+    assert brute_loss(rel.measured_matrix(), rel.noise_scales) <= charged
+
+
+# ----------------------------------------------------------------- issue 16: exact path sums
+
+
+def _builders(rng):
+    n = int(rng.integers(2, 60))
+    k = int(rng.integers(2, 6))
+    yield kary_layout(n, k)
+    yield as_interval_tree(kary_tree(n, k))
+    yield as_interval_tree(random_splits(n, rng))
+    yield sc_layout(n, upper=int(rng.integers(2, 8)))
+    yield as_interval_tree(sc_tree(n, k=2, upper=4))
+    yield IntervalTree(**tree_arrays(as_interval_tree(random_splits(n, rng))))
+
+
+EPSILONS = [0.1, 0.3, 1.0 / 3.0, 0.7, 1.0, 2.9, 1e-9, 1e6, 0.123456789]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_issue16_every_path_sum_is_at_most_epsilon_exactly(seed):
+    rng = np.random.default_rng(seed)
+    worst_gap = 0.0
+    for t in _builders(rng):
+        eps = float(rng.choice(EPSILONS)) if rng.random() < 0.5 else float(rng.uniform(1e-3, 5))
+        p = coverage_probabilities(t)
+        lo = rng.integers(0, t.n, 5)
+        hi = np.minimum(lo + rng.integers(0, t.n, 5), t.n - 1)
+        budgets = {
+            "allocate": allocate_budget(t, eps, p),
+            "uniform": uniform_budget(t, eps),
+            "level": level_budget(t, eps, p),
+            "lue": LUEDPTree(eps, tree=t).fit(np.zeros(t.n), rng=0).eps_per_node_,
+            "lue-queries": LUEDPTree(eps, tree=t, queries=np.column_stack([lo, hi])).fit(np.zeros(t.n), rng=0)
+            .eps_per_node_,
+        }
+        for name, e in budgets.items():
+            sums = fraction_path_sums(t, e)
+            assert max(sums) <= Fraction(eps), (name, float(max(sums) / Fraction(eps) - 1))
+            if name in ("allocate", "lue", "lue-queries"):  # every path sums to eps up to ~1e-15
+                worst_gap = max(worst_gap, float(1 - min(sums) / Fraction(eps)))
+    assert worst_gap < 1e-14
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_issue16_fitted_publishers_never_exceed_epsilon(seed):
+    rng = np.random.default_rng(100 + seed)
+    for _ in range(15):
+        n = int(rng.integers(2, 200))
+        eps = float(rng.uniform(0.01, 3))
+        for pub in (LUEDPTree(eps), LUEDPTree(eps, tree="kary", k=int(rng.integers(2, 5))), Boost(eps), BoostUN(eps)):
+            pub.fit(rng.integers(0, 10, n), rng=rng)
+            assert max(fraction_path_sums(pub.tree_, pub.eps_per_node_)) <= Fraction(eps)
+
+
+class _OverBoost(Boost):
+    """Boost whose budgets overspend by a relative 1e-12 (inside the old 1e-9 slack)."""
+
+    def _budgets(self, tree):
+        return super()._budgets(tree) * (1 + 1e-12)
+
+
+def test_issue16_no_slack_in_the_publishers_check():
+    acc = Accountant(epsilon=1.0)
+    with pytest.raises(SparseDPError):
+        _OverBoost(1.0, accountant=acc).fit(X, rng=0)
+    assert acc.spent_exact == 0
+
+
+def test_issue16_user_budget_one_ulp_over_is_refused():
+    t = kary_layout(8, 2)  # 4 levels
+    e = np.full(t.size, 0.25)  # every path sums to exactly 1
+    acc = Accountant(epsilon=5.0)
+    LUEDPTree(1.0, tree=t, eps_per_node=e, accountant=acc).fit(np.ones(8), rng=0)
+    e2 = e.copy()
+    e2[t.leaves[3]] = np.nextafter(0.25, 1.0)
+    with pytest.raises(SparseDPError, match="path"):
+        LUEDPTree(1.0, tree=t, eps_per_node=e2, accountant=acc).fit(np.ones(8), rng=0)
+    assert acc.spent_exact == 1
+
+
+# ------------------------------------------------- issue 19 #4 and #10: inputs and parameters
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_issue19_4_huge_values_refused_before_charge(cls):
+    acc = Accountant(epsilon=1.0)
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    for bad in ([1e308, 1.0, 2.0], [2.0**51, 0.0]):
+        with pytest.raises(InputBoundError):
+            cls(1.0, accountant=acc).fit(bad, rng=rng)
+    assert acc.spent_exact == 0 and rng.bit_generator.state == state
+
+
+@pytest.mark.parametrize("cls", TREE_METHODS)
+def test_issue19_4_node_counts_above_the_bound_refused_before_charge(cls):
+    acc = Accountant(epsilon=1.0)
+    with pytest.raises(InputBoundError):  # every bin is in range but the root count is 2^51
+        cls(1.0, accountant=acc).fit([2.0**50, 2.0**50], rng=0)
+    assert acc.spent_exact == 0
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_issue19_4_bad_generator_refused_before_charge(cls):
+    acc = Accountant(epsilon=1.0)
+    with pytest.raises(SparseDPError):
+        cls(1.0, accountant=acc).fit(X, rng="not a generator")
+    assert acc.spent_exact == 0
+
+
+@pytest.mark.parametrize("cls", ALL)
+@pytest.mark.parametrize("eps", [1e300, "1", True, 1e-10, 2e6, float("inf"), -1.0])
+def test_issue19_10_epsilon_outside_the_range_or_not_a_number(cls, eps):
+    with pytest.raises(InvalidPrivacyParameterError):
+        cls(eps)
+
+
+@pytest.mark.parametrize("cls", ALL)
+@pytest.mark.parametrize("eps", [1e-9, 1e6])
+def test_issue19_10_results_finite_over_the_whole_epsilon_range(cls, eps):
+    pub = cls(eps).fit(X, rng=4)
+    assert np.all(np.isfinite(pub.histogram()))
+    assert np.all(np.isfinite(pub.ranges(np.array([[0, 36], [3, 9]]))))
+    assert np.all(np.isfinite(pub.release_.noise_scales)) and np.all(pub.release_.noise_scales > 0)
+
+
+def test_issue19_10_lue_with_queries_finite_at_the_smallest_epsilon():
+    pairs = np.array([[0, 3], [5, 5]])
+    pub = LUEDPTree(1e-9, queries=pairs).fit(X, rng=0)
+    assert np.all(np.isfinite(pub.histogram()))
+
+
+def test_issue19_10_extreme_node_budgets():
+    t = kary_layout(8, 2)
+    acc = Accountant(epsilon=1.0)
+    tiny = np.full(t.size, 0.2e-9)  # 4 levels: paths sum to 0.8e-9
+    tiny[t.leaves[0]] = 1e-200  # its noise would overflow the BLUE's variances
+    with pytest.raises(InvalidPrivacyParameterError):
+        LUEDPTree(1e-9, tree=t, eps_per_node=tiny, accountant=acc).fit(np.ones(8), rng=0)
+    assert acc.spent_exact == 0
+    tiny[t.leaves[0]] = 1e-99
+    pub = LUEDPTree(1e-9, tree=t, eps_per_node=tiny, accountant=acc).fit(np.ones(8), rng=0)
+    assert np.all(np.isfinite(pub.histogram()))
+
+
+def test_issue19_10_privelet_has_no_free_rerelease():
+    acc = Accountant(epsilon=1.0)
+    pub = Privelet(0.5, accountant=acc).fit(X, rng=0)
+    assert acc.spent_exact == Fraction(0.5)  # charged once, not twice
+    assert not hasattr(pub, "mechanism_")
+    for value in vars(pub).values():  # any mechanism it keeps charges the same accountant
+        if isinstance(value, MatrixMechanism):
+            assert value.accountant is acc
+            value.run(X, rng=0)
+            assert acc.spent_exact == 1
+            with pytest.raises(SparseDPError):
+                value.run(X, rng=0)
+
+
+# ----------------------------------------------------------------------- finding 5: the CLI
+
+
+def test_cli_noise_from_os_entropy_unless_seeded(tmp_path, capsys):
+    data = tmp_path / "h.npy"
+    np.save(data, X)
+    outs = []
+    for i in range(2):
+        out = tmp_path / f"r{i}.npz"
+        assert main(["histogram", str(data), "--epsilon", "1", "--out", str(out)]) == 0
+        rel = load_release(out)
+        assert rel.private
+        outs.append(rel.estimate)
+    assert not np.array_equal(outs[0], outs[1])  # no fixed default seed
+    assert "NOT private" not in capsys.readouterr().out
+    seeded = tmp_path / "s.npz"
+    assert main(["histogram", str(data), "--epsilon", "1", "--seed", "3", "--out", str(seeded)]) == 0
+    assert "NOT private" in capsys.readouterr().out
+    with np.load(seeded) as f:
+        assert not bool(f["private"])
+    assert not load_release(seeded).private
+    assert main(["query", str(seeded), "0", "3"]) == 0
+    assert "not private" in capsys.readouterr().err
