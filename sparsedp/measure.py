@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -88,6 +89,10 @@ class MeasurementPlan:
 
     def variances(self) -> np.ndarray:
         """Per-row noise variance ``Var(z_i)`` (exact discrete variances when secure)."""
+        return self._variances.copy()
+
+    @cached_property
+    def _variances(self) -> np.ndarray:
         s = self.unit_scales
         if not self.secure:
             return 2.0 * s * s if self.noise == "laplace" else s * s
