@@ -38,13 +38,19 @@ import scipy.sparse as sp
 
 from . import noise as _noise
 from .calibration import gaussian_loss, gaussian_sigma, laplace_loss, laplace_scale, sensitivity_bound
-from .errors import InputBoundError, InvalidPrivacyParameterError, ShapeError, SparseDPError
+from .errors import (
+    InputBoundError,
+    InvalidPrivacyParameterError,
+    ShapeError,
+    SparseDPError,
+    UnsupportedStructureError,
+)
 from .intervals import IntervalRows
 from .operators import Operator, SparseOperator, aslinearoperator
 from .privacy import Accountant, LedgerEntry, PrivacyCost, rho_for_approx_dp
 from .validation import check_counts, check_epsilon, check_magnitude, check_positive, check_rho, check_vector
 
-__all__ = ["Measurement", "MeasurementPlan", "plan_measurement", "measure"]
+__all__ = ["Measurement", "MeasurementPlan", "NoiseStream", "plan_measurement", "measure"]
 
 
 @dataclass(frozen=True)
@@ -100,6 +106,35 @@ class MeasurementPlan:
         uniq, inv = np.unique(s, return_inverse=True)
         return np.array([f(float(t)) for t in uniq])[inv] * self.grid**2
 
+    def _charge(self, accountant: Accountant | None, label: str, seeded: bool, columns: int) -> None:
+        """Spend this plan's cost with a ledger entry (raises, recording nothing, if it does not fit)."""
+        if accountant is None:
+            return
+        entry = LedgerEntry(
+            label=label or f"measure({self.strategy.name})",
+            cost=self.cost,
+            rows=self.rows,
+            columns=columns,
+            noise=self.noise,
+            secure=self.secure,
+            private=not seeded,
+            sensitivity=self.sensitivity,
+            scale_min=float(self.scales.min()),
+            scale_max=float(self.scales.max()),
+            time=time.time(),
+        )
+        accountant.spend(self.cost, label=entry.label, entry=entry)
+
+    def noise_stream(self, *, accountant: Accountant | None = None, rng: Any = None, label: str = "") -> "NoiseStream":
+        """Charge now and return a :class:`NoiseStream` that draws this plan's noise row by row, in
+        increasing row order, each row at most once (for streams whose data arrive later: the
+        release is ``A x + z`` with ``z`` independent of the data, so drawing it early or lazily is
+        the same measurement)."""
+        _check_accountant(accountant)
+        seeded, gen = _generator(rng)
+        self._charge(accountant, label, seeded, int(self.measured.shape[1]))
+        return NoiseStream(self, gen, not seeded)
+
     def measure(
         self,
         x: Any,
@@ -115,8 +150,7 @@ class MeasurementPlan:
         check_magnitude(xv, "x")
         if self.secure and self.grid_exact and not np.all(xv == np.round(xv)):
             raise SparseDPError("secure mode with an exact grid needs integral data; pass grid= or round x")
-        if accountant is not None and not isinstance(accountant, Accountant):
-            raise InvalidPrivacyParameterError(f"accountant must be an Accountant, got {type(accountant).__name__}")
+        _check_accountant(accountant)
         exact = np.asarray(self.measured.matvec(xv), dtype=np.float64)
         if not np.all(np.isfinite(exact)):
             raise InputBoundError("A x overflows float64")
@@ -125,23 +159,8 @@ class MeasurementPlan:
         if self.secure:
             check_magnitude(exact / self.grid, "A x / grid")
             cells = _noise.snap_to_grid(exact, self.grid)
-        seeded = rng is not None and not (isinstance(rng, _noise.SecureRandomBits) and rng.secure)
-        gen = rng if rng is None or isinstance(rng, _noise.SecureRandomBits) else _noise.as_generator(rng)
-        if accountant is not None:
-            entry = LedgerEntry(
-                label=label or f"measure({self.strategy.name})",
-                cost=self.cost,
-                rows=self.rows,
-                columns=n,
-                noise=self.noise,
-                secure=self.secure,
-                private=not seeded,
-                sensitivity=self.sensitivity,
-                scale_min=float(self.scales.min()),
-                scale_max=float(self.scales.max()),
-                time=time.time(),
-            )
-            accountant.spend(self.cost, label=entry.label, entry=entry)
+        seeded, gen = _generator(rng)
+        self._charge(accountant, label, seeded, n)
         if self.secure:
             k = _noise.noise(self.noise, self.unit_scales, size=self.rows, rng=gen, secure=True)
             y = self.grid * (cells + k)
@@ -158,6 +177,60 @@ class MeasurementPlan:
             secure=self.secure,
             private=not seeded,
         )
+
+
+class NoiseStream:
+    """The noise of a charged :class:`MeasurementPlan`, drawn on demand (see
+    :meth:`MeasurementPlan.noise_stream`).  Rows must be asked for in strictly increasing order,
+    so no row's noise is ever drawn twice; values are in data units (``g k`` when secure)."""
+
+    def __init__(self, plan: MeasurementPlan, gen: Any, private: bool) -> None:
+        self.plan, self._gen, self.private = plan, gen, private
+        self._next = 0
+
+    @property
+    def next_row(self) -> int:
+        """The smallest row that may still be drawn."""
+        return self._next
+
+    def take(self, rows: Any) -> np.ndarray:
+        """Noise for ``rows`` (strictly increasing, all ``>= next_row``)."""
+        r = np.atleast_1d(np.asarray(rows, dtype=np.int64))
+        if r.size == 0:
+            return np.zeros(0)
+        if r[0] < self._next or np.any(np.diff(r) <= 0) or r[-1] >= self.plan.rows:
+            raise SparseDPError(
+                f"noise rows must be strictly increasing, from {self._next} and below {self.plan.rows}: "
+                "a row's noise is drawn once"
+            )
+        self._next = int(r[-1]) + 1
+        p = self.plan
+        z = _noise.noise(p.noise, p.unit_scales[r], size=r.size, rng=self._gen, secure=p.secure)
+        return p.grid * z if p.secure else z
+
+    def all(self) -> np.ndarray:
+        """The noise of every remaining row."""
+        return self.take(np.arange(self._next, self.plan.rows))
+
+
+def _check_accountant(accountant: Any) -> None:
+    if accountant is not None and not isinstance(accountant, Accountant):
+        raise InvalidPrivacyParameterError(f"accountant must be an Accountant, got {type(accountant).__name__}")
+
+
+def _generator(rng: Any) -> tuple[bool, Any]:
+    """``(seeded, generator)``: validates ``rng`` (before any charge) and says whether it is seeded."""
+    seeded = rng is not None and not (isinstance(rng, _noise.SecureRandomBits) and rng.secure)
+    gen = rng if rng is None or isinstance(rng, _noise.SecureRandomBits) else _noise.as_generator(rng)
+    return seeded, gen
+
+
+def _quantize_up(t: np.ndarray, steps: int = 64) -> np.ndarray:
+    """Round every scale *up* to the grid ``2^(k / steps)``: more noise, never less (so the loss
+    only falls); the exact samplers then build at most a few tables per octave."""
+    k = np.ceil(np.log2(t) * steps)
+    q = np.exp2(k / steps)
+    return np.where(q >= t, q, np.exp2((k + 1) / steps))  # log2's rounding can leave q a hair below t
 
 
 def _budget(noise: str, epsilon: Any, rho: Any, delta: Any) -> tuple[float | None, float | None]:
@@ -177,6 +250,16 @@ def _budget(noise: str, epsilon: Any, rho: Any, delta: Any) -> tuple[float | Non
     elif epsilon is not None:
         raise InvalidPrivacyParameterError("give rho or (epsilon, delta), not both")
     return None, check_rho(rho, "rho")
+
+
+def _times(value: float, factor: float) -> float:
+    """``value * factor`` rounded up (exact when both are integers below 2^26)."""
+    prod = value * factor
+    if not math.isfinite(prod):
+        return prod
+    if value == math.floor(value) and factor == math.floor(factor) and prod < 2.0**52:
+        return prod
+    return math.nextafter(prod, math.inf)
 
 
 def _explicit_calibration(
@@ -240,12 +323,23 @@ def plan_measurement(
     noise: str = "laplace",
     secure: bool = True,
     grid: float = 1.0,
+    unit: float = 1.0,
+    max_distinct_scales: int = 64,
 ) -> MeasurementPlan:
     """Calibrate a measurement of ``M`` (see the module docstring); nothing is drawn or charged.
 
     Give ``epsilon`` (Laplace) or ``rho`` / ``(epsilon, delta)`` (Gaussian) for homoscedastic noise
     calibrated to the sensitivity, or ``scales`` (one per row, or a scalar) for given per-row scales:
     the plan's ``loss`` is then what they cost, and a budget given beside them must cover it.
+
+    ``unit``: one record changes ``x`` by a vector ``d`` with ``||d||_1 <= unit`` (default 1: one
+    count by one).  Then ``||A d||_1 <= unit Delta_1(A)`` and ``||A d||_2 <= unit Delta_2(A)``, so
+    the sensitivity is multiplied by ``unit`` (a restaurant order: 5; a trip of at most ``L`` edges
+    counted with its two end points: ``L + 2``; a bounded value: the width of its range).
+
+    ``max_distinct_scales``: with exact noise the sampler builds a table per distinct scale; when
+    more scales are given, each is rounded *up* to the grid ``2^(k/64)`` (at most 1.1% more noise
+    standard deviation; the loss is computed after rounding, so it only falls).
     """
     op = aslinearoperator(M, name="strategy")
     eps, r = _budget(noise, epsilon, rho, delta)
@@ -253,18 +347,27 @@ def plan_measurement(
     g = check_positive(grid, "grid")
     p = 1 if noise == "laplace" else 2
     secure = bool(secure)
+    c = check_positive(unit, "unit")
     if scales is not None:
         unit_scales = np.broadcast_to(np.asarray(scales, dtype=np.float64), (m,)).copy()
         if not np.all(np.isfinite(unit_scales)) or np.any(unit_scales <= 0):
             raise InvalidPrivacyParameterError("scales must be finite and > 0")
         if secure:
-            unit_scales = unit_scales / g
+            unit_scales = np.nextafter(unit_scales / g, np.inf)  # never below the scale asked for
+            if np.unique(unit_scales).size > int(max_distinct_scales):
+                unit_scales = _quantize_up(unit_scales)
     given = unit_scales if scales is not None else None
     # exact structured loss for interval rows; anything else (subclasses included) from its entries
     calibrate = _interval_calibration if type(op) is IntervalRows else _explicit_calibration
     measured, grid_exact, sens, given_loss = calibrate(op, secure, g, p, given)
     if sens == 0:
         raise ShapeError("the strategy has no non-zero entry: nothing to measure")
+    if c != 1.0:
+        if secure and not grid_exact:
+            raise UnsupportedStructureError(
+                "unit != 1 with an inexact grid: rounding bounds hold per changed entry; snap the data to the grid")
+        sens = _times(sens, c)
+        given_loss = _times(given_loss, c if p == 1 else c * c)
     if scales is None:
         if eps is None and r is None:
             raise InvalidPrivacyParameterError("give a budget (epsilon or rho) or per-row scales")
@@ -322,9 +425,10 @@ def measure(
     rng: Any = None,
     counts: bool = True,
     label: str = "",
+    unit: float = 1.0,
 ) -> Measurement:
     """Measure ``M x`` with calibrated noise: :func:`plan_measurement` then
     :meth:`MeasurementPlan.measure` (validate, charge, draw).  Exact noise by default."""
     plan = plan_measurement(M, epsilon=epsilon, rho=rho, delta=delta, scales=scales, noise=noise,
-                            secure=secure, grid=grid)
+                            secure=secure, grid=grid, unit=unit)
     return plan.measure(x, accountant=accountant, rng=rng, counts=counts, label=label)

@@ -98,3 +98,35 @@ def test_interval_rows_are_calibrated_like_their_explicit_matrix(noise, secure):
         assert h.sensitivity == explicit.sensitivity
     m = implicit.measure(x, rng=0)
     assert m.y.shape == (30,)
+
+
+def test_unit_multiplies_the_sensitivity():
+    plan = plan_measurement(sp.eye(6), epsilon=1.0, unit=5, secure=True)  # e.g. one order = 5 items
+    assert plan.sensitivity == 5 and plan.scales[0] == 5.0
+    per_row = plan_measurement(sp.eye(3), scales=[2.0, 4.0, 8.0], unit=3, secure=False)
+    assert Fraction(per_row.loss) >= Fraction(3, 2)
+
+
+def test_many_distinct_scales_are_rounded_up_for_the_exact_sampler():
+    b = np.linspace(1.0, 50.0, 1000)
+    plan = plan_measurement(sp.eye(1000), scales=b, secure=True)
+    assert np.unique(plan.unit_scales).size <= 64 * 6 + 1
+    assert np.all(plan.unit_scales >= b) and np.all(plan.unit_scales <= b * 2 ** (1 / 64) * (1 + 1e-12))
+    assert Fraction(plan.loss) >= max(Fraction(1) / Fraction(float(t)) for t in plan.unit_scales)
+
+
+def test_noise_stream_charges_once_and_never_repeats_a_row():
+    acc = Accountant(epsilon=1.0)
+    plan = plan_measurement(st.identity(10), epsilon=0.5)
+    stream = plan.noise_stream(accountant=acc, rng=4)
+    assert len(acc.ledger) == 1 and acc.ledger[0].private is False
+    a = stream.take([0, 1, 2])
+    b = stream.take([5])
+    assert a.shape == (3,) and b.shape == (1,) and np.all(a == np.round(a))
+    for bad in ([5], [4], [7, 6], [10]):
+        with pytest.raises(SparseDPError):
+            stream.take(bad)
+    assert stream.all().shape == (4,)
+    with pytest.raises(SparseDPError):
+        plan.noise_stream(accountant=acc, rng="x")  # bad generator: refused before the charge
+    assert len(acc.ledger) == 1
