@@ -2,7 +2,11 @@
 
 Every month the hospital publishes the running total of HIV+ admissions; next month's number is
 unknown when this month's total goes out.  The optimally weighted Fenwick counter publishes all 120
-monthly totals of ten years under one budget epsilon = 1, and its state survives a restart.
+monthly totals of ten years under one budget epsilon = 1, charged once to an Accountant when the
+counter is created, and its state survives a restart.  Each increment is a count of admissions (one
+patient adds 1 to one month): the counter refuses anything that is not a non-negative integer.  The
+seeds below make the run reproducible, which is for a demonstration only: a seeded run is NOT
+private (omit ``rng`` to draw the noise from operating-system entropy).
 
     python examples/continual_counter.py
 """
@@ -17,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sparsedp import BudgetExceededError  # noqa: E402
+from sparsedp import Accountant, BudgetExceededError, InputBoundError  # noqa: E402
 from sparsedp.continual import (  # noqa: E402
     ContinualCounter,
     GLSTreeCounter,
@@ -31,7 +35,8 @@ N, EPS = 120, 1.0
 admissions = np.random.default_rng(7).poisson(450, N).astype(float)  # a_t: new HIV+ admissions in month t
 admissions[:3] = [531, 392, 426]  # the seed's Table 5.2
 
-counter = ContinualCounter(N, epsilon=EPS, rng=2026)
+budget = Accountant(epsilon=2 * EPS)  # two releases below, each of cost EPS
+counter = ContinualCounter(N, epsilon=EPS, rng=2026, accountant=budget)
 print(f"horizon {N} months, epsilon {EPS}: Laplace scale {counter.scale:.3f} "
       f"(Delta_1(Sigma M) = {counter.sensitivity:.6f})")
 print("month  true total  published   std")
@@ -40,7 +45,8 @@ with tempfile.TemporaryDirectory() as tmp:
     state = Path(tmp) / "counter.json"
     for t, a in enumerate(admissions, start=1):
         if t == 61:  # the server restarts after five years: resume from the saved state
-            counter = ContinualCounter.load(state, rng=2027)  # fresh noise from here on
+            # fresh noise from here on; the parameters must be those of the saved run, else it is refused
+            counter = ContinualCounter.load(state, rng=2027, horizon=N, epsilon=EPS)
         published.append(counter.update(a))
         counter.save(state)
         if t <= 3 or t % 24 == 0:
@@ -49,6 +55,10 @@ try:
     counter.update(400)
 except BudgetExceededError as exc:
     print("month 121:", exc)
+try:
+    ContinualCounter(N, epsilon=EPS).update(-3)
+except InputBoundError as exc:
+    print("a negative count:", exc)
 
 err = np.asarray(published) - np.cumsum(admissions)
 fda = expected_error(N, optimal_weights(N), epsilon=EPS)
@@ -56,8 +66,9 @@ plain = expected_error(N, np.ones(N), epsilon=EPS)
 print(f"expected per-step variance: FDA {fda.mean:.1f}, unweighted Fenwick {plain.mean:.1f}, "
       f"Honaker streaming {honaker_variance(N, EPS).mean():.1f}; this run's mean squared error {np.mean(err ** 2):.1f}")
 
-# the lowest-error pure-DP counter here: every node of a 16-ary tree measured, full GLS estimate
-gls = GLSTreeCounter(N, EPS, rng=2026)
+# the lowest-error pure-DP counter here: every node of a 12-ary tree measured, full GLS estimate
+gls = GLSTreeCounter(N, EPS, rng=2026, accountant=budget)
 gls_err = gls.run(admissions) - np.cumsum(admissions)
 print(f"GLS tree: expected per-step variance {gls_tree_error(N, EPS).mean:.1f}; "
       f"this run's mean squared error {np.mean(gls_err ** 2):.1f}")
+print(f"budget spent: {budget.spent} of {budget.total} ({len(budget.history)} releases)")

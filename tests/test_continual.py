@@ -247,6 +247,7 @@ def test_save_restore_keeps_published_noise(tmp_path):
     with pytest.raises(SparseDPError):
         ContinualCounter.from_state(bad)
     (tmp_path / "junk.json").write_text("{not json")
+    (tmp_path / "junk.json").chmod(0o600)
     with pytest.raises(SparseDPError):
         ContinualCounter.load(tmp_path / "junk.json")
 

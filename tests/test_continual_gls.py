@@ -131,7 +131,8 @@ def test_optimal_weights_beat_uniform_and_negative_digits():
 def test_noiseless_limit_and_bad_input_before_noise():
     N = 50
     x = np.random.default_rng(1).integers(0, 9, N).astype(float)
-    np.testing.assert_allclose(GLSTreeCounter(N, 1e9, rng=2).run(x), np.cumsum(x), atol=1e-5)
+    # eps = 1e6, the top of the accepted range: almost no noise
+    np.testing.assert_allclose(GLSTreeCounter(N, 1e6, rng=2).run(x), np.cumsum(x), atol=1e-3)
     with pytest.raises(InvalidPrivacyParameterError):
         GLSTreeCounter(N, 0.0)
     with pytest.raises(SparseDPError):

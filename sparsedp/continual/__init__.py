@@ -11,6 +11,10 @@
   optimal per-level weights, full GLS; the release is ``s_t + e_t`` with data-independent ``e``).
 * :func:`adaptive_run` and :mod:`.adaptive`: why ``s_t + e_t`` counters are private against adaptive
   streams.
+* Every counter enforces an increment domain (``increments="counts"``: non-negative integers with a
+  running sum ``<= 2^50``; ``"unit"``: reals in ``[0, 1]``), refusing anything else with
+  :class:`~sparsedp.errors.InputBoundError` before the step; takes ``accountant=`` (charged once, at
+  creation, before any noise); and exposes ``measured_strategy()`` / ``noise_scales()`` for audits.
 * Beyond the seed: :class:`KaryCounter` (k-ary trees, optimal per-level weights, streaming BLUE),
   :class:`NegDigitCounter` (k-ary tree with negative digits, Andersson-Pagh-Torkamani 2024),
   :class:`SqrtCounter` (square-root factorisation, zCDP), :class:`BLTCounter` / :func:`fit_blt`.

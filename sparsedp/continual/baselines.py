@@ -12,16 +12,26 @@
   estimate of a completed node from its own subtree, ``v_0 = sigma^2``,
   ``v_h = 1 / (1 / sigma^2 + 1 / (2 v_{h-1}))``, ``est_h = v_h (y / sigma^2 + (l + r) / (2 v_{h-1}))``;
   ``s~_t`` adds the subtree estimates of the digits of ``t``: ``Var = sum_{h in digits(t)} v_h``.
+
+Every counter takes ``increments=`` (the enforced increment domain) and ``accountant=`` (charged
+``epsilon`` once, in the constructor, before any noise is drawn): see :mod:`._stream`.  Scales are
+``Delta_1 / epsilon`` rounded up (:func:`sparsedp.calibration.laplace_scale`), and
+``measured_strategy()`` / ``noise_scales()`` expose the matrix measured and its per-row scales.
 """
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Any
 
-from ..validation import check_positive
-from ._stream import BufferedNoise, StreamingCounter
+import numpy as np
+import scipy.sparse as sp
+
+from ..calibration import laplace_scale
+from ..privacy import Accountant
+from ..validation import check_epsilon
+from ._stream import BufferedNoise, StreamingCounter, check_accountant, level_strategy
 from .counter import ContinualCounter
-from .fenwick import check_horizon
+from .fenwick import check_horizon, fenwick_matrices
 
 __all__ = [
     "NaiveCounter",
@@ -46,20 +56,20 @@ def _digit_sum(N: int, per_level: np.ndarray) -> np.ndarray:
 
 def naive_variance(N: int, epsilon: float) -> np.ndarray:
     """``Var(s~_t) = 2 t / epsilon^2`` of :class:`NaiveCounter`."""
-    N, eps = check_horizon(N), check_positive(epsilon, "epsilon")
+    N, eps = check_horizon(N), check_epsilon(epsilon, "epsilon")
     return 2.0 * np.arange(1, N + 1) / eps**2
 
 
 def binary_variance(N: int, epsilon: float) -> np.ndarray:
     """``Var(s~_t) = popcount(t) 2 L^2 / epsilon^2`` of :class:`BinaryMechanism` (``L = bit_length(N)``)."""
-    N, eps = check_horizon(N), check_positive(epsilon, "epsilon")
+    N, eps = check_horizon(N), check_epsilon(epsilon, "epsilon")
     L = N.bit_length()
     return _digit_sum(N, np.full(L, 2.0 * L * L / eps**2))
 
 
 def honaker_level_variances(N: int, epsilon: float) -> np.ndarray:
     """``v_h`` of a completed level-``h`` node's subtree estimate, ``h = 0 .. L-1``."""
-    N, eps = check_horizon(N), check_positive(epsilon, "epsilon")
+    N, eps = check_horizon(N), check_epsilon(epsilon, "epsilon")
     L = N.bit_length()
     s2 = 2.0 * L * L / eps**2
     v = np.empty(L)
@@ -79,12 +89,23 @@ class NaiveCounter(StreamingCounter):
 
     name = "naive"
 
-    def __init__(self, horizon: int, epsilon: float, rng: object = None) -> None:
-        super().__init__(horizon)
-        self.epsilon = check_positive(epsilon, "epsilon")
+    def __init__(self, horizon: int, epsilon: float, rng: object = None, *, increments: str = "counts",
+                 accountant: Accountant | None = None) -> None:
+        super().__init__(horizon, increments)
+        accountant = check_accountant(accountant)
+        self.epsilon = check_epsilon(epsilon, "epsilon")
         self.sensitivity = 1.0
-        self._noise = BufferedNoise("laplace", 1.0 / self.epsilon, rng)
+        self.scale = laplace_scale(self.sensitivity, self.epsilon)
+        self._noise = BufferedNoise("laplace", self.scale, rng)
         self._sum = 0.0
+        self._charge(accountant)
+
+    def measured_strategy(self) -> sp.csr_matrix:
+        """The identity: every increment is measured once."""
+        return sp.identity(self.horizon, format="csr")
+
+    def noise_scales(self) -> np.ndarray:
+        return np.full(self.horizon, self.scale)
 
     def _step(self, a: float) -> float:
         self._sum += a + self._noise.draw()
@@ -96,12 +117,18 @@ class _BinaryTree(StreamingCounter):
     """``L = floor(log2 N) + 1`` levels; each increment is in one node per level, so ``Delta_1 = L``
     and every node gets ``Lap(L / epsilon)``."""
 
-    def __init__(self, horizon: int, epsilon: float, rng: object = None) -> None:
-        super().__init__(horizon)
-        self.epsilon = check_positive(epsilon, "epsilon")
+    def __init__(self, horizon: int, epsilon: float, rng: object = None, *, increments: str = "counts",
+                 accountant: Accountant | None = None) -> None:
+        super().__init__(horizon, increments)
+        self._accountant = check_accountant(accountant)
+        self.epsilon = check_epsilon(epsilon, "epsilon")
         self.levels = self.horizon.bit_length()
         self.sensitivity = float(self.levels)
-        self._noise = BufferedNoise("laplace", self.levels / self.epsilon, rng)
+        self.scale = laplace_scale(self.sensitivity, self.epsilon)
+        self._noise = BufferedNoise("laplace", self.scale, rng)
+
+    def noise_scales(self) -> np.ndarray:
+        return np.full(self.measured_strategy().shape[0], self.scale)
 
 
 class BinaryMechanism(_BinaryTree):
@@ -109,11 +136,17 @@ class BinaryMechanism(_BinaryTree):
 
     name = "binary"
 
-    def __init__(self, horizon: int, epsilon: float, rng: object = None) -> None:
-        super().__init__(horizon, epsilon, rng)
+    def __init__(self, horizon: int, epsilon: float, rng: object = None, *, increments: str = "counts",
+                 accountant: Accountant | None = None) -> None:
+        super().__init__(horizon, epsilon, rng, increments=increments, accountant=accountant)
         self._alpha = [0.0] * self.levels
         self._noisy = [0.0] * self.levels
         self._level_var = 2.0 * self.levels**2 / self.epsilon**2
+        self._charge(self._accountant)
+
+    def measured_strategy(self) -> sp.csr_matrix:
+        """The p-sums: row ``t`` sums ``(t - lowbit(t), t]`` (the unweighted Fenwick strategy)."""
+        return fenwick_matrices(self.horizon)[0]
 
     def _step(self, a: float) -> float:
         t = self.t + 1
@@ -132,12 +165,18 @@ class HonakerCounter(_BinaryTree):
 
     name = "honaker"
 
-    def __init__(self, horizon: int, epsilon: float, rng: object = None) -> None:
-        super().__init__(horizon, epsilon, rng)
+    def __init__(self, horizon: int, epsilon: float, rng: object = None, *, increments: str = "counts",
+                 accountant: Accountant | None = None) -> None:
+        super().__init__(horizon, epsilon, rng, increments=increments, accountant=accountant)
         self._v = honaker_level_variances(self.horizon, self.epsilon).tolist()
         self._s2 = self._v[0]
         self._true = [0.0] * self.levels
         self._est = [0.0] * self.levels
+        self._charge(self._accountant)
+
+    def measured_strategy(self) -> sp.csr_matrix:
+        """Every complete dyadic block ``(j 2^h, (j + 1) 2^h]``, ``h = 0 .. L - 1``."""
+        return level_strategy(self.horizon, [(2**h, 1.0, True) for h in range(self.levels)])
 
     def _step(self, a: float) -> float:
         t = self.t + 1
@@ -159,6 +198,7 @@ class HonakerCounter(_BinaryTree):
         return sum(self._est[h] for h in digits)
 
 
-def unweighted_fenwick(horizon: int, epsilon: float, rng: object = None) -> ContinualCounter:
-    """The seed's plain Fenwick release (eq. 5.7): :class:`ContinualCounter` with unit weights."""
-    return ContinualCounter(horizon, epsilon=epsilon, weights="uniform", rng=rng)
+def unweighted_fenwick(horizon: int, epsilon: float, rng: object = None, **kw: Any) -> ContinualCounter:
+    """The seed's plain Fenwick release (eq. 5.7): :class:`ContinualCounter` with unit weights
+    (``kw``: ``increments=``, ``accountant=``)."""
+    return ContinualCounter(horizon, epsilon=epsilon, weights="uniform", rng=rng, **kw)

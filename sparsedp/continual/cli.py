@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..errors import SparseDPError
+from ._stream import INCREMENTS
 from .counter import ContinualCounter
 from .glstree import GLSTreeCounter
 from .report import error_table, format_table
@@ -15,7 +16,7 @@ from .report import error_table, format_table
 __all__ = ["register"]
 
 
-def _stream(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+def _stream(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
     if args.horizon is None:
         raise SparseDPError("--horizon is required (or use --report N)")
     state = Path(args.state) if args.state else None
@@ -23,14 +24,19 @@ def _stream(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
         raise SparseDPError("--method gls-tree is pure DP (--epsilon) and has no --state (its noise is drawn ahead)")
     counter: ContinualCounter | GLSTreeCounter
     if args.method == "gls-tree":
-        counter = GLSTreeCounter(args.horizon, args.epsilon, weights=args.weights, rng=args.seed)
+        counter = GLSTreeCounter(args.horizon, args.epsilon, weights=args.weights, rng=args.seed,
+                                 increments=args.increments)
     elif state is not None and state.exists():
-        counter = ContinualCounter.load(state, rng=args.seed)
-        if counter.horizon != args.horizon:
-            raise SparseDPError(f"state file {state} is for horizon {counter.horizon}, not {args.horizon}")
+        # a resume must repeat every parameter of the run it continues (the file says which)
+        counter = ContinualCounter.load(state, rng=args.seed, horizon=args.horizon, epsilon=args.epsilon,
+                                        rho=args.rho, weights=args.weights, increments=args.increments)
     else:
         kw: dict[str, Any] = {"rho": args.rho} if args.rho is not None else {"epsilon": args.epsilon}
-        counter = ContinualCounter(args.horizon, weights=args.weights, rng=args.seed, **kw)
+        counter = ContinualCounter(args.horizon, weights=args.weights, rng=args.seed, increments=args.increments, **kw)
+    if args.seed is not None:
+        stderr.write("sparsedp: warning: --seed makes the noise reproducible by anyone who knows the seed: "
+                     "these outputs are NOT private (omit --seed for fresh operating-system entropy)\n")
+        stderr.flush()
     for lineno, line in enumerate(stdin, start=1):
         text = line.strip()
         if not text:
@@ -61,7 +67,7 @@ def _run(args: argparse.Namespace) -> int:
         raise SparseDPError("give --epsilon (Laplace) or --rho (Gaussian, zCDP), not both")
     if args.epsilon is None and args.rho is None:
         args.epsilon = 1.0
-    return _stream(args, sys.stdin, sys.stdout)
+    return _stream(args, sys.stdin, sys.stdout, sys.stderr)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -72,14 +78,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Read one increment per line from stdin and print the differentially private running "
         "sum after each line, immediately (flushed per line), with the optimally weighted Fenwick "
         "counter of seed 000 (O(log N) per step). The whole run of at most --horizon steps is "
-        "epsilon-DP (Laplace) or rho-zCDP (Gaussian, with --rho). With --report N, print instead the "
-        "analytic per-step error of every continual-release method for horizon N.",
+        "epsilon-DP (Laplace) or rho-zCDP (Gaussian, with --rho) for streams that differ in one record: "
+        "each line is a non-negative integer count (one record adds 1 to one step; the running sum must "
+        "stay <= 2^50), or with --increments unit a real number in [0, 1]. A line outside that domain stops "
+        "the run with an error before anything is released for it. The noise comes from fresh "
+        "operating-system entropy; --seed makes it reproducible and the run NOT private. The --state file "
+        "holds the exact running sums: it is as secret as the data and is written atomically with mode "
+        "0600 (owner only). With --report N, print instead the analytic per-step error of every "
+        "continual-release method for horizon N.",
     )
     p.add_argument("--horizon", type=int, help="maximum number of steps N; step N+1 is refused")
     p.add_argument("--epsilon", type=float, default=None,
                    help="pure DP budget of the whole run (Laplace noise; default 1.0)")
     p.add_argument("--rho", type=float, default=None, help="zCDP budget of the whole run (Gaussian noise instead)")
-    p.add_argument("--seed", type=int, default=None, help="random seed (default: fresh OS entropy)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="random seed: reproducible noise, and therefore NOT private (default: fresh OS entropy)")
+    p.add_argument("--increments", choices=list(INCREMENTS), default="counts",
+                   help="increment domain: counts (default; non-negative integers, one record adds 1 to one "
+                   "step, running sum <= 2^50) or unit (reals in [0, 1]); anything else is refused")
     p.add_argument("--method", choices=["fenwick", "gls-tree"], default="fenwick",
                    help="fenwick (default): FDA-weighted Fenwick counter, O(log N) state, --rho and --state "
                    "supported; gls-tree: 12-ary tree with every node measured and the full GLS estimate, "
@@ -90,7 +106,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "(fenwick: = binary mechanism)")
     p.add_argument("--std", action="store_true", help="also print the exact standard deviation of each output")
     p.add_argument("--state", default=None,
-                   help="JSON file to resume from and to save to after every step (holds exact sums: keep it secret)")
+                   help="JSON file to resume from and to save to after every step. It holds the exact running "
+                   "sums, so it is secret: it is written atomically with mode 0600 (owner only). A resume must "
+                   "give the same --horizon, --epsilon/--rho, --weights and --increments as the run that wrote "
+                   "it, or it is refused")
     p.add_argument("--report", type=int, metavar="N", default=None,
                    help="print the error table of all methods for horizon N (uses --epsilon, default 1, "
                    "and --rho, default epsilon^2/2) and exit")

@@ -7,9 +7,11 @@ Privacy argument (pure ``epsilon``-DP, Laplace).  The whole run releases a post-
 ``a_j`` by at most 1, which moves ``y`` by ``Sigma M e_j``, of L1 norm ``(M^T lambda)_j <=
 Delta_1(Sigma M_N)``.  So ``y`` is the Laplace mechanism with noise calibrated to its L1 sensitivity
 and the release is ``epsilon``-DP (Dwork et al. 2006; matrix mechanism, Li et al. 2010).  The counter
-computes ``Delta_1 = max_j (M^T lambda)_j`` exactly (``<= 1`` for the optimal weights, which are
-built with ``M^T lambda <= 1``; ``floor(log2 N) + 1`` unweighted) and draws ``Lap(Delta_1 /
-epsilon)``.  It refuses step ``N + 1``: the sensitivity bound holds for ``N`` steps only.
+computes ``Delta_1 = max_j (M^T lambda)_j`` from the weights it uses, certified ``>=`` the exact
+value (:func:`~sparsedp.continual.weights.certified_weights_sensitivity`: 1 up to rounding for the
+optimal weights, which are built with ``M^T lambda <= 1``; exactly ``floor(log2 N) + 1`` unweighted)
+and draws ``Lap(b)``, ``b = Delta_1 / epsilon`` rounded up.  :meth:`ContinualCounter.measured_strategy`
+and :meth:`~ContinualCounter.noise_scales` expose ``Sigma M_N`` and ``b`` for audits.  It refuses step ``N + 1``: the sensitivity bound holds for ``N`` steps only.
 
 Gaussian variant (``rho``-zCDP): ``z_i ~ N(0, sigma^2)``, ``sigma = Delta_2 / sqrt(2 rho)``,
 ``Delta_2 = max_j sqrt((M^T lambda^2)_j)`` (``<= 1`` for the norm-2-optimal weights).
@@ -20,32 +22,51 @@ prefix sum, noisy prefix sum, variance -- at most ``floor(log2 N) + 1`` entries,
 ``O(log N)`` time (weights by :meth:`FenwickWeights.at`) and the state is ``O(log N)``.  Setup computes
 ``Delta`` once, vectorised, in ``O(N log N)`` time and ``O(N)`` transient memory.
 
+Increments (``increments=``, :mod:`._stream`): non-negative integer counts with a running sum of at
+most ``2^50`` (default), or reals in ``[0, 1]``; anything else is refused before the step is taken.
+``accountant=``: charged ``epsilon`` (``rho``) once, in the constructor, before any noise is drawn.
+
 Save / restore.  :meth:`ContinualCounter.state` is a JSON-able dict of the stack and the running sum:
-it holds the exact (private) prefix sums, so it must be stored as securely as the raw data.  Noise of
-published steps lives in the stored noisy sums and is never drawn again.  The random generator is not
-saved: :meth:`from_state` continues with fresh noise from the ``rng`` it is given.  Restoring an
-*older* state and replaying a published step would publish that step twice with independent noise
-(twice the budget for it); save after every published step and restore the latest state only.
+it holds the exact (private) prefix sums, so it is as secret as the raw data.  :meth:`save` writes it
+atomically to a file only its owner can read or write (mode ``0600``: a temporary file created
+``0600`` in the same directory, flushed, then renamed over the target).  Noise of published steps
+lives in the stored noisy sums and is never drawn again.  The random generator is not saved:
+:meth:`from_state` continues with fresh noise from the ``rng`` it is given.  :meth:`load` and
+:meth:`from_state` refuse a state whose parameters (horizon, epsilon, rho, weights, increments)
+disagree with the ones the caller states, and a state whose sums lie outside the increment domain.
+Restoring an *older* state and replaying a published step would publish that step twice with
+independent noise (twice the budget for it); save after every published step and restore the latest
+state only.  A restored counter continues the release charged when it was created and charges nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
+import os
+import stat
+import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
-from ..errors import SparseDPError
-from ..validation import check_vector
-from ._stream import BufferedNoise, StreamingCounter
+from ..errors import InputBoundError, SparseDPError
+from ..privacy import Accountant
+from ..validation import MAX_MAGNITUDE, check_epsilon, check_rho, check_vector
+from ._stream import MIN_RELATIVE_WEIGHT, BufferedNoise, StreamingCounter, check_accountant
 from .error import expected_error, noise_calibration
-from .fenwick import check_horizon
-from .weights import FenwickWeights, weights_sensitivity
+from .fenwick import check_horizon, fenwick_matrices
+from .weights import FenwickWeights, certified_weights_sensitivity
 
 __all__ = ["ContinualCounter"]
 
-_STATE_VERSION = 1
+_STATE_VERSION = 2
+#: The parameters a resumed state must share with the run that continues it.
+RESUME_PARAMETERS = ("horizon", "epsilon", "rho", "weights", "increments")
 
 
 class ContinualCounter(StreamingCounter):
@@ -53,8 +74,10 @@ class ContinualCounter(StreamingCounter):
 
     Parameters: ``horizon`` (``N``), exactly one of ``epsilon`` (with ``noise="laplace"``) and
     ``rho`` (with ``noise="gaussian"``), ``weights`` = ``"optimal"`` (FDA, for the noise's norm),
-    ``"uniform"`` (plain Fenwick = binary mechanism) or an array of ``N`` positive weights, ``rng``
-    (seed or Generator).  ``update(a_t)`` returns ``s~_t``; ``last_variance`` is its exact variance.
+    ``"uniform"`` (plain Fenwick = binary mechanism) or an array of ``N`` positive weights (scaled to
+    a largest weight of 1; the smallest must then be ``>= 1e-100``), ``rng`` (seed or Generator),
+    ``increments`` (``"counts"`` or ``"unit"``, see :mod:`._stream`), ``accountant`` (charged once,
+    here).  ``update(a_t)`` returns ``s~_t``; ``last_variance`` is its exact variance.
     """
 
     name = "fenwick"
@@ -67,48 +90,71 @@ class ContinualCounter(StreamingCounter):
         weights: Any = "optimal",
         noise: str | None = None,
         rng: Any = None,
+        *,
+        increments: str = "counts",
+        accountant: Accountant | None = None,
     ) -> None:
-        super().__init__(check_horizon(horizon))
+        super().__init__(check_horizon(horizon), increments)
+        accountant = check_accountant(accountant)
         noise = noise or ("gaussian" if rho is not None else "laplace")
         if noise not in ("laplace", "gaussian"):
             raise SparseDPError(f"noise must be 'laplace' or 'gaussian', got {noise!r}")
         if (noise == "laplace") != (epsilon is not None) or (noise == "gaussian") != (rho is not None):
             raise SparseDPError("use noise='laplace' with epsilon=, or noise='gaussian' with rho=")
-        self.epsilon, self.rho, self.noise = epsilon, rho, noise
+        self.epsilon = None if epsilon is None else check_epsilon(epsilon, "epsilon")
+        self.rho = None if rho is None else check_rho(rho, "rho")
+        self.noise = noise
         self.norm = 1 if noise == "laplace" else 2
-        noise_calibration(epsilon, rho, 1.0)  # reject a bad budget before any work
         N = self.horizon
         self._fda: FenwickWeights | None = None
         self._lam: np.ndarray | None = None
         if isinstance(weights, str):
             if weights == "optimal":
                 self._fda = FenwickWeights.build(N, self.norm)
-                lam = self._fda.array()  # one-off, for the exact sensitivity; not kept
-            elif weights in ("uniform", "unweighted"):
-                lam = np.ones(N)
-            else:
+            elif weights not in ("uniform", "unweighted"):
                 raise SparseDPError(f"weights must be 'optimal', 'uniform' or an array, got {weights!r}")
             self.weights_spec: Any = weights
         else:
             lam = check_vector(weights, N, "weights")
             if np.any(lam <= 0):
                 raise SparseDPError("weights must all be > 0")
+            lam = lam / lam.max()
+            if lam.min() < MIN_RELATIVE_WEIGHT:
+                raise SparseDPError(f"weights must lie within a factor {1 / MIN_RELATIVE_WEIGHT:g} of each other")
             self._lam = lam
-            self.weights_spec = lam.tolist()
-        self.sensitivity = weights_sensitivity(lam, self.norm)  # exact; unit weights: floor(log2 N) + 1
-        _, self.scale, self.unit_variance = noise_calibration(epsilon, rho, self.sensitivity)
-        self._noise = BufferedNoise(noise, self.scale, rng)
+            self.weights_spec = [float(v) for v in np.asarray(weights, dtype=np.float64)]
+        # certified >= the exact max_j (M^T lambda)_j of the weights used (unit weights: floor(log2 N) + 1)
+        self.sensitivity = certified_weights_sensitivity(self.weights_array(), self.norm)
+        _, self.scale, self.unit_variance = noise_calibration(self.epsilon, self.rho, self.sensitivity)
+        self._noise = BufferedNoise(noise, self.scale, rng)  # draws nothing yet
         self._s = 0.0
         self._stack: list[tuple[int, float, float, float]] = []  # (node, exact s, noisy s, var / unit)
         self.last_noise = float("nan")
+        self._charge(accountant)
 
     def weight(self, t: int) -> float:
-        """``lambda_t`` (1-based): ``O(log N)`` for the optimal weights."""
+        """``lambda_t`` (1-based): ``O(log N)`` for the optimal weights (bit-for-bit
+        ``weights_array()[t - 1]``)."""
         if self._fda is not None:
             return self._fda.at(t)
         if self._lam is not None:
             return float(self._lam[t - 1])
         return 1.0
+
+    def weights_array(self) -> np.ndarray:
+        """All ``N`` weights ``lambda_t`` the counter uses, ``O(N)``."""
+        if self._fda is not None:
+            return self._fda.array()
+        return self._lam.copy() if self._lam is not None else np.ones(self.horizon)
+
+    def measured_strategy(self) -> sp.csr_matrix:
+        """``diag(lambda) M_N``: row ``t`` is node ``t``, the sum over ``(t - lowbit(t), t]``, weighted."""
+        M, _ = fenwick_matrices(self.horizon)
+        return sp.csr_matrix(sp.diags(self.weights_array()) @ M)
+
+    def noise_scales(self) -> np.ndarray:
+        """``Lap(b)`` / ``N(0, sigma^2)`` on every node: ``b = Delta_1 / epsilon`` (``sigma``), rounded up."""
+        return np.full(self.horizon, self.scale)
 
     def _step(self, a: float) -> float:
         t = self.t + 1
@@ -129,11 +175,7 @@ class ContinualCounter(StreamingCounter):
 
     def expected_error(self):  # type: ignore[no-untyped-def]
         """:func:`sparsedp.continual.expected_error` for this counter's weights and budget."""
-        if self._fda is not None:
-            lam = self._fda.array()
-        else:
-            lam = self._lam if self._lam is not None else np.ones(self.horizon)
-        return expected_error(self.horizon, lam, epsilon=self.epsilon, rho=self.rho)
+        return expected_error(self.horizon, self.weights_array(), epsilon=self.epsilon, rho=self.rho)
 
     # ---- save / restore -------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -145,6 +187,7 @@ class ContinualCounter(StreamingCounter):
             "rho": self.rho,
             "noise": self.noise,
             "weights": self.weights_spec,
+            "increments": self.increments,
             "t": self.t,
             "s": self._s,
             "stack": [list(e) for e in self._stack],
@@ -152,42 +195,139 @@ class ContinualCounter(StreamingCounter):
         }
 
     @classmethod
-    def from_state(cls, state: dict[str, Any], rng: Any = None) -> "ContinualCounter":
+    def from_state(cls, state: dict[str, Any], rng: Any = None, *, horizon: int | None = None,
+                   epsilon: float | None = None, rho: float | None = None, weights: Any = None,
+                   increments: str | None = None) -> "ContinualCounter":
         """Rebuild a counter from :meth:`state`; future noise comes from ``rng`` (fresh by default).
+
+        Every parameter given (not ``None``) must equal the state's, else :class:`SparseDPError`
+        naming it and both values: a resume never silently changes the budget, the weights or the
+        increment domain of the release it continues.  The stored sums must lie in the increment
+        domain (:class:`InputBoundError` otherwise).  Nothing is charged.
 
         An integer seed is combined with the saved step ``t`` (``default_rng([seed, t])``), so resuming
         with the seed of the first run never replays that run's noise on other steps.
         """
         try:
-            if state["version"] != _STATE_VERSION:
-                raise SparseDPError(f"unknown counter state version {state['version']!r}")
-            t = int(state["t"])
+            version = state["version"]
+            if version not in (1, _STATE_VERSION):
+                raise SparseDPError(f"unknown counter state version {version!r}")
+            stored = {key: state.get(key) for key in RESUME_PARAMETERS}
+            stored["increments"] = state.get("increments", "counts")  # version 1: counts
+            _check_resume(stored, dict(horizon=horizon, epsilon=epsilon, rho=rho, weights=weights,
+                                       increments=increments))
+            t = _as_int(state["t"], "t")
             if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
                 rng = np.random.default_rng([int(rng), t])
-            obj = cls(state["horizon"], epsilon=state["epsilon"], rho=state["rho"], weights=state["weights"],
-                      noise=state["noise"], rng=rng)
-            stack = [(int(e[0]), float(e[1]), float(e[2]), float(e[3])) for e in state["stack"]]
+            obj = cls(stored["horizon"], epsilon=stored["epsilon"], rho=stored["rho"], weights=stored["weights"],
+                      noise=state["noise"], rng=rng, increments=stored["increments"])
+            stack = [(_as_int(e[0], "node"), float(e[1]), float(e[2]), float(e[3])) for e in state["stack"]]
             s = float(state["s"])
+            last_variance = float(state.get("last_variance", float("nan")))
         except (KeyError, TypeError, ValueError, IndexError) as exc:
-            raise SparseDPError(f"malformed counter state: {exc}") from exc
-        if not 0 <= t <= obj.horizon or (t > 0 and (not stack or stack[-1][0] != t)):
-            raise SparseDPError("inconsistent counter state: step and stack do not match")
-        obj.t, obj._s, obj._stack = t, s, stack
-        obj.last_variance = float(state.get("last_variance", float("nan")))
+            if isinstance(exc, SparseDPError):
+                raise
+            raise SparseDPError(f"malformed counter state: {exc!r}") from exc
+        _check_stack(obj, t, s, stack)
+        obj.t, obj._s, obj._stack, obj._total = t, s, stack, s
+        obj.last_variance = last_variance
         return obj
 
     def save(self, path: str | Path) -> None:
-        """Write :meth:`state` as JSON to ``path`` (atomically: write then rename)."""
+        """Write :meth:`state` as JSON to ``path``, atomically and readable by its owner only (``0600``).
+
+        The JSON goes to a temporary file that :func:`tempfile.mkstemp` creates with mode ``0600`` (and
+        ``O_EXCL``) in the target's directory; it is flushed to disk and renamed over ``path`` with
+        :func:`os.replace`, so ``path`` is never partially written nor, even for an instant, readable
+        by others (an older, more open file at ``path`` is replaced, not rewritten in place).
+        """
         path = Path(path)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(self.state()))
-        tmp.replace(path)
+        data = json.dumps(self.state()).encode()
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                os.fchmod(fh.fileno(), 0o600)
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
     @classmethod
-    def load(cls, path: str | Path, rng: Any = None) -> "ContinualCounter":
-        """Counterpart of :meth:`save`."""
+    def load(cls, path: str | Path, rng: Any = None, **expected: Any) -> "ContinualCounter":
+        """Counterpart of :meth:`save`; ``expected`` are :meth:`from_state`'s parameter checks
+        (``horizon=``, ``epsilon=``, ``rho=``, ``weights=``, ``increments=``).  Warns if the file is
+        readable or writable by others than its owner (it holds exact sums)."""
+        unknown = set(expected) - set(RESUME_PARAMETERS)
+        if unknown:
+            raise SparseDPError(f"unknown resume parameter(s) {sorted(unknown)}; expected {RESUME_PARAMETERS}")
         try:
-            state = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
+            with open(path, "rb") as fh:
+                if stat.S_IMODE(os.fstat(fh.fileno()).st_mode) & 0o077:
+                    warnings.warn(f"counter state {path} is accessible to other users; it holds exact running "
+                                  "sums (it is rewritten with mode 0600 at the next save)", stacklevel=2)
+                state = json.loads(fh.read())
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise SparseDPError(f"cannot read counter state {path}: {exc}") from exc
-        return cls.from_state(state, rng)
+        if not isinstance(state, dict):
+            raise SparseDPError(f"counter state {path} is not a JSON object")
+        return cls.from_state(state, rng, **expected)
+
+
+def _same(stored: Any, given: Any) -> bool:
+    """Whether a stored resume parameter equals the given one (numbers by value, lists elementwise)."""
+    if isinstance(stored, (list, tuple, np.ndarray)) or isinstance(given, (list, tuple, np.ndarray)):
+        if isinstance(stored, str) or isinstance(given, str):
+            return False
+        a, b = np.asarray(stored, dtype=np.float64), np.asarray(given, dtype=np.float64)
+        return a.shape == b.shape and bool(np.all(a == b))
+    if isinstance(stored, (int, float)) and isinstance(given, (int, float, np.number)) \
+            and not isinstance(stored, bool) and not isinstance(given, (bool, np.bool_)):
+        return float(stored) == float(given)
+    return stored == given
+
+
+def _canonical(key: str, value: Any) -> Any:
+    return "uniform" if key == "weights" and value == "unweighted" else value
+
+
+def _check_resume(stored: dict[str, Any], given: dict[str, Any]) -> None:
+    """Raise :class:`SparseDPError` naming the first given parameter that differs from the state's."""
+    for key in RESUME_PARAMETERS:
+        value = given.get(key)
+        if value is not None and not _same(_canonical(key, stored[key]), _canonical(key, value)):
+            raise SparseDPError(
+                f"the saved counter state has {key}={stored[key]!r} but {key}={value!r} was given: a resume "
+                f"must use the parameters of the run it continues (start a new state file for new parameters)"
+            )
+
+
+def _as_int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != math.floor(value):
+        raise SparseDPError(f"malformed counter state: {name} must be an integer, got {value!r}")
+    return int(value)
+
+
+def _check_stack(obj: ContinualCounter, t: int, s: float, stack: list[tuple[int, float, float, float]]) -> None:
+    """The saved step, running sum and chain must be mutually consistent and inside the domain."""
+    if not 0 <= t <= obj.horizon or (t > 0 and (not stack or stack[-1][0] != t)) or (t == 0 and stack):
+        raise SparseDPError("inconsistent counter state: step and stack do not match")
+    nodes = [e[0] for e in stack]
+    if any(b <= a for a, b in zip(nodes, nodes[1:])) or (nodes and nodes[0] < 1):
+        raise SparseDPError("inconsistent counter state: the chain's nodes are not increasing")
+    values = [s] + [v for e in stack for v in e[1:]]
+    if not all(math.isfinite(v) for v in values):
+        raise SparseDPError("inconsistent counter state: non-finite values")
+    if stack and stack[-1][1] != s:
+        raise SparseDPError("inconsistent counter state: the running sum and the chain disagree")
+    sums = [s] + [e[1] for e in stack]
+    if obj.increments == "unit":
+        bad = [v for v in sums if not 0.0 <= v <= t]
+    else:
+        bad = [v for v in sums if v < 0 or v != math.floor(v) or v > MAX_MAGNITUDE]
+    if bad:
+        raise InputBoundError(f"counter state holds running sums {bad[:3]} outside the increment domain "
+                              f"{obj.increments!r} (tampered or written by another tool)")

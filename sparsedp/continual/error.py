@@ -14,14 +14,14 @@ Step ``t`` has variance ``v * sum_{i in chain(t)} 1 / lambda_i^2`` and the total
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..errors import InvalidPrivacyParameterError, ShapeError
-from ..validation import check_positive, check_vector
+from ..calibration import gaussian_sigma, laplace_scale
+from ..validation import check_epsilon, check_rho, check_vector
 from .fenwick import check_horizon, prefix_chain_sum
 from .weights import weights_sensitivity
 
@@ -44,14 +44,17 @@ def noise_calibration(epsilon: float | None, rho: float | None, sensitivity: flo
     """``(kind, scale, variance)`` of unit noise for a strategy of the given sensitivity.
 
     Exactly one of ``epsilon`` (Laplace ``b = Delta_1 / epsilon``, variance ``2 b^2``) and ``rho``
-    (Gaussian ``sigma = Delta_2 / sqrt(2 rho)``, variance ``sigma^2``).
+    (Gaussian ``sigma = Delta_2 / sqrt(2 rho)``, variance ``sigma^2``); the budget must lie in the
+    accepted range (:func:`~sparsedp.validation.check_epsilon`, :func:`~sparsedp.validation.check_rho`)
+    and the scale is rounded up (:func:`~sparsedp.calibration.laplace_scale`,
+    :func:`~sparsedp.calibration.gaussian_sigma`), so ``Delta / b <= epsilon`` holds exactly.
     """
     if (epsilon is None) == (rho is None):
         raise InvalidPrivacyParameterError("give exactly one of epsilon (Laplace) or rho (Gaussian, zCDP)")
     if epsilon is not None:
-        b = sensitivity / check_positive(epsilon, "epsilon")
+        b = laplace_scale(sensitivity, check_epsilon(epsilon, "epsilon"))
         return "laplace", b, 2.0 * b * b
-    sigma = sensitivity / math.sqrt(2.0 * check_positive(rho, "rho"))
+    sigma = gaussian_sigma(sensitivity, check_rho(rho, "rho"))
     return "gaussian", sigma, sigma * sigma
 
 

@@ -40,11 +40,15 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import scipy.optimize
 
+import scipy.sparse as sp
+
 from ..errors import SparseDPError
 from ..noise import as_generator
+from ..privacy import Accountant
 from ..strategies import TreeLayout
 from ..tree_estimator import tree_gls, tree_impulse_norms, upward_variances
-from ._stream import StreamingCounter
+from ..validation import check_epsilon, check_rho
+from ._stream import MIN_RELATIVE_WEIGHT, StreamingCounter, check_accountant, exact_level_sensitivity
 from .error import ContinualError, noise_calibration
 from .fenwick import check_horizon
 
@@ -93,9 +97,11 @@ def default_radices(N: int, k: int = 12) -> tuple[int, ...]:
 def calibration(lam: np.ndarray, epsilon: float | None = None, rho: float | None = None) -> tuple[str, float, float]:
     """``(kind, scale, variance)`` of the unit noise for per-level weights ``lam``: Laplace with
     ``Delta_1 = sum lambda`` (``epsilon``) or Gaussian with ``Delta_2 = sqrt(sum lambda^2)`` (``rho``);
-    every step lies in exactly one node per level."""
-    sens = float(lam.sum()) if rho is None else float(np.sqrt((lam**2).sum()))
-    return noise_calibration(epsilon, rho, sens)
+    every step lies in exactly one node per level.  ``Delta`` is the exact value over the float
+    weights rounded up (:func:`._stream.exact_level_sensitivity`), the scale rounded up again."""
+    if (epsilon is None) == (rho is None):
+        return noise_calibration(epsilon, rho, 1.0)  # raises the budget error
+    return noise_calibration(epsilon, rho, exact_level_sensitivity(lam, 1 if rho is None else 2))
 
 
 def _node_variances(layout: TreeLayout, lam: np.ndarray, epsilon: float | None, rho: float | None = None) -> np.ndarray:
@@ -212,6 +218,10 @@ def _resolve(N: int, radices: Sequence[int] | None, weights: Any, norm: int = 1)
     lam = np.asarray(weights, dtype=np.float64)
     if lam.shape != (L,) or not np.all(np.isfinite(lam)) or np.any(lam[:-1] <= 0) or lam[-1] < 0:
         raise SparseDPError(f"per-level weights must be {L} numbers, > 0 (the root, last, may be 0)")
+    lam = lam / lam.max()
+    if np.any((lam > 0) & (lam < MIN_RELATIVE_WEIGHT)):
+        raise SparseDPError(f"per-level weights must lie within a factor {1 / MIN_RELATIVE_WEIGHT:g} of each other "
+                            "(the root may be 0)")
     return layout, _normalise(lam, norm)
 
 
@@ -305,12 +315,13 @@ def gls_noise_offsets(layout: TreeLayout, lam: np.ndarray, epsilon: float | None
     offsets ``e = W G Sigma^{-1} z`` (``O(N)``)."""
     kind, scale, _ = calibration(lam, epsilon, rho)
     v = _node_variances(layout, lam, epsilon, rho)
-    measured = np.isfinite(v)
+    weights = per_row(layout, lam)
+    measured = weights > 0
     z = np.zeros(layout.nodes)
     gen = as_generator(rng)
     count = int(measured.sum())
     z[measured] = gen.laplace(0.0, scale, count) if kind == "laplace" else gen.normal(0.0, scale, count)
-    y = np.divide(z, per_row(layout, lam), out=np.zeros_like(z), where=measured)
+    y = np.divide(z, weights, out=np.zeros_like(z), where=measured)
     return z, np.cumsum(tree_gls(layout, y, v))
 
 
@@ -328,17 +339,34 @@ class GLSTreeCounter(StreamingCounter):
     name = "gls-tree"
 
     def __init__(self, horizon: int, epsilon: float | None = None, radices: Sequence[int] | None = None,
-                 weights: Any = "optimal", rng: Any = None, rho: float | None = None) -> None:
-        super().__init__(horizon)
-        self.kind = calibration(np.ones(1), epsilon, rho)[0]  # validates the budget before any noise
-        self.epsilon, self.rho = epsilon, rho
+                 weights: Any = "optimal", rng: Any = None, rho: float | None = None, *,
+                 increments: str = "counts", accountant: Accountant | None = None) -> None:
+        super().__init__(horizon, increments)
+        accountant = check_accountant(accountant)
+        self.kind = calibration(np.ones(1), epsilon, rho)[0]  # exactly one budget
+        self.epsilon = None if epsilon is None else check_epsilon(epsilon, "epsilon")
+        self.rho = None if rho is None else check_rho(rho, "rho")
         self.layout, self.lam = _resolve(self.horizon, radices, weights, 1 if rho is None else 2)
-        # every step lies in exactly one node per level: Delta_1 = sum lambda, Delta_2 = sqrt(sum lambda^2)
-        self.sensitivity = float(self.lam.sum() if rho is None else np.sqrt((self.lam**2).sum()))
-        _, offsets = gls_noise_offsets(self.layout, self.lam, epsilon, rng, rho)
+        # every step lies in exactly one node per level: Delta_1 = sum lambda, Delta_2 = sqrt(sum lambda^2),
+        # exact over the float weights and rounded up (tests check it against the measured matrix)
+        self.sensitivity = exact_level_sensitivity(self.lam, 1 if rho is None else 2)
+        _, self.scale, _ = calibration(self.lam, self.epsilon, self.rho)
+        gen = as_generator(rng)
+        self._charge(accountant)  # before the noise of every node is drawn, below
+        _, offsets = gls_noise_offsets(self.layout, self.lam, self.epsilon, gen, self.rho)
         self._offsets = offsets.tolist()
         self._s = 0.0
         self._var: np.ndarray | None = None
+
+    def measured_strategy(self) -> sp.csr_matrix:
+        """The tree's rows (root first) weighted ``lambda_l`` per level; unmeasured levels (a root of
+        weight 0) left out."""
+        weights = per_row(self.layout, self.lam)
+        keep = weights > 0
+        return sp.csr_matrix(sp.diags(weights[keep]) @ self.layout.matrix()[keep])
+
+    def noise_scales(self) -> np.ndarray:
+        return np.full(int(np.count_nonzero(per_row(self.layout, self.lam) > 0)), self.scale)
 
     def step_variances(self) -> np.ndarray:
         """``Var(s~_t)`` for every step (exact; computed on first use, ``O(N L^2)``)."""

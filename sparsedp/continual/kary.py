@@ -19,6 +19,9 @@ Optimal per-level weights minimise the mean of that variance over ``t = 1..N`` s
 ``sum lambda_l = 1`` (``L`` variables, SLSQP).
 
 The negative-digit variant (Andersson, Pagh, Torkamani 2024) is :mod:`.negdigit`.
+
+``Delta_1`` is the exact sum of the float level weights rounded up, the scale ``Delta_1 / epsilon``
+rounded up; ``increments=`` and ``accountant=`` as in :mod:`._stream`.
 """
 
 from __future__ import annotations
@@ -29,9 +32,13 @@ from typing import Any, Callable
 import numpy as np
 import scipy.optimize
 
+import scipy.sparse as sp
+
+from ..calibration import laplace_scale
 from ..errors import SparseDPError
-from ..validation import check_positive
-from ._stream import BufferedNoise, StreamingCounter
+from ..privacy import Accountant
+from ..validation import check_epsilon
+from ._stream import MIN_RELATIVE_WEIGHT, BufferedNoise, StreamingCounter, check_accountant, exact_level_sensitivity, level_strategy
 from .error import ContinualError
 from .fenwick import check_horizon
 
@@ -73,7 +80,7 @@ def kary_digit_means(N: int, k: int) -> np.ndarray:
 def kary_level_variances(lam: np.ndarray, k: int, epsilon: float) -> np.ndarray:
     """``v_l`` (subtree estimates) for per-level weights ``lam`` (``Delta_1 = sum lam``)."""
     lam = np.asarray(lam, dtype=np.float64)
-    eps = check_positive(epsilon, "epsilon")
+    eps = check_epsilon(epsilon, "epsilon")
     with np.errstate(divide="ignore", over="ignore"):  # lambda -> 0: the level carries no information
         s2 = 2.0 * lam.sum() ** 2 / (eps * lam) ** 2
     v = np.empty(lam.size)
@@ -111,7 +118,7 @@ def kary_error(N: int, k: int, epsilon: float, weights: Any = "optimal") -> Cont
     v = kary_level_variances(lam, k, epsilon)
     per_step = _digit_sum(N, k, v)
     total = float(per_step.sum())
-    eps = check_positive(epsilon, "epsilon")
+    eps = check_epsilon(epsilon, "epsilon")
     return ContinualError(per_step, total, total / N, 1.0, 2.0 / eps**2, f"{k}-ary")
 
 
@@ -127,6 +134,9 @@ def level_weights(weights: Any, L: int, optimal: Callable[[], np.ndarray]) -> np
     lam = np.asarray(weights, dtype=np.float64)
     if lam.shape != (L,) or not np.all(np.isfinite(lam)) or np.any(lam <= 0):
         raise SparseDPError(f"per-level weights must be {L} positive numbers")
+    lam = lam / lam.max()
+    if lam.min() < MIN_RELATIVE_WEIGHT:
+        raise SparseDPError(f"per-level weights must lie within a factor {1 / MIN_RELATIVE_WEIGHT:g} of each other")
     return lam / lam.sum()
 
 
@@ -135,19 +145,31 @@ class KaryCounter(StreamingCounter):
 
     name = "kary"
 
-    def __init__(self, horizon: int, epsilon: float, k: int = 16, weights: Any = "optimal", rng: Any = None) -> None:
-        super().__init__(horizon)
+    def __init__(self, horizon: int, epsilon: float, k: int = 16, weights: Any = "optimal", rng: Any = None, *,
+                 increments: str = "counts", accountant: Accountant | None = None) -> None:
+        super().__init__(horizon, increments)
+        accountant = check_accountant(accountant)
         self.k = _check_k(k)
-        self.epsilon = check_positive(epsilon, "epsilon")
+        self.epsilon = check_epsilon(epsilon, "epsilon")
         L = kary_levels(self.horizon, self.k)
         self.lam = level_weights(weights, L, lambda: kary_weights(self.horizon, self.k))
-        self.sensitivity = float(self.lam.sum())  # = 1 after normalisation
-        self._noise = BufferedNoise("laplace", self.sensitivity / self.epsilon, rng)
+        # one measured node per level holds a step: Delta_1 = sum lambda (= 1 up to rounding), exactly
+        self.sensitivity = exact_level_sensitivity(self.lam, 1)
+        self.scale = laplace_scale(self.sensitivity, self.epsilon)
+        self._noise = BufferedNoise("laplace", self.scale, rng)
         self._v = kary_level_variances(self.lam, self.k, self.epsilon).tolist()
         self._s2 = (2.0 * self.sensitivity**2 / (self.epsilon * self.lam) ** 2).tolist()
         self._true: list[list[float]] = [[] for _ in range(L)]
         self._est: list[list[float]] = [[] for _ in range(L)]
         self._est_sum = [0.0] * L
+        self._charge(accountant)
+
+    def measured_strategy(self) -> sp.csr_matrix:
+        """Level ``l = 0 .. L-1``: every complete block of ``k^l`` steps, weighted ``lambda_l``."""
+        return level_strategy(self.horizon, [(self.k**lev, float(w), True) for lev, w in enumerate(self.lam)])
+
+    def noise_scales(self) -> np.ndarray:
+        return np.full(self.measured_strategy().shape[0], self.scale)
 
     def _measure(self, level: int, true: float) -> float:
         lam = float(self.lam[level])

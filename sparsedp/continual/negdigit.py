@@ -35,9 +35,13 @@ from typing import Any
 
 import numpy as np
 
+import scipy.sparse as sp
+
+from ..calibration import laplace_scale
 from ..errors import SparseDPError
-from ..validation import check_positive
-from ._stream import BufferedNoise, StreamingCounter
+from ..privacy import Accountant
+from ..validation import check_epsilon
+from ._stream import BufferedNoise, StreamingCounter, check_accountant, exact_level_sensitivity, level_strategy
 from .error import ContinualError
 from .fenwick import check_horizon
 from .kary import level_weights
@@ -89,7 +93,7 @@ def _level_weights(N: int, k: int, weights: Any) -> np.ndarray:
 def negdigit_error(N: int, k: int, epsilon: float, weights: Any = "optimal") -> ContinualError:
     """Exact per-step variances of :class:`NegDigitCounter`."""
     N, k = check_horizon(N), _check_k(k)
-    eps = check_positive(epsilon, "epsilon")
+    eps = check_epsilon(epsilon, "epsilon")
     lam = _level_weights(N, k, weights)
     s2 = 2.0 / (eps * lam) ** 2  # Delta_1 = sum lambda = 1
     t = np.arange(1, N + 1, dtype=np.int64)
@@ -105,14 +109,17 @@ class NegDigitCounter(StreamingCounter):
 
     name = "negdigit"
 
-    def __init__(self, horizon: int, epsilon: float, k: int = 19, weights: Any = "optimal", rng: Any = None) -> None:
-        super().__init__(horizon)
+    def __init__(self, horizon: int, epsilon: float, k: int = 19, weights: Any = "optimal", rng: Any = None, *,
+                 increments: str = "counts", accountant: Accountant | None = None) -> None:
+        super().__init__(horizon, increments)
+        accountant = check_accountant(accountant)
         self.k = _check_k(k)
-        self.epsilon = check_positive(epsilon, "epsilon")
+        self.epsilon = check_epsilon(epsilon, "epsilon")
         self.lam = _level_weights(self.horizon, self.k, weights)
         self.levels = self.lam.size
-        self.sensitivity = float(self.lam.sum())
-        self._noise = BufferedNoise("laplace", self.sensitivity / self.epsilon, rng)
+        self.sensitivity = exact_level_sensitivity(self.lam, 1)  # one block per level holds a step
+        self.scale = laplace_scale(self.sensitivity, self.epsilon)
+        self._noise = BufferedNoise("laplace", self.scale, rng)
         self._s2 = 2.0 * self.sensitivity**2 / (self.epsilon * self.lam) ** 2
         self._z: list[dict[int, float]] = [{} for _ in range(self.levels)]
         self._p = [-1] * self.levels  # (p_l, p_{l+1}) of the cached contribution of each level
@@ -120,6 +127,15 @@ class NegDigitCounter(StreamingCounter):
         self._contrib = [0.0] * self.levels
         self._var = [0.0] * self.levels
         self._s = 0.0
+        self._charge(accountant)
+
+    def measured_strategy(self) -> sp.csr_matrix:
+        """Level ``l``: every aligned block of ``k^l`` steps that holds a step (the last cut at ``N``),
+        weighted ``lambda_l`` -- the implicit measurements ``lambda_l x(block) + z_block``."""
+        return level_strategy(self.horizon, [(self.k**lev, float(w), False) for lev, w in enumerate(self.lam)])
+
+    def noise_scales(self) -> np.ndarray:
+        return np.full(self.measured_strategy().shape[0], self.scale)
 
     def _node(self, level: int, index: int) -> float:
         z = self._z[level]

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..validation import check_positive
+from ..validation import check_epsilon, check_rho
 from .baselines import binary_variance, honaker_variance, naive_variance
 from .error import expected_error
 from .fenwick import check_horizon
@@ -42,8 +42,8 @@ def error_table(N: int, epsilon: float = 1.0, rho: float | None = None, blt_buff
     ``epsilon``-DP implies).  ``gls``: radices of the full-GLS trees (their weight optimisation takes
     about 10-20 s at ``N = 2^20``)."""
     N = check_horizon(N)
-    eps = check_positive(epsilon, "epsilon")
-    rho = eps * eps / 2.0 if rho is None else check_positive(rho, "rho")
+    eps = check_epsilon(epsilon, "epsilon")
+    rho = check_rho(eps * eps / 2.0 if rho is None else rho, "rho")
     pure, zc = f"eps={eps:g}", f"rho={rho:g}"
     rows = [
         _row("naive", pure, naive_variance(N, eps)),

@@ -26,12 +26,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import scipy.linalg
 import scipy.optimize
 import scipy.signal
+import scipy.sparse as sp
 
+from ..calibration import gaussian_sigma, round_up
 from ..errors import SparseDPError
-from ..validation import check_positive
-from ._stream import BufferedNoise, StreamingCounter
+from ..privacy import Accountant
+from ..validation import check_rho
+from ._stream import BufferedNoise, StreamingCounter, ceil_sqrt, check_accountant, higham_gamma
 from .error import ContinualError
 from .fenwick import check_horizon
 
@@ -44,6 +48,8 @@ __all__ = [
     "ToeplitzCounter",
     "SqrtCounter",
     "BLTCounter",
+    "strategy_sq_bound",
+    "toeplitz_strategy",
 ]
 
 
@@ -56,7 +62,7 @@ def sqrt_coefficients(N: int) -> np.ndarray:
 
 def toeplitz_error(b: np.ndarray, m_sq_sum: float, rho: float, method: str) -> ContinualError:
     """Per-step variance ``sigma^2 cumsum(b^2)`` with ``sigma^2 = Delta_2^2 / (2 rho)``."""
-    rho = check_positive(rho, "rho")
+    rho = check_rho(rho, "rho")
     v = m_sq_sum / (2.0 * rho)
     per_step = v * np.cumsum(np.asarray(b, dtype=np.float64) ** 2)
     total = float(per_step.sum())
@@ -167,7 +173,7 @@ class BLT:
 
     def mean_error(self, N: int, rho: float) -> float:
         """Average per-step variance ``Delta_2(M)^2 / (2 rho) * decoder_sq_total / N`` (closed form)."""
-        return self.strategy_sq_sum(N) * self.decoder_sq_total(N) / (2.0 * check_positive(rho, "rho") * N)
+        return self.strategy_sq_sum(N) * self.decoder_sq_total(N) / (2.0 * check_rho(rho, "rho") * N)
 
     def error(self, N: int, rho: float) -> ContinualError:
         """Exact per-step variances (``O(N d)``)."""
@@ -209,25 +215,72 @@ def fit_blt(N: int, buffers: int = 5) -> BLT:
     return unpack(best)
 
 
+def strategy_sq_bound(m: np.ndarray, closed_form: float | None = None) -> float:
+    """An upper bound of ``Delta_2(M)^2 = sum_k m_k^2`` for the strategy coefficients ``m`` (and a
+    closed form of the same, when there is one): the larger of the two, the exactly rounded sum of
+    the float squares (:func:`math.fsum`) covered for the squares' roundings, then widened by
+    ``gamma_N`` (Higham) for the float error of the decoder the counter actually applies (its
+    coefficients are themselves float recursions of length ``<= N``; a margin, not a proof)."""
+    m = np.asarray(m, dtype=np.float64)
+    total = math.fsum((m * m).tolist())
+    if closed_form is not None:
+        total = max(total, float(closed_form))
+    return float(round_up(total, higham_gamma(m.size + 3)))
+
+
+def toeplitz_strategy(decoder: np.ndarray, N: int) -> np.ndarray:
+    """``m`` with ``B M = W`` for the lower-triangular Toeplitz decoder ``b``: column 1 of ``M`` is
+    ``B^{-1} 1`` (``O(N^2)`` forward substitution via :func:`scipy.signal.lfilter`)."""
+    b = np.asarray(decoder, dtype=np.float64)[:N]
+    if b.size < N or not np.all(np.isfinite(b)) or b[0] <= 0:
+        raise SparseDPError(f"the decoder needs {N} finite coefficients with b_0 > 0")
+    m = scipy.signal.lfilter([1.0], b, np.ones(N))
+    if not np.all(np.isfinite(m)):
+        raise SparseDPError("the decoder's strategy B^{-1} W is not finite")
+    return m
+
+
 class ToeplitzCounter(StreamingCounter):
     """Online ``s_t + (B z)_t`` for a lower-triangular Toeplitz decoder ``B`` (``rho``-zCDP).
 
     Generic version: keeps every ``z`` drawn, ``O(t)`` per step (the square root needs it).
-    ``m_sq_sum = Delta_2(M)^2`` calibrates ``sigma = Delta_2 / sqrt(2 rho)``.
+    ``sigma = Delta_2(M) / sqrt(2 rho)`` (rounded up) is calibrated from the strategy ``M = B^{-1} W``
+    of the decoder itself (``strategy=`` its first column, else computed, ``O(N^2)``): a given
+    ``m_sq_sum`` can only raise ``Delta_2``, never lower it (:func:`strategy_sq_bound`).
+    ``increments=`` and ``accountant=`` (charged ``rho`` here, before any draw) as in :mod:`._stream`.
     """
 
     name = "toeplitz"
 
-    def __init__(self, horizon: int, rho: float, decoder: np.ndarray, m_sq_sum: float, rng: Any = None) -> None:
-        super().__init__(horizon)
-        self.rho = check_positive(rho, "rho")
-        self._b = np.asarray(decoder, dtype=np.float64)[: self.horizon]
-        self.sensitivity = math.sqrt(m_sq_sum)
-        self.sigma = self.sensitivity / math.sqrt(2.0 * self.rho)
-        self._noise = BufferedNoise("gaussian", self.sigma, rng)
-        self._z = np.empty(self.horizon)
+    def __init__(self, horizon: int, rho: float, decoder: np.ndarray, m_sq_sum: float | None = None,
+                 rng: Any = None, *, strategy: np.ndarray | None = None, increments: str = "counts",
+                 accountant: Accountant | None = None) -> None:
+        super().__init__(horizon, increments)
+        accountant = check_accountant(accountant)
+        self.rho = check_rho(rho, "rho")
+        N = self.horizon
+        self._b = np.asarray(decoder, dtype=np.float64)[:N]
+        m = toeplitz_strategy(self._b, N) if strategy is None else np.asarray(strategy, dtype=np.float64)[:N]
+        self._calibrate(m, m_sq_sum)
+        self._z = np.empty(N)
         self._b2 = np.cumsum(self._b**2)
         self._s = 0.0
+        self._noise = BufferedNoise("gaussian", self.sigma, rng)
+        self._charge(accountant)
+
+    def _calibrate(self, m: np.ndarray, closed_form: float | None) -> None:
+        if m.shape != (self.horizon,) or not np.all(np.isfinite(m)):
+            raise SparseDPError(f"the strategy needs {self.horizon} finite coefficients")
+        self._m = m
+        self.sensitivity = ceil_sqrt(strategy_sq_bound(m, closed_form))
+        self.sigma = gaussian_sigma(self.sensitivity, self.rho)
+
+    def measured_strategy(self) -> sp.csr_matrix:
+        """``M = B^{-1} W``: lower-triangular Toeplitz with first column ``m`` (dense: small ``N``)."""
+        return sp.csr_matrix(scipy.linalg.toeplitz(self._m, np.zeros(self.horizon)))
+
+    def noise_scales(self) -> np.ndarray:
+        return np.full(self.horizon, self.sigma)
 
     def _noise_at(self, t: int) -> float:
         self._z[t - 1] = self._noise.draw()
@@ -245,9 +298,9 @@ class SqrtCounter(ToeplitzCounter):
 
     name = "sqrt"
 
-    def __init__(self, horizon: int, rho: float, rng: Any = None) -> None:
+    def __init__(self, horizon: int, rho: float, rng: Any = None, **kw: Any) -> None:
         c = sqrt_coefficients(check_horizon(horizon))
-        super().__init__(horizon, rho, c, float(np.sum(c * c)), rng)
+        super().__init__(horizon, rho, c, None, rng, strategy=c, **kw)
 
 
 class BLTCounter(ToeplitzCounter):
@@ -255,18 +308,22 @@ class BLTCounter(ToeplitzCounter):
 
     name = "blt"
 
-    def __init__(self, horizon: int, rho: float, blt: BLT | None = None, buffers: int = 5, rng: Any = None) -> None:
+    def __init__(self, horizon: int, rho: float, blt: BLT | None = None, buffers: int = 5, rng: Any = None, *,
+                 increments: str = "counts", accountant: Accountant | None = None) -> None:
         N = check_horizon(horizon)
+        StreamingCounter.__init__(self, N, increments)
+        accountant = check_accountant(accountant)
+        self.rho = check_rho(rho, "rho")
+        if blt is not None and not isinstance(blt, BLT):
+            raise SparseDPError(f"blt must be a BLT, got {type(blt).__name__}")
         self.blt = blt if blt is not None else fit_blt(N, buffers)
-        StreamingCounter.__init__(self, N)
-        self.rho = check_positive(rho, "rho")
-        self.sensitivity = math.sqrt(self.blt.strategy_sq_sum(N))
-        self.sigma = self.sensitivity / math.sqrt(2.0 * self.rho)
-        self._noise = BufferedNoise("gaussian", self.sigma, rng)
+        self._calibrate(self.blt.strategy(N), self.blt.strategy_sq_sum(N))
         self._u = np.zeros(self.blt.w.size)
         self._theta, self._w = self.blt.theta, self.blt.w
         self._var_b = 0.0
         self._s = 0.0
+        self._noise = BufferedNoise("gaussian", self.sigma, rng)
+        self._charge(accountant)
 
     def _noise_at(self, t: int) -> float:
         self._u = self._theta * self._u + self._noise.draw()
