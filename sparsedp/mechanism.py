@@ -65,7 +65,9 @@ class MatrixMechanism:
     noise:
         ``"laplace"`` or ``"gaussian"``.
     secure:
-        Exact discrete noise from OS random bits on the grid ``grid`` (see the module docstring).
+        Exact discrete noise from OS random bits on the grid ``grid`` (see the module docstring);
+        the default.  ``secure=False`` draws textbook float64 Laplace / Gaussian noise, which leaks
+        through its low bits (Mironov, CCS 2012): an explicit opt-out for experiments.
     accountant:
         Optional :class:`~sparsedp.privacy.Accountant`; every :meth:`measure` spends its cost there
         first and raises :class:`~sparsedp.errors.BudgetExceededError` before drawing noise.
@@ -80,7 +82,7 @@ class MatrixMechanism:
         rho: float | None = None,
         delta: float | None = None,
         noise: str = "laplace",
-        secure: bool = False,
+        secure: bool = True,
         grid: float = 1.0,
         accountant: Accountant | None = None,
     ):

@@ -23,9 +23,13 @@ def test_demo_runs(capsys):
 
 
 def test_error_command(capsys):
-    assert main(["error", "--workload", "prefix", "--strategy", "fenwick", "--n", "3"]) == 0
+    # seed 000's example: 32 / eps^2 with the paper's (float) Laplace noise
+    assert main(["error", "--workload", "prefix", "--strategy", "fenwick", "--n", "3", "--float-noise"]) == 0
     out = capsys.readouterr().out
     assert "expected total squared error = 32 " in out
+    # exact discrete Laplace (the default) has a slightly smaller variance at the same scale
+    assert main(["error", "--workload", "prefix", "--strategy", "fenwick", "--n", "3"]) == 0
+    assert "expected total squared error = 31.34" in capsys.readouterr().out
 
 
 def test_bad_epsilon_is_a_clean_error(capsys):
