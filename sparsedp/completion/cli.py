@@ -5,14 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
-from ..errors import ShapeError
+from ..errors import ShapeError, SparseDPError
 from . import METHODS
+from ._loop import check_iteration_args
+from ._observed import as_pattern
 from .metrics import oracle_rse
 from .oracle import oracle_least_squares
 from .privacy import privatize_observations
@@ -28,8 +31,13 @@ prints and saves the RSE against X, the asymptotic oracle floor (oracle_rse) and
 User data: DATA.npz, a scipy.sparse matrix saved with scipy.sparse.save_npz whose stored entries are
 the observations.  With --epsilon and --bounds the entries are first clipped and protected with
 Laplace noise of scale (hi - lo) / epsilon per entry (entry-level DP; --max-per-row k for user-level
-DP; --secure for exact discrete Laplace noise on a grid); without them the values are used as given.
---save writes the factors (left, right) to an .npz.
+DP; --secure for exact discrete Laplace noise on a grid), from fresh operating-system entropy.
+Without --epsilon the command refuses to run unless --no-privacy is given: the values are then
+fitted as given and every output (printed report, --json, --save) is marked NOT private.
+--save writes the factors (left, right) to an .npz with the fields private (bool) and privacy (a
+description; epsilon, unit and bounds too for a release).  --seed-noise makes the noise reproducible
+from --seed, and the outputs are then marked NOT private as well.  All parameters of the fit are
+checked before the noise is drawn.
 
 Whenever the noise level is known (synthetic data, or --epsilon), every method fits the
 noise-calibrated nuclear-norm penalised model (see docs/completion.md); --plain forces the
@@ -57,6 +65,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--secure", action="store_true", help="user data: exact discrete Laplace noise on a grid")
     p.add_argument("--grid", type=float, default=None,
                    help="user data with --secure: grid step of the released values (default (HI - LO) / 1024)")
+    p.add_argument("--no-privacy", action="store_true",
+                   help="user data without --epsilon: fit the raw values as given (the outputs are marked NOT "
+                        "private; without this flag such a run is refused)")
     p.add_argument("--seed-noise", action="store_true",
                    help="user data: draw the privacy noise from --seed (reproducible but NOT private: anyone "
                         "who knows the seed can subtract the noise; default: fresh operating-system entropy)")
@@ -68,9 +79,34 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=_complete)
 
 
+def _warn(message: str) -> None:
+    print(f"sparsedp: warning: {message}", file=sys.stderr, flush=True)
+
+
+def _check_fit_args(args: argparse.Namespace) -> None:
+    """Everything the fit and the output files need, checked before any noise is drawn."""
+    check_iteration_args(args.tol, 1e-12, args.max_iter)
+    if args.rank < 1:
+        raise ShapeError(f"--rank must be >= 1, got {args.rank}")
+    for flag, target in (("--json", args.json), ("--save", args.save)):
+        if target is not None and not Path(target).resolve().parent.is_dir():
+            raise ShapeError(f"{flag}: the directory of {target} does not exist")
+
+
+def _load(path: Path) -> sp.spmatrix:
+    if not path.is_file():
+        raise ShapeError(f"no such file: {path}")
+    try:
+        return sp.load_npz(path)
+    except (ValueError, OSError, KeyError) as exc:
+        raise ShapeError(f"{path} is not a scipy.sparse .npz file: {exc}") from exc
+
+
 def _complete(args: argparse.Namespace) -> int:
+    _check_fit_args(args)
     truth, floor, known = None, None, False
     report: dict[str, Any] = {"method": args.method, "rank": args.rank}
+    saved: dict[str, Any] = {}
     if args.data is None:
         observed, truth = synthetic_problem(args.size, rank=args.rank, p=args.observed,
                                             noise_scale=args.noise_scale, rng=args.seed)
@@ -78,25 +114,38 @@ def _complete(args: argparse.Namespace) -> int:
         report["oracle_exact"] = oracle_least_squares(observed, truth).rse
         noise_std = math.sqrt(2) * args.noise_scale
         known = args.noise_scale > 0
-        report.update(size=args.size, observed=args.observed, noise_scale=args.noise_scale)
+        report.update(size=args.size, observed=args.observed, noise_scale=args.noise_scale,
+                      private=False, privacy="synthetic problem: no private data (its noise is simulated)")
     else:
         path = Path(args.data)
-        if not path.is_file():
-            raise ShapeError(f"no such file: {path}")
-        try:
-            observed = sp.load_npz(path)
-        except (ValueError, OSError, KeyError) as exc:
-            raise ShapeError(f"{path} is not a scipy.sparse .npz file: {exc}") from exc
+        observed = _load(path)
         noise_std = math.sqrt(2) * args.noise_scale
-        if args.epsilon is not None:
+        if args.epsilon is None:
+            if not args.no_privacy:
+                raise SparseDPError(
+                    "refusing to fit the raw values of a user's matrix without a privacy budget: give --epsilon "
+                    "and --bounds LO HI, or --no-privacy to fit the values as given (the outputs are NOT private)")
+            _warn("--no-privacy: the fit and every output are computed from the raw values: NOT private")
+            report.update(private=False, privacy="NOT private: fitted to the raw values (--no-privacy)")
+        else:
+            if args.no_privacy:
+                raise SparseDPError("--no-privacy contradicts --epsilon: give one of them")
             if args.bounds is None:
                 raise ShapeError("--epsilon needs --bounds LO HI")
+            as_pattern(observed, args.rank)  # the rank must fit the matrix: checked before the release
             noise_rng = args.seed if args.seed_noise else None  # a known seed would let anyone remove the noise
             release = privatize_observations(observed, args.epsilon, tuple(args.bounds), rng=noise_rng,
                                              max_entries_per_row=args.max_per_row, secure=args.secure, grid=args.grid)
             observed, noise_std = release.matrix, release.noise_std
+            private = not args.seed_noise
+            privacy = (f"{release.epsilon:g}-DP per {release.unit} (Laplace on the values clipped to "
+                       f"[{release.bounds[0]:g}, {release.bounds[1]:g}]; the pattern is public)")
+            if not private:
+                privacy = "NOT private: the noise was drawn from --seed (--seed-noise); it would be " + privacy
+                _warn("--seed-noise: anyone who knows --seed can subtract the noise: the outputs are NOT private")
             report.update(epsilon=release.epsilon, laplace_scale=release.scale, unit=release.unit, dropped=release.dropped,
-                          secure=release.secure, grid=release.grid)
+                          secure=release.secure, grid=release.grid, private=private, privacy=privacy)
+            saved.update(epsilon=release.epsilon, unit=release.unit, bounds=np.array(release.bounds))
             known = True
         report.update(data=str(path), shape=list(observed.shape), nnz=int(observed.nnz))
     kwargs: dict[str, Any] = {"truth": truth, "max_iter": args.max_iter, "tol": args.tol, "rng": args.seed}
@@ -106,7 +155,7 @@ def _complete(args: argparse.Namespace) -> int:
     res = METHODS[args.method](observed, args.rank, **kwargs)
     report.update(rse=res.rse, oracle_rse=floor, seconds=res.seconds, iterations=res.iterations,
                   converged=res.converged, residual=res.residual)
-    for key in ("rse", "oracle_rse", "oracle_exact", "seconds", "iterations", "converged", "residual"):
+    for key in ("rse", "oracle_rse", "oracle_exact", "seconds", "iterations", "converged", "residual", "private"):
         if key not in report:
             continue
         value = report[key]
@@ -114,5 +163,6 @@ def _complete(args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
     if args.save:
-        np.savez(args.save, left=res.left, right=res.right)
+        np.savez(args.save, left=res.left, right=res.right, private=np.bool_(report["private"]),
+                 privacy=np.str_(report["privacy"]), **saved)
     return 0

@@ -25,24 +25,44 @@ entry moves ``k`` by at most ``Delta_k = round(hi/gamma) - round(lo/gamma)`` gri
 for one row at user level); ``z_i ~ DLap(t)`` with ``t = Delta_k / epsilon`` (entry level) or
 ``k Delta_k / epsilon`` (row level) is then ``epsilon``-DP (the geometric mechanism, Ghosh,
 Roughgarden, Sundararajan 2009).  Per-entry noise variance ``gamma^2 2 q / (1 - q)^2``,
-``q = exp(-1/t)`` (slightly below the ``2 b^2`` of the continuous Laplace with ``b = gamma t``).  Bad input
-(non-finite values, ``epsilon <= 0``, ``lo >= hi``, no entries) raises before any noise is drawn and
-before the accountant is charged.
+``q = exp(-1/t)`` (slightly below the ``2 b^2`` of the continuous Laplace with ``b = gamma t``).
+
+Order of operations (issue 19 #4): everything is validated first -- the budget (``check_epsilon``:
+a real number in ``[1e-9, 1e6]``), the bounds (finite, ``lo < hi``, ``|lo|, |hi|`` and ``hi - lo`` at
+most :data:`~sparsedp.validation.MAX_MAGNITUDE` ``= 2^50``: :class:`InputBoundError` above), the
+per-row bound, the pattern and its values (finite, no duplicates), the grid and the snapped values
+(secure mode), the generator argument, the accountant, and that the sampler accepts the scale (the
+exact sampler's ``t <= MAX_DISCRETE_SCALE = 2^40`` grid units) -- then the accountant is charged,
+then the noise (and the per-row selection) is drawn; nothing after the draw can fail.  The scale is
+certified: the width ``hi - lo`` is taken from the exact rationals of the float bounds and rounded
+up, and ``b = k (hi - lo) / epsilon`` (``t = k Delta_k / epsilon``) is rounded up
+(:func:`sparsedp.calibration.laplace_scale`), so ``k (hi - lo) / b <= epsilon`` holds exactly.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
-from ..errors import InvalidPrivacyParameterError, ShapeError
-from ..noise import as_generator, discrete_laplace, discrete_laplace_variance, laplace, laplace_variance, snap_to_grid
+from ..calibration import laplace_scale
+from ..errors import InvalidPrivacyParameterError, ShapeError, SparseDPError
+from ..noise import (
+    MAX_DISCRETE_SCALE,
+    as_generator,
+    discrete_laplace,
+    discrete_laplace_variance,
+    laplace,
+    laplace_variance,
+    snap_to_grid,
+)
 from ..privacy import Accountant, PrivacyCost
-from ..validation import check_positive
+from ..validation import MAX_MAGNITUDE, check_epsilon, check_magnitude, check_positive
 from ._observed import Pattern, as_pattern
 
 
@@ -54,7 +74,8 @@ class PrivateObservations:
     (secure mode: ``gamma t``, the discrete scale in value units); ``sensitivity``: L1 sensitivity
     of the released vector under ``unit`` (in value units; secure mode: ``gamma Delta_k``);
     ``epsilon``: the privacy cost; ``dropped``: observations removed by the per-row bound;
-    ``secure``/``grid``: exact discrete sampler on the grid ``gamma``.
+    ``secure``/``grid``: exact discrete sampler on the grid ``gamma``; ``discrete_scale``: the scale
+    ``t`` (grid units) the exact sampler was given (secure mode only).
     """
 
     matrix: sp.csr_matrix
@@ -67,6 +88,7 @@ class PrivateObservations:
     dropped: int
     secure: bool = False
     grid: float | None = None
+    discrete_scale: float | None = None
 
     @property
     def variance(self) -> float:
@@ -83,20 +105,46 @@ class PrivateObservations:
 
 
 def check_bounds(bounds: Any) -> tuple[float, float]:
-    """``(lo, hi)`` finite with ``lo < hi``, else :class:`InvalidPrivacyParameterError`."""
+    """``(lo, hi)`` finite with ``lo < hi`` (else :class:`InvalidPrivacyParameterError`) and
+    ``|lo|, |hi|, hi - lo <= MAX_MAGNITUDE = 2^50`` (else :class:`InputBoundError`)."""
     try:
         lo, hi = (float(v) for v in bounds)
     except (TypeError, ValueError) as exc:
         raise InvalidPrivacyParameterError(f"bounds must be a pair (lo, hi), got {bounds!r}") from exc
     if not (math.isfinite(lo) and math.isfinite(hi)) or lo >= hi:
         raise InvalidPrivacyParameterError(f"bounds must be finite with lo < hi, got {bounds!r}")
+    check_magnitude(np.array([lo, hi]), "bounds")
+    check_magnitude(np.array([exact_width(lo, hi)]), "the width hi - lo of the bounds")
     return lo, hi
 
 
+def exact_width(lo: float, hi: float, per_row: int = 1) -> float:
+    """``per_row (hi - lo)`` from the exact rationals of the float bounds, rounded up to a float
+    (the float subtraction can round down: ``0.7 - 0.1`` is below the exact difference)."""
+    return _ceil_float((Fraction(hi) - Fraction(lo)) * per_row)
+
+
+def _ceil_float(q: Fraction) -> float:
+    """The smallest float ``>= q``."""
+    f = float(q)
+    return f if Fraction(f) >= q else math.nextafter(f, math.inf)
+
+
 def observation_sensitivity(bounds: Any, max_entries_per_row: int | None = None) -> float:
-    """L1 sensitivity of the clipped observed values: ``hi - lo`` per entry, ``k (hi - lo)`` per row."""
+    """L1 sensitivity of the clipped observed values: ``hi - lo`` per entry, ``k (hi - lo)`` per row
+    (rounded up from the exact value)."""
     lo, hi = check_bounds(bounds)
-    return (hi - lo) * (1 if max_entries_per_row is None else int(max_entries_per_row))
+    return exact_width(lo, hi, 1 if max_entries_per_row is None else _check_per_row(max_entries_per_row))
+
+
+def _check_per_row(k: Any) -> int:
+    """A positive integer per-row bound (not a bool, not a float with a fraction), else :class:`ShapeError`."""
+    if isinstance(k, (bool, np.bool_)) or not isinstance(k, numbers.Real) or k != math.floor(k) or k < 1:
+        raise ShapeError(f"max_entries_per_row must be a positive integer, got {k!r}")
+    k = int(k)
+    if k > 2**31:
+        raise ShapeError(f"max_entries_per_row must be at most 2^31, got {k!r}")
+    return k
 
 
 def bound_rows(pat: Pattern, k: int, rng: np.random.Generator) -> np.ndarray:
@@ -129,42 +177,57 @@ def privatize_observations(
     ``Delta_k = round(hi/gamma) - round(lo/gamma)`` per entry (``k Delta_k`` per row); ``rng=None``
     draws the bits from the operating system, a seed or Generator is reproducible but not secure.
     """
-    eps = check_positive(epsilon, "epsilon")
+    # ---- 1. validate everything (nothing is charged or drawn before this block ends) ----
+    eps = check_epsilon(epsilon, "epsilon")
     lo, hi = check_bounds(bounds)
+    if accountant is not None and not isinstance(accountant, Accountant):
+        raise SparseDPError(f"accountant must be a sparsedp.privacy.Accountant, got {type(accountant).__name__}")
+    k = None if max_entries_per_row is None else _check_per_row(max_entries_per_row)
+    per_row = 1 if k is None else k
     pat = as_pattern(observed)
-    if max_entries_per_row is not None:
-        if int(max_entries_per_row) != max_entries_per_row or max_entries_per_row < 1:
-            raise ShapeError(f"max_entries_per_row must be a positive integer, got {max_entries_per_row!r}")
-        max_entries_per_row = int(max_entries_per_row)
-    per_row = 1 if max_entries_per_row is None else max_entries_per_row
+    gen = as_generator(rng)  # checks the argument; creating or passing a generator draws nothing
+    clipped = np.clip(pat.values, lo, hi)
     if secure:
         gamma = check_positive(grid, "grid") if grid is not None else (hi - lo) / 1024.0
+        snapped = _snap(clipped, gamma, lo, hi)
         units = int(snap_to_grid(hi, gamma)) - int(snap_to_grid(lo, gamma))  # Delta_k, grid units
         if units < 1:
             raise InvalidPrivacyParameterError(f"grid {gamma!r} is coarser than the bounds {(lo, hi)!r}")
-        sens = gamma * units * per_row
-        if sens / gamma / eps > 2.0**40:
-            raise InvalidPrivacyParameterError("discrete Laplace scale above 2^40 grid units: use a coarser grid")
+        t = _ceil_float(Fraction(units * per_row) / Fraction(eps))  # grid units, exact then rounded up
+        if not t <= MAX_DISCRETE_SCALE:
+            raise InvalidPrivacyParameterError(
+                f"discrete Laplace scale {t:.6g} grid units is above the exact sampler's limit "
+                f"{MAX_DISCRETE_SCALE:.6g} (2^40): use a coarser grid or a larger epsilon")
+        sens, scale = gamma * units * per_row, gamma * t
     else:
-        gamma = None
-        sens = observation_sensitivity((lo, hi), max_entries_per_row)
-    scale = sens / eps
+        gamma, t, snapped = None, None, None
+        sens = exact_width(lo, hi, per_row)
+        scale = laplace_scale(sens, eps)  # finite: sens <= 2^31 * 2^50, eps >= 1e-9
+    unit = "entry" if k is None else "row"
+    # ---- 2. charge ----
     if accountant is not None:
-        unit = "entry" if max_entries_per_row is None else "row"
         accountant.spend(PrivacyCost(epsilon=eps), label=f"completion: Laplace on observed entries ({unit} level)")
-    gen = as_generator(rng)
-    rows, cols, vals = pat.rows, pat.indices, pat.values
-    if max_entries_per_row is not None:
-        keep = bound_rows(pat, max_entries_per_row, gen)
-        rows, cols, vals = rows[keep], cols[keep], vals[keep]
-    if gamma is not None:
-        ints = snap_to_grid(np.clip(vals, lo, hi), gamma) + discrete_laplace(scale / gamma, vals.size, None if rng is None else gen)
+    # ---- 3. draw (nothing below can fail on the inputs) ----
+    rows, cols = pat.rows, pat.indices
+    keep = None if k is None else bound_rows(pat, k, gen)
+    if keep is not None:
+        rows, cols = rows[keep], cols[keep]
+    if snapped is not None:
+        ints = (snapped if keep is None else snapped[keep]) + discrete_laplace(t, rows.size, None if rng is None else gen)
         noisy = gamma * ints.astype(np.float64)
     else:
-        noisy = np.clip(vals, lo, hi) + laplace(scale, vals.size, gen)
+        noisy = (clipped if keep is None else clipped[keep]) + laplace(scale, rows.size, gen)
     matrix = sp.csr_matrix((noisy, (rows, cols)), shape=pat.shape)
     return PrivateObservations(
-        matrix=matrix, epsilon=eps, bounds=(lo, hi), scale=scale, sensitivity=sens,
-        unit="entry" if max_entries_per_row is None else "row", max_entries_per_row=max_entries_per_row,
-        dropped=pat.nnz - vals.size, secure=bool(secure), grid=gamma,
+        matrix=matrix, epsilon=eps, bounds=(lo, hi), scale=scale, sensitivity=sens, unit=unit,
+        max_entries_per_row=k, dropped=pat.nnz - rows.size, secure=bool(secure), grid=gamma, discrete_scale=t,
     )
+
+
+def _snap(values: np.ndarray, gamma: float, lo: float, hi: float) -> np.ndarray:
+    """``round(values / gamma)`` as int64, checked before anything is charged: the grid must hold the
+    bounds in at most ``2^50`` units (so the integers plus noise stay exact in float64)."""
+    if max(abs(lo), abs(hi)) / gamma > MAX_MAGNITUDE:
+        raise InvalidPrivacyParameterError(
+            f"grid {gamma!r} is too fine for the bounds {(lo, hi)!r}: more than 2^50 grid units")
+    return snap_to_grid(values, gamma)
