@@ -77,6 +77,13 @@ def _error(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ledger(args: argparse.Namespace) -> int:
+    from .release_file import ledger_rows, load_release_file
+
+    print("\n".join(ledger_rows(load_release_file(args.file))))
+    return 0
+
+
 COMMAND_MODULES = (
     "sparsedp.consistency.cli",
     "sparsedp.continual.cli",
@@ -124,6 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="error of textbook float Laplace noise (variance 2 b^2) instead of the default exact "
                      "discrete Laplace (variance 2q/(1-q)^2, q = exp(-1/b); slightly smaller)")
     err.set_defaults(func=_error)
+    led = sub.add_parser("ledger", help="print the privacy ledger of a release file",
+                         description="Print what a sparsedp release file says was measured: every "
+                         "measurement's strategy size, sensitivity, noise, scales and cost, and the total.")
+    led.add_argument("file", help="a release file (.npz) written by sparsedp")
+    led.set_defaults(func=_ledger)
     _register_subsystems(sub)
     return parser
 

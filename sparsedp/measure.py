@@ -66,6 +66,7 @@ class Measurement:
     cost: PrivacyCost
     secure: bool = False
     private: bool = True  # False when the noise came from a seeded (reproducible) generator
+    entry: LedgerEntry | None = None  # the ledger record of this measurement
 
 
 @dataclass(frozen=True)
@@ -106,10 +107,9 @@ class MeasurementPlan:
         uniq, inv = np.unique(s, return_inverse=True)
         return np.array([f(float(t)) for t in uniq])[inv] * self.grid**2
 
-    def _charge(self, accountant: Accountant | None, label: str, seeded: bool, columns: int) -> None:
-        """Spend this plan's cost with a ledger entry (raises, recording nothing, if it does not fit)."""
-        if accountant is None:
-            return
+    def _charge(self, accountant: Accountant | None, label: str, seeded: bool, columns: int) -> LedgerEntry:
+        """Spend this plan's cost with a ledger entry (raises, recording nothing, if it does not
+        fit); the entry is returned (and made) with or without an accountant."""
         entry = LedgerEntry(
             label=label or f"measure({self.strategy.name})",
             cost=self.cost,
@@ -123,7 +123,9 @@ class MeasurementPlan:
             scale_max=float(self.scales.max()),
             time=time.time(),
         )
-        accountant.spend(self.cost, label=entry.label, entry=entry)
+        if accountant is not None:
+            accountant.spend(self.cost, label=entry.label, entry=entry)
+        return entry
 
     def noise_stream(self, *, accountant: Accountant | None = None, rng: Any = None, label: str = "") -> "NoiseStream":
         """Charge now and return a :class:`NoiseStream` that draws this plan's noise row by row, in
@@ -160,7 +162,7 @@ class MeasurementPlan:
             check_magnitude(exact / self.grid, "A x / grid")
             cells = _noise.snap_to_grid(exact, self.grid)
         seeded, gen = _generator(rng)
-        self._charge(accountant, label, seeded, n)
+        entry = self._charge(accountant, label, seeded, n)
         if self.secure:
             k = _noise.noise(self.noise, self.unit_scales, size=self.rows, rng=gen, secure=True)
             y = self.grid * (cells + k)
@@ -176,6 +178,7 @@ class MeasurementPlan:
             cost=self.cost,
             secure=self.secure,
             private=not seeded,
+            entry=entry,
         )
 
 

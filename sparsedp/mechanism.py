@@ -25,6 +25,7 @@ Noise calibration (one record changes one entry of the count vector ``x`` by one
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,7 @@ from .calibration import gaussian_sigma, laplace_scale, sensitivity_bound
 from .measure import Measurement, plan_measurement
 from .operators import aslinearoperator
 from .privacy import Accountant
+from .release_file import save_release
 
 __all__ = ["Measurement", "Release", "MatrixMechanism"]
 
@@ -48,6 +50,22 @@ class Release:
     x_hat: np.ndarray
     measurement: Measurement
     reconstruction: Reconstruction
+
+    @property
+    def private(self) -> bool:
+        """False when the noise came from a seeded generator."""
+        return self.measurement.private
+
+    def save(self, path: str | Path, *, description: dict | None = None) -> Path:
+        """Write the answers, the estimate and the measurement's ledger entry as a release file
+        (:mod:`sparsedp.release_file`; never the data)."""
+        m = self.measurement
+        desc = {"strategy": m.strategy.name, "noise": m.noise, "secure": m.secure,
+                "sensitivity": m.sensitivity, "epsilon": m.cost.epsilon, "rho": m.cost.rho}
+        desc.update(description or {})
+        arrays = {"answers": self.answers, "x_hat": self.x_hat, "scales": m.scales, "noise_variances": m.variances}
+        entries = [m.entry] if m.entry is not None else []
+        return save_release(path, "matrix-mechanism", arrays, ledger=entries, description=desc, private=m.private)
 
 
 class MatrixMechanism:
