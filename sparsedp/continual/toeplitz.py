@@ -166,6 +166,15 @@ class BLT:
         m0 = kappa + g.sum()
         return cross + m0 * m0 - g.sum() ** 2
 
+    def strategy_sq_bound(self, N: int) -> float:
+        """:func:`strategy_sq_bound` of the explicit strategy (:meth:`strategy`, ``O(N d)``) and the
+        closed form (:meth:`strategy_sq_sum`): what :class:`BLTCounter` calibrates from (cached per
+        ``N``; at ``N = 10^6`` the explicit sum is 1.1e-10 above the closed form)."""
+        cache = self.__dict__.setdefault("_sq_bounds", {})
+        if N not in cache:
+            cache[N] = strategy_sq_bound(self.strategy(N), self.strategy_sq_sum(N))
+        return cache[N]
+
     def decoder_sq_total(self, N: int) -> float:
         """``sum_{t=1}^N sum_{k<t} b_k^2 = sum_{k<N} (N - k) b_k^2`` in closed form, ``O(d^2)``."""
         lt = np.log(self.theta)
@@ -317,13 +326,18 @@ class BLTCounter(ToeplitzCounter):
         if blt is not None and not isinstance(blt, BLT):
             raise SparseDPError(f"blt must be a BLT, got {type(blt).__name__}")
         self.blt = blt if blt is not None else fit_blt(N, buffers)
-        self._calibrate(self.blt.strategy(N), self.blt.strategy_sq_sum(N))
+        self.sensitivity = ceil_sqrt(self.blt.strategy_sq_bound(N))
+        self.sigma = gaussian_sigma(self.sensitivity, self.rho)
         self._u = np.zeros(self.blt.w.size)
         self._theta, self._w = self.blt.theta, self.blt.w
         self._var_b = 0.0
         self._s = 0.0
         self._noise = BufferedNoise("gaussian", self.sigma, rng)
         self._charge(accountant)
+
+    def measured_strategy(self) -> sp.csr_matrix:
+        """``M = B^{-1} W`` of the BLT decoder (first column :meth:`BLT.strategy`; dense: small ``N``)."""
+        return sp.csr_matrix(scipy.linalg.toeplitz(self.blt.strategy(self.horizon), np.zeros(self.horizon)))
 
     def _noise_at(self, t: int) -> float:
         self._u = self._theta * self._u + self._noise.draw()
