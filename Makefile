@@ -34,7 +34,7 @@ $(SUITESPARSE_HEADER):
 
 $(STAMP): pyproject.toml | $(PY) $(SUITESPARSE_HEADER)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install -e '.[cholmod,dev,plot,roads]'
+	$(PY) -m pip install -e '.[cholmod,dev,plot,roads,io]'
 	touch $(STAMP)
 
 clean:

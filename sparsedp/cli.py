@@ -77,6 +77,20 @@ def _error(args: argparse.Namespace) -> int:
     return 0
 
 
+def _release(args: argparse.Namespace) -> int:
+    from .spec import run_spec
+
+    if args.seed is not None:
+        print("WARNING: --seed makes the noise reproducible: this release is NOT private", file=sys.stderr)
+    res = run_spec(args.spec, rng=args.seed)
+    m = res.release.measurement
+    cost = f"epsilon {m.cost.epsilon:g}" if m.cost.epsilon else f"rho {m.cost.rho:g}"
+    print(f"released {res.answers.size} answers ({cost}, {'exact' if m.secure else 'float'} noise)")
+    for name, path in res.files.items():
+        print(f"{name}: {path}")
+    return 0
+
+
 def _ledger(args: argparse.Namespace) -> int:
     from .release_file import ledger_rows, load_release_file
 
@@ -131,6 +145,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="error of textbook float Laplace noise (variance 2 b^2) instead of the default exact "
                      "discrete Laplace (variance 2q/(1-q)^2, q = exp(-1/b); slightly smaller)")
     err.set_defaults(func=_error)
+    rel = sub.add_parser("release", help="run a declarative release described by a TOML spec",
+                         description="Run the release a TOML spec describes (data, workload, strategy, budget, "
+                         "consistency, outputs); see sparsedp.spec for the format.")
+    rel.add_argument("spec", help="the spec file (.toml)")
+    rel.add_argument("--seed", type=int, default=None,
+                     help="seed the noise (reproducible, and then NOT private); default: OS entropy")
+    rel.set_defaults(func=_release)
     led = sub.add_parser("ledger", help="print the privacy ledger of a release file",
                          description="Print what a sparsedp release file says was measured: every "
                          "measurement's strategy size, sensitivity, noise, scales and cost, and the total.")
