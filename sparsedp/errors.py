@@ -53,5 +53,5 @@ class UnsupportedStructureError(SparseDPError):
 
 class InputBoundError(SparseDPError):
     """Input lies outside the documented domain of a release (e.g. a count above
-    :data:`sparsedp.validation.MAX_MAGNITUDE`, an increment outside ``[0, 1]``).  Raised before any
+    :data:`sparsedp.validation.MAX_MAGNITUDE`, a stream increment outside its counter's domain).  Raised before any
     budget is charged or noise drawn: outside the domain no privacy guarantee is claimed."""

@@ -127,7 +127,9 @@ class MeasurementPlan:
             accountant.spend(self.cost, label=entry.label, entry=entry)
         return entry
 
-    def noise_stream(self, *, accountant: Accountant | None = None, rng: Any = None, label: str = "") -> "NoiseStream":
+    def noise_stream(
+        self, *, accountant: Accountant | None = None, rng: Any = None, label: str = "", chunk: int = 4096
+    ) -> "NoiseStream":
         """Charge now and return a :class:`NoiseStream` that draws this plan's noise row by row, in
         increasing row order, each row at most once (for streams whose data arrive later: the
         release is ``A x + z`` with ``z`` independent of the data, so drawing it early or lazily is
@@ -135,7 +137,7 @@ class MeasurementPlan:
         _check_accountant(accountant)
         seeded, gen = _generator(rng)
         self._charge(accountant, label, seeded, int(self.measured.shape[1]))
-        return NoiseStream(self, gen, not seeded)
+        return NoiseStream(self, gen, not seeded, chunk)
 
     def measure(
         self,
@@ -185,16 +187,37 @@ class MeasurementPlan:
 class NoiseStream:
     """The noise of a charged :class:`MeasurementPlan`, drawn on demand (see
     :meth:`MeasurementPlan.noise_stream`).  Rows must be asked for in strictly increasing order,
-    so no row's noise is ever drawn twice; values are in data units (``g k`` when secure)."""
+    so no row's noise is ever handed out twice; values are in data units (``g k`` when secure).
 
-    def __init__(self, plan: MeasurementPlan, gen: Any, private: bool) -> None:
+    Noise is drawn ahead in batches of ``chunk`` rows (one sampler call per batch instead of one
+    per row: the noise does not depend on the data, so drawing it early changes nothing); memory
+    is ``O(chunk)``."""
+
+    def __init__(self, plan: MeasurementPlan, gen: Any, private: bool, chunk: int = 4096) -> None:
         self.plan, self._gen, self.private = plan, gen, private
         self._next = 0
+        self._chunk = max(1, int(chunk))
+        self._buf = np.zeros(0)
+        self._buf_start = 0  # row of self._buf[0]
 
     @property
     def next_row(self) -> int:
         """The smallest row that may still be drawn."""
         return self._next
+
+    def _fill(self, upto: int) -> None:
+        """Make the buffer cover rows ``[self._next, upto)``."""
+        end = self._buf_start + self._buf.size
+        if upto <= end:
+            return
+        start = max(end, self._next)
+        stop = min(self.plan.rows, max(upto, start + self._chunk))
+        p = self.plan
+        z = _noise.noise(p.noise, p.unit_scales[start:stop], size=stop - start, rng=self._gen, secure=p.secure)
+        z = p.grid * z if p.secure else z
+        keep = self._buf[max(self._next - self._buf_start, 0):] if end > self._next else np.zeros(0)
+        self._buf = np.concatenate([keep, z])
+        self._buf_start = start - keep.size
 
     def take(self, rows: Any) -> np.ndarray:
         """Noise for ``rows`` (strictly increasing, all ``>= next_row``)."""
@@ -206,10 +229,10 @@ class NoiseStream:
                 f"noise rows must be strictly increasing, from {self._next} and below {self.plan.rows}: "
                 "a row's noise is drawn once"
             )
+        self._fill(int(r[-1]) + 1)
+        out = self._buf[r - self._buf_start]
         self._next = int(r[-1]) + 1
-        p = self.plan
-        z = _noise.noise(p.noise, p.unit_scales[r], size=r.size, rng=self._gen, secure=p.secure)
-        return p.grid * z if p.secure else z
+        return out
 
     def all(self) -> np.ndarray:
         """The noise of every remaining row."""
