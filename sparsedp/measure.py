@@ -105,7 +105,10 @@ class MeasurementPlan:
             return 2.0 * s * s if self.noise == "laplace" else s * s
         f = _noise.discrete_laplace_variance if self.noise == "laplace" else _noise.discrete_gaussian_variance
         uniq, inv = np.unique(s, return_inverse=True)
-        return np.array([f(float(t)) for t in uniq])[inv] * self.grid**2
+        # A tiny scale has a variance that underflows (2 e^{-1/t}); report at least 1e-200 grid
+        # units^2 (an overstatement, never an understatement) so estimators can weight by 1/var.
+        unit = np.maximum(np.array([f(float(t)) for t in uniq]), 1e-200)
+        return unit[inv] * self.grid**2
 
     def _charge(self, accountant: Accountant | None, label: str, seeded: bool, columns: int) -> LedgerEntry:
         """Spend this plan's cost with a ledger entry (raises, recording nothing, if it does not

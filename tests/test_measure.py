@@ -144,3 +144,10 @@ def test_noise_stream_batches_give_the_same_noise_as_one_draw():
     # same generator, but rows 20..24 are drawn and dropped in different batches: compare the
     # distribution loosely and the exact values where both streams drew in one piece
     np.testing.assert_array_equal(parts[0], one[:1])
+
+
+def test_tiny_exact_noise_has_a_positive_reported_variance():
+    # the discrete Laplace variance 2q/(1-q)^2 underflows to 0 for t ~ 1e-5; estimators weight by
+    # 1/variance, so the plan reports at least 1e-200 (an overstatement)
+    plan = plan_measurement(st.haar(8), epsilon=1e6)
+    assert np.all(plan.variances() > 0)
