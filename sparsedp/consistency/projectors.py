@@ -51,6 +51,7 @@ class SPDSolver:
             raise ImportError("scikit-sparse is not installed; use backend='splu'")
         self._factor = None
         self._symbolic = None
+        self.last_relative_residual = float("nan")
         self.refactor(S)
 
     def refactor(self, S: sp.spmatrix) -> None:
@@ -79,17 +80,27 @@ class SPDSolver:
         return self._factor.solve(r)
 
     def solve(self, r: np.ndarray, rtol: float = 1e-13, max_refine: int = 30) -> np.ndarray:
-        """``y`` with ``S y = r`` (refined until ``||S y - r|| <= rtol ||r||`` or ``max_refine`` steps)."""
+        """``y`` with ``S y = r``: refined until ``||S y - r|| <= rtol ||r||``, until a step no longer
+        reduces ``||S y - r||`` (the rounding floor; the better iterate is kept) or ``max_refine``
+        steps.  ``last_relative_residual`` is then ``||S y - r|| / ||r||`` (float64 evaluation)."""
         r = np.asarray(r, dtype=np.float64)
         if self._factor is None:
+            self.last_relative_residual = 0.0
             return np.zeros_like(r)
         y = self._raw(r)
         scale = float(np.linalg.norm(r))
+        res = r - self.S @ y
+        rn = float(np.linalg.norm(res))
         for _ in range(max_refine):
-            res = r - self.S @ y
-            if float(np.linalg.norm(res)) <= rtol * scale:
+            if rn <= rtol * scale:
                 break
-            y = y + self._raw(res)
+            y_new = y + self._raw(res)
+            res_new = r - self.S @ y_new
+            rn_new = float(np.linalg.norm(res_new))
+            if not rn_new < rn:
+                break
+            y, res, rn = y_new, res_new, rn_new
+        self.last_relative_residual = rn / scale if scale > 0 else 0.0
         return y
 
 
