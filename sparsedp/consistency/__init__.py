@@ -22,7 +22,7 @@ from .restaurant import (
     restaurant_tree_values,
 )
 from .residuals import ResidualReport, accurate_residual
-from .solvers import METHODS, ConsistencyResult, Problem, compile_constraints, solve
+from .solvers import METHODS, ConsistencyResult, Problem, ToleranceUnattainableError, compile_constraints, solve
 from .treespan import TreeSpan, detect_tree_span, reaggregate, tree_span_solve
 
 __all__ = [
@@ -61,6 +61,7 @@ __all__ = [
     "restaurant_sensitivity",
     "restaurant_tree_values",
     "solve",
+    "ToleranceUnattainableError",
     "tree_project",
     "tree_span_solve",
 ]
