@@ -358,3 +358,18 @@ def test_short_x_error_names_the_length_of_x():
     G = nx.DiGraph([(0, i) for i in range(1, 111)])
     with pytest.raises(ShapeError, match="x has only 110 values.*at least 111"):
         solve(np.zeros(110), TreeConstraints(G))
+
+
+def test_infeasible_families_are_named_by_position_and_variables():
+    # issue 20 #6: "families ['tree', 'fixed', 'fixed'] conflict" did not say which 'fixed'
+    G = nx.DiGraph([(0, 1), (0, 2)])
+    fams = [TreeConstraints(G), FixedValues([1], [3.0]), FixedValues([0, 2], [10.0, 4.0])]
+    with pytest.raises(InfeasibleConstraintsError) as err:
+        solve(np.zeros(3), fams, method="direct")
+    msg = str(err.value)
+    assert "#1 'fixed' on variables [1]" in msg and "#2 'fixed' on variables [0, 2]" in msg
+
+
+def test_zero_variance_names_the_family_to_use():
+    with pytest.raises(ShapeError, match="FixedValues"):
+        solve(np.zeros(3), TreeConstraints(nx.DiGraph([(0, 1), (0, 2)])), variances=[1.0, 0.0, 1.0])

@@ -168,8 +168,25 @@ class Problem:
         return self._rows
 
     def conflicting(self, x: np.ndarray, tol: float) -> list[str]:
-        bad = {self.block_family[j] for j, r in enumerate(self.residual_parts(x)) if r.size and np.max(np.abs(r)) > tol}
-        return [self.family_names[i] for i in sorted(bad)]
+        """The families whose rows ``x`` misses by more than ``tol``, each named by its position in
+        the constraint list, its name and the variables of its violated rows (the first few)."""
+        bad: dict[int, list[int]] = {}
+        for j, r in enumerate(self.residual_parts(x)):
+            if r.size and np.max(np.abs(r)) > tol:
+                blk = self.blocks[j]
+                C, _ = blk.local_rows() if r.size <= 10_000 else (None, None)
+                if C is not None:
+                    rows = np.flatnonzero(np.abs(r) > tol)
+                    local = np.unique(sp.csr_matrix(C)[rows].indices)
+                    bad.setdefault(self.block_family[j], []).extend(blk.variables[local][:8].tolist())
+                else:
+                    bad.setdefault(self.block_family[j], [])
+        out = []
+        for i in sorted(bad):
+            vars_ = sorted(set(bad[i]))[:8]
+            where = f" on variables {vars_}" if vars_ else ""
+            out.append(f"#{i} {self.family_names[i]!r}{where}")
+        return out
 
 
 def _as_families(constraints: Any) -> list[ConstraintFamily]:
@@ -384,7 +401,7 @@ def _raise_if_infeasible(problem: Problem, x: np.ndarray, tol: float) -> None:
     if gap > limit:
         names = problem.conflicting(x, limit)
         raise InfeasibleConstraintsError(
-            f"the constraints have no common solution: families {names} conflict "
+            f"the constraints have no common solution: families {', '.join(names)} conflict "
             f"(the closest point misses them by {gap:.3g})"
         )
 
@@ -551,7 +568,12 @@ def solve(
     if variances is not None:
         v = check_vector(variances, n, "variances")
         if np.any(v <= 0):
-            raise ShapeError("variances must all be > 0")
+            bad = np.flatnonzero(v <= 0)
+            raise ShapeError(
+                f"variances must all be > 0, got {v[bad[0]]!r} for variable {int(bad[0])} ({bad.size} such): a value "
+                "known exactly (variance 0) is a constraint, not a measurement: pass it as "
+                "FixedValues(index, values) and give its variable any positive variance"
+            )
     t = check_vector(truth, n, "truth") if truth is not None else None
     if tol is not None:
         tol = check_positive(tol, "tol")
