@@ -34,23 +34,30 @@ def test_impulse_norms_equal_explicit_responses(n, k, workload):
     np.testing.assert_allclose(tree_impulse_norms(layout, v, workload), W.image_sq_norms(G), rtol=1e-10, atol=1e-12)
 
 
-def test_closed_form_is_used_and_agrees_with_blocks():
-    tree = st.hierarchical(300, 3)
+def test_exact_tree_path_agrees_with_the_estimator_applied_to_unit_vectors():
+    from sparsedp.inference import linear_estimator
+
+    n = 120
+    tree = st.hierarchical(n, 3)
     M = st.weighted(tree, np.random.default_rng(0).uniform(0.5, 2.0, tree.shape[0]))
     v = np.full(M.shape[0], 3.0)
-    fast = expected_error(wl.all_ranges(300), M, v)
-    assert fast.method == "tree-closed-form"
-    # the same total through the generic block path (range list = all ranges, explicitly)
-    lo, hi = np.triu_indices(300)
-    slow = expected_error(wl.range_queries(300, np.column_stack([lo, hi])), M, v)
-    assert slow.method == "exact-blocks"
-    assert fast.total == pytest.approx(slow.total, rel=1e-10)
+    fast = expected_error(wl.all_ranges(n), M, v)
+    assert fast.method == "exact-tree"
+    apply, _ = linear_estimator(M, v)
+    B = wl.all_ranges(n).matmat(apply(np.eye(M.shape[0])))  # W G, rows ordered by lo then hi
+    ref = (B * B) @ v
+    assert fast.total == pytest.approx(ref.sum(), rel=1e-10)
+    np.testing.assert_allclose(fast.variances, ref, rtol=1e-9)
+    lo, hi = np.triu_indices(n)
+    listed = expected_error(wl.range_queries(n, np.column_stack([lo, hi])), M, v)
+    assert listed.method == "exact-tree"
+    np.testing.assert_allclose(listed.variances, ref, rtol=1e-9)
 
 
 def test_large_tree_error_is_exact_and_fast():
     n = 1 << 16
     rep = expected_error(wl.prefix(n), st.hierarchical(n, 2), 2.0)
-    assert rep.method == "tree-closed-form"
+    assert rep.method == "exact-tree"
     est = expected_error(wl.prefix(n), st.hierarchical(n, 2), 2.0, method="estimate", probes=256, rng=0)
     assert abs(est.total - rep.total) < 5 * est.stderr
 
