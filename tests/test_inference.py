@@ -118,3 +118,40 @@ def test_bad_input():
         least_squares(A, [1.0, np.nan])
     with pytest.raises(SparseDPError):
         least_squares(A, [1.0, 2.0], variances=[1.0, -1.0])
+
+
+# -- issue 20, item 4: a tree strategy reconstructs through the publishers' O(n) path -------------
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_tree_reconstruction_never_touches_the_explicit_matrix(weighted):
+    n = 200
+    M = st.hierarchical(n, 4)
+    rng = np.random.default_rng(8)
+    if weighted:
+        M = st.weighted(M, rng.uniform(0.5, 2.0, M.shape[0]))
+    A = M.toarray()
+    y = rng.normal(size=M.shape[0]) * 10
+    v = rng.uniform(0.5, 4.0, M.shape[0])
+    ref = dense_gls(A, y, v)
+    blind = M.base if weighted else M
+    blind.matrix = sp.csr_matrix(blind.shape)  # a reconstruction that multiplied by M would now be wrong
+    rec = least_squares(M, y, v)
+    assert rec.solver == "tree-two-pass"
+    np.testing.assert_allclose(rec.x, ref, atol=1e-8 * np.abs(ref).max())
+    assert rec.residual == pytest.approx(np.linalg.norm((A @ ref - y) / np.sqrt(v)), rel=1e-9)
+
+
+def test_tree_reconstruction_equals_the_publishers_blue():
+    from sparsedp.trees import blue, kary_layout
+
+    n = 4096  # a power of 16: the publishers' k-ary tree and hierarchical(n, 16) are the same tree
+    M = st.hierarchical(n, 16)
+    tree = kary_layout(n, 16)
+    rng = np.random.default_rng(9)
+    y = M.matvec(rng.integers(0, 30, n).astype(float)) + rng.laplace(0, 3.0, M.shape[0])
+    # same node order (breadth-first, root first), same variances: the same estimate
+    np.testing.assert_array_equal(tree.lo, np.concatenate([M.meta["layout"].leaf_starts[lev][:-1]
+                                                           for lev in reversed(range(M.meta["layout"].levels))]))
+    nodes = blue(tree, y, np.full(M.shape[0], 1.0))
+    np.testing.assert_allclose(least_squares(M, y, 2.0).x, nodes[tree.leaves], rtol=1e-12, atol=1e-9)
