@@ -28,6 +28,7 @@ from .inference import Reconstruction, l1_fit, least_squares, nnls, reconstruct
 from .mechanism import MatrixMechanism, Release
 from .measure import Measurement, MeasurementPlan, measure, plan_measurement
 from .operators import Operator, SparseOperator, aslinearoperator, kron, scale_rows, sensitivity, vstack
+from .optimize import OptimizedStrategy, optimize  # sparsedp.optimize(W) is the function (issue 11)
 from .privacy import Accountant, PrivacyCost
 
 __version__ = "0.1.0"

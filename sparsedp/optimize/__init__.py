@@ -1,0 +1,16 @@
+"""Workload-driven strategy optimisation (issue 11): :func:`optimize` returns the strategy with the
+lowest exact expected GLS error for a workload among weighted interval trees, HDMM's p-Identity
+strategies and the fixed templates.
+
+Modules, one idea each: :mod:`.calibrate` (unit budget, certified normalisation), :mod:`.gram`
+(``W^T W`` without forming it), :mod:`.tree_spectral` (complete trees with per-level weights in
+closed form), :mod:`.weighted_tree` (any tree, per-node weights, exact gradient),
+:mod:`.params` (parametrisations that keep ``Delta = 1`` exactly), :mod:`.pidentity` (p-Identity
+objective and gradient), :mod:`.templates`, :mod:`.tree_family`, :mod:`.pidentity_family`,
+:mod:`.search` (L-BFGS-B with a deadline), :mod:`.api`.
+"""
+
+from .api import FAMILIES, OptimizedStrategy, optimize
+from .candidate import Trial
+
+__all__ = ["optimize", "OptimizedStrategy", "Trial", "FAMILIES"]

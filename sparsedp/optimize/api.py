@@ -1,0 +1,156 @@
+"""``sparsedp.optimize``: the strategy with the lowest exact GLS error for a workload.
+
+The user brings a workload ``W`` (any sparsedp operator, sparse or dense matrix); the optimiser
+returns a strategy ``M`` to measure with :class:`~sparsedp.mechanism.MatrixMechanism`.  The
+objective is the exact expected total squared error of the GLS answers ``W x_hat`` at unit budget,
+
+    E(M) = Var(Delta(M)) * tr((M^T M)^{-1} W^T W),
+
+with ``Var`` the calibration the mechanism applies to ``M``'s own entries at ``epsilon = 1``
+(Laplace: ``2 Delta_1^2``) or ``rho = 1`` (Gaussian: ``Delta_2^2 / 2``).  At budget ``epsilon`` the
+error is ``E / epsilon^2`` (Laplace), at ``rho`` it is ``E / rho`` (Gaussian).
+
+Families (``family=``): ``"templates"`` (identity, hierarchical k-ary, Haar, Fenwick),
+``"tree"`` (weighted interval trees, any ``n``), ``"pidentity"`` (HDMM's p-Identity, dense,
+``n <= 8192``), ``"auto"`` (all that apply; never worse than the best template).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..accuracy import ErrorReport
+from ..errors import ShapeError, SparseDPError
+from ..operators import SparseOperator, aslinearoperator
+from ..validation import check_positive
+from .calibrate import noise_model
+from .candidate import Candidate, Trial
+from .gram import Gram
+from .pidentity_family import PIDENTITY_MAX_N, pidentity_candidates
+from .search import Deadline
+from .templates import template_candidates
+from .tree_family import tree_candidates
+from .tree_spectral import BlockTraces
+
+__all__ = ["OptimizedStrategy", "optimize", "FAMILIES"]
+
+FAMILIES = ("auto", "templates", "tree", "pidentity")
+
+
+@dataclass(frozen=True)
+class OptimizedStrategy:
+    """The result of :func:`optimize`.
+
+    ``strategy``: an operator with certified sensitivity ``Delta_p <= 1`` (p = 1 Laplace, 2
+    Gaussian), to pass to ``MatrixMechanism(W, strategy, epsilon=...)``; ``family`` and ``name`` of
+    the winner; ``error``: the exact expected total squared error of the GLS workload answers at
+    ``epsilon = 1`` (Laplace) or ``rho = 1`` (Gaussian); ``history``: every candidate tried, in order;
+    ``seconds``: wall time.
+    """
+
+    strategy: SparseOperator
+    family: str
+    name: str
+    error: ErrorReport
+    noise: str
+    history: tuple[Trial, ...]
+    seconds: float
+
+    def error_at(self, *, epsilon: float | None = None, rho: float | None = None) -> float:
+        """Expected total squared error at another budget (``E / epsilon^2`` or ``E / rho``)."""
+        if self.noise == "laplace":
+            if epsilon is None or rho is not None:
+                raise SparseDPError("Laplace strategies take epsilon")
+            return self.error.total / check_positive(epsilon, "epsilon") ** 2
+        if rho is None or epsilon is not None:
+            raise SparseDPError("Gaussian strategies take rho")
+        return self.error.total / check_positive(rho, "rho")
+
+    def best_template(self) -> Trial | None:
+        """The best template in the history (``None`` if none was scored)."""
+        temps = [t for t in self.history if t.family == "templates"]
+        return min(temps, key=lambda t: t.error) if temps else None
+
+
+def _check_family(family: Any) -> str:
+    if family not in FAMILIES:
+        raise SparseDPError(f"family must be one of {FAMILIES}, got {family!r}")
+    return family
+
+
+def optimize(
+    W: Any,
+    *,
+    noise: str = "laplace",
+    family: str = "auto",
+    time_limit: float | None = None,
+    rng: Any = None,
+    per_node: bool | None = None,
+    p: int | None = None,
+    restarts: int | None = None,
+) -> OptimizedStrategy:
+    """The strategy with the lowest exact expected GLS error for workload ``W`` among the families
+    tried (see the module docstring).
+
+    Parameters
+    ----------
+    W:
+        The workload: a sparsedp operator (``workloads.prefix(n)``, ``all_ranges(n)``,
+        ``range_queries``, ...), a scipy sparse matrix or a dense array (one row per query).
+    noise:
+        ``"laplace"`` (pure DP, ``Delta_1 = 1``) or ``"gaussian"`` (zCDP, ``Delta_2 = 1``).
+    family:
+        ``"auto"``, ``"templates"``, ``"tree"`` or ``"pidentity"``.
+    time_limit:
+        Seconds for the whole search (the templates are always scored); ``None``: iteration caps
+        only.  Families stop at the limit and return the best point reached.
+    rng:
+        Seed or generator of the random starts (results are reproducible for a fixed seed).
+    per_node:
+        Tree family: refine per node (``True``), never (``False``) or when affordable (``None``).
+    p, restarts:
+        p-Identity: number of extra rows (default ``min(n // 16, 256)``) and of random starts
+        (default 3 for ``n <= 512``, else 1; the best is kept).
+    """
+    t_start = time.perf_counter()
+    model = noise_model(noise)
+    fam = _check_family(family)
+    if time_limit is not None:
+        time_limit = check_positive(time_limit, "time_limit")
+    Wop = aslinearoperator(W, name="workload")
+    m, n = Wop.shape
+    if restarts is None:
+        restarts = 3 if n <= 512 else 1
+    if isinstance(restarts, bool) or int(restarts) != restarts or restarts < 1:
+        raise SparseDPError(f"restarts must be a positive integer, got {restarts!r}")
+    if m < 1 or n < 1:
+        raise ShapeError(f"the workload must have at least one query and one cell, got shape {Wop.shape}")
+    if isinstance(Wop, SparseOperator) and Wop.matrix.nnz == 0:
+        raise ShapeError("the workload has no non-zero entry: nothing to optimise")
+    gen = np.random.default_rng(rng)
+    deadline = Deadline(time_limit)
+    gram = Gram(Wop)
+    traces = BlockTraces(Wop)
+
+    cands: list[Candidate] = []
+    if fam in ("auto", "templates"):
+        cands += template_candidates(Wop, gram, traces, model)
+    if fam in ("auto", "tree"):
+        cands += tree_candidates(Wop, gram, traces, model, deadline=deadline, rng=gen, per_node=per_node)
+    if fam == "pidentity" or (fam == "auto" and n <= PIDENTITY_MAX_N and not deadline.expired()):
+        cands += pidentity_candidates(Wop, gram, model, p=p, restarts=int(restarts), deadline=deadline, rng=gen)
+    best = min(cands, key=lambda c: c.total)
+    report = ErrorReport(best.total, best.total / m, best.method)
+    return OptimizedStrategy(
+        strategy=best.strategy,
+        family=best.family,
+        name=best.name,
+        error=report,
+        noise=model.kind,
+        history=tuple(c.trial() for c in cands),
+        seconds=time.perf_counter() - t_start,
+    )

@@ -1,0 +1,149 @@
+"""The workload's Gram matrix ``G = W^T W`` as an operator: all the optimiser needs of ``W``.
+
+The GLS error of a full-column-rank strategy is ``Var * tr((M^T M)^{-1} G)``: the workload enters
+only through ``G``.  For the implicit workloads ``G`` is applied in ``O(n)`` per column and never
+formed (``L`` = lower-triangular ones, so ``S = L x`` are the prefix sums):
+
+* prefix: ``W = L``, ``G X = L^T (L X)`` (a cumulative sum and a reversed one);
+* all ranges: ``||W u||^2 = (n + 1) ||L u||^2 - (1^T L u)^2`` (see
+  :class:`~sparsedp.workloads.AllRangesWorkload`), so ``G = L^T ((n + 1) I - 1 1^T) L``;
+* identity: ``G = I``; total: ``G = 1 1^T``;
+* range lists and other implicit operators: ``W^T (W X)`` through their own products;
+* explicit matrices: ``W^T (W X)`` on the sparse matrix, or a dense ``G`` built once when the
+  workload has more non-zeros than ``G`` has entries and ``n`` is small.
+
+:func:`block_sq_norms` gives ``sum_B ||W 1_B||^2`` over the blocks of a partition of the domain
+into consecutive blocks of one size, the workload term of the tree closed form
+(:mod:`~sparsedp.optimize.tree_spectral`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..operators import Operator, SparseOperator, aslinearoperator
+from ..workloads import AllRangesWorkload, PrefixWorkload, RangeQueriesWorkload
+
+__all__ = ["Gram", "block_sq_norms", "workload_rows"]
+
+_DENSE_GRAM_LIMIT = 4096
+
+
+def _rev_cumsum(X: np.ndarray) -> np.ndarray:
+    """``L^T X``: ``out[i] = sum_{k >= i} X[k]``."""
+    return np.cumsum(X[::-1], axis=0)[::-1]
+
+
+def _is_identity(W: Operator) -> bool:
+    """A workload tagged ``identity`` whose entries are the identity (the tag alone is not trusted)."""
+    if W.structure != "identity" or not isinstance(W, SparseOperator) or W.shape[0] != W.shape[1]:
+        return False
+    A = W.matrix
+    return A.nnz == W.shape[0] and bool(np.all(A.diagonal() == 1.0))
+
+
+def _is_total(W: Operator) -> bool:
+    """A workload tagged ``total`` whose single row is all ones."""
+    if W.structure != "total" or not isinstance(W, SparseOperator) or W.shape[0] != 1:
+        return False
+    A = W.matrix
+    return A.nnz == W.shape[1] and bool(np.all(A.data == 1.0))
+
+
+class Gram:
+    """``G = W^T W`` of a workload, applied without forming it when ``W`` has structure."""
+
+    def __init__(self, workload: Any):
+        self.W = aslinearoperator(workload, name="workload")
+        self.n = int(self.W.shape[1])
+        self.queries = int(self.W.shape[0])
+        self._dense: np.ndarray | None = None
+        self._sparse: sp.csr_matrix | None = None
+        kind = self.W.structure
+        if isinstance(self.W, (PrefixWorkload, AllRangesWorkload)):
+            self.kind = kind
+        elif _is_identity(self.W) or _is_total(self.W):
+            self.kind = kind
+        elif isinstance(self.W, SparseOperator):
+            self.kind = "sparse"
+            A = self.W.matrix
+            if A.nnz > self.n * self.n and self.n <= _DENSE_GRAM_LIMIT:
+                self.kind = "dense"
+                self._dense = np.asarray((A.T @ A).toarray())
+            else:
+                self._sparse = A
+        else:
+            self.kind = "operator"
+
+    def diagonal(self) -> np.ndarray:
+        """``diag(G)``: the squared column norms of ``W`` (closed forms for implicit workloads)."""
+        return np.asarray(self.W.gram_diagonal(), dtype=np.float64)
+
+    def trace(self) -> float:
+        """``tr(G) = ||W||_F^2``."""
+        return float(self.diagonal().sum())
+
+    def matmat(self, X: np.ndarray) -> np.ndarray:
+        """``G X`` for a dense ``n x k`` matrix."""
+        X = np.asarray(X, dtype=np.float64)
+        if self.kind == "prefix":
+            return _rev_cumsum(np.cumsum(X, axis=0))
+        if self.kind == "all_ranges":
+            S = np.cumsum(X, axis=0)
+            Y = (self.n + 1) * S - S.sum(axis=0, keepdims=True)
+            return _rev_cumsum(Y)
+        if self.kind == "identity":
+            return X.copy()
+        if self.kind == "total":
+            return np.broadcast_to(X.sum(axis=0, keepdims=True), X.shape).copy()
+        if self.kind == "dense":
+            return self._dense @ X  # type: ignore[operator]
+        if self.kind == "sparse":
+            A = self._sparse
+            return np.asarray(A.T @ np.asarray(A @ X))  # type: ignore[union-attr]
+        return np.asarray(self.W.rmatmat(self.W.matmat(X)))
+
+    def quadratic(self, U: np.ndarray) -> np.ndarray:
+        """``u^T G u`` for every column ``u`` of ``U`` (``= ||W u||^2``)."""
+        return np.einsum("ij,ij->j", U, self.matmat(U))
+
+
+def block_sq_norms(W: Operator, size: int) -> float:
+    """``sum_B ||W 1_B||^2`` over the blocks ``B = [i size, (i + 1) size)`` (``size`` divides ``n``).
+
+    Range lists use the overlaps in closed form (``O(queries)``); other workloads their image norms
+    of the sparse block indicators (closed forms for prefix and all ranges, a sparse product for
+    explicit matrices).
+    """
+    n = int(W.shape[1])
+    if n % size:
+        raise ValueError(f"block size {size} does not divide n = {n}")
+    if isinstance(W, RangeQueriesWorkload):
+        lo, hi = W.lo.astype(np.int64), W.hi.astype(np.int64) + 1  # half-open [lo, hi)
+        first, last = lo // size, (hi - 1) // size
+        same = first == last
+        head = (first + 1) * size - lo
+        tail = hi - last * size
+        inner = np.maximum(last - first - 1, 0)
+        sq = np.where(same, (hi - lo) ** 2, head**2 + tail**2 + inner * size * size)
+        return float(np.sum(sq.astype(np.float64)))
+    blocks = n // size
+    ind = sp.csc_matrix((np.ones(n), np.arange(n), np.arange(0, n + 1, size)), shape=(n, blocks))
+    return float(np.sum(W.image_sq_norms(ind)))
+
+
+def workload_rows(W: Operator, start: int, stop: int) -> np.ndarray:
+    """Rows ``start:stop`` of an explicit or range-list workload as a dense ``n x (stop - start)``
+    matrix (one column per query)."""
+    n = int(W.shape[1])
+    if isinstance(W, RangeQueriesWorkload):
+        lo, hi = W.lo[start:stop].astype(np.int64), W.hi[start:stop].astype(np.int64) + 1
+        out = np.zeros((n + 1, stop - start))
+        cols = np.arange(stop - start)
+        out[lo, cols] += 1.0
+        out[hi, cols] -= 1.0
+        return np.cumsum(out[:-1], axis=0)
+    return np.asarray(W.tosparse()[start:stop].toarray().T)

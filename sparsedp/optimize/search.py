@@ -1,0 +1,96 @@
+"""The one numerical driver: L-BFGS-B with exact gradients, a deadline, and the best point kept."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+from scipy.optimize import Bounds, minimize
+
+__all__ = ["Deadline", "SearchResult", "lbfgs"]
+
+
+class Deadline:
+    """A wall-clock limit (``None``: none)."""
+
+    def __init__(self, seconds: float | None):
+        self.start = time.perf_counter()
+        self.end = None if seconds is None else self.start + float(seconds)
+
+    def remaining(self) -> float:
+        return math.inf if self.end is None else self.end - time.perf_counter()
+
+    def expired(self) -> bool:
+        return self.remaining() <= 0.0
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+
+class _OutOfTime(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """The best point seen, its value, the number of evaluations and why the search stopped."""
+
+    x: np.ndarray
+    fun: float
+    evaluations: int
+    stopped: str
+
+
+def lbfgs(
+    fun: Callable[[np.ndarray], tuple[float, np.ndarray]],
+    x0: np.ndarray,
+    *,
+    bounds: tuple[float | None, float | None] | None = None,
+    deadline: Deadline | None = None,
+    maxiter: int = 1000,
+    ftol: float = 1e-12,
+    gtol: float = 1e-12,
+    maxcor: int = 10,
+) -> SearchResult:
+    """Minimise ``fun`` (value and exact gradient) from ``x0`` by scipy's L-BFGS-B.
+
+    ``bounds`` applies one ``(lo, hi)`` to every coordinate.  The best evaluated point is returned
+    even when the deadline interrupts the search (checked before each evaluation, after the first).
+    A non-finite value is reported to the line search as a very large one.
+    """
+    x0 = np.asarray(x0, dtype=np.float64)
+    best: list = [math.inf, x0.copy()]
+    count = [0]
+
+    def wrapped(x: np.ndarray) -> tuple[float, np.ndarray]:
+        if count[0] and deadline is not None and deadline.expired():
+            raise _OutOfTime
+        count[0] += 1
+        f, g = fun(x)
+        if not (math.isfinite(f) and np.all(np.isfinite(g))):
+            return 1e300, np.zeros_like(x)
+        if f < best[0]:
+            best[0], best[1] = f, x.copy()
+        return f, g
+
+    bnds = None
+    if bounds is not None:
+        lo = -np.inf if bounds[0] is None else bounds[0]
+        hi = np.inf if bounds[1] is None else bounds[1]
+        bnds = Bounds(np.full(x0.size, lo), np.full(x0.size, hi))
+    try:
+        res = minimize(
+            wrapped,
+            x0,
+            jac=True,
+            method="L-BFGS-B",
+            bounds=bnds,
+            options={"maxiter": int(maxiter), "ftol": ftol, "gtol": gtol, "maxcor": maxcor},
+        )
+        stopped = str(res.message)
+    except _OutOfTime:
+        stopped = "time limit"
+    return SearchResult(best[1], float(best[0]), count[0], stopped)

@@ -1,0 +1,105 @@
+"""The fixed strategies (identity, hierarchical k-ary trees, Haar, Fenwick) scored by the exact error.
+
+They are the floor of :func:`~sparsedp.optimize.optimize`: ``family="auto"`` never returns a
+strategy worse than the best of them.  Each is normalised to ``Delta = 1`` (which does not change
+its error: the mechanism calibrates from the entries) and scored by the exact GLS error at unit
+budget: the sparse inverse (identity, Fenwick, Haar), the spectral closed form of complete trees
+(:mod:`~sparsedp.optimize.tree_spectral`, any workload), the ``O(n log n)`` tree closed form
+(prefix, all ranges, identity, total) or the explicit two-pass evaluation
+(:class:`~sparsedp.optimize.weighted_tree.TreeObjective`).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .. import strategies as st
+from ..accuracy import expected_error
+from ..operators import Operator, SparseOperator
+from .calibrate import NoiseModel, normalise, unit_variance
+from .candidate import Candidate
+from .gram import Gram
+from .params import node_to_level
+from .tree_spectral import BlockTraces, CompleteTree, level_error
+from .weighted_tree import CLOSED_FORM_WORKLOADS, TreeObjective
+
+__all__ = ["TEMPLATE_BRANCHINGS", "template_strategies", "score_template", "template_candidates", "tree_error"]
+
+TEMPLATE_BRANCHINGS = (2, 4, 8, 16, 32, 64)
+
+
+def template_strategies(n: int) -> list[tuple[str, SparseOperator]]:
+    """``identity``, ``hierarchical(k)`` for ``k`` in :data:`TEMPLATE_BRANCHINGS` (``k <= n``),
+    ``haar`` and ``fenwick`` over ``n`` cells."""
+    out = [("identity", st.identity(n))]
+    if n >= 2:
+        out += [(f"hierarchical(k={k})", st.hierarchical(n, k)) for k in TEMPLATE_BRANCHINGS if k <= n]
+        out += [("haar", st.haar(n)), ("fenwick", st.fenwick(n))]
+    return out
+
+
+def _power_of(n: int, k: int) -> int | None:
+    """``L`` with ``k^L = n``, or ``None``."""
+    L, m = 0, 1
+    while m < n:
+        m *= k
+        L += 1
+    return L if m == n else None
+
+
+def tree_error(
+    layout: st.TreeLayout,
+    precisions: np.ndarray,
+    W: Operator,
+    gram: Gram,
+    traces: BlockTraces,
+    tree: CompleteTree | None = None,
+) -> tuple[float, str]:
+    """Exact total squared error of a tree strategy with node precisions ``a`` (row order): the
+    spectral form when ``tree`` (complete) is given and ``a`` is constant per level, otherwise
+    :class:`~sparsedp.optimize.weighted_tree.TreeObjective`."""
+    if tree is not None:
+        per_level = node_to_level(layout, precisions) / np.asarray(layout.sizes, dtype=np.float64)
+        uniform = all(
+            np.allclose(layout.level_rows(precisions, lev), per_level[lev], rtol=1e-14, atol=0.0)
+            for lev in range(layout.levels)
+        )
+        if uniform:
+            E, _ = level_error(traces.details(tree), tree.sizes, per_level)
+            return E, "tree-spectral"
+    obj = TreeObjective(layout, W, gram)
+    E, _ = obj(precisions)
+    return E, "tree-closed-form" if obj.mode == "closed" else "tree-explicit"
+
+
+def score_template(
+    name: str, M: SparseOperator, W: Operator, gram: Gram, traces: BlockTraces, model: NoiseModel
+) -> Candidate:
+    """Normalise one template and compute its exact error at unit budget."""
+    t0 = time.perf_counter()
+    Mn, _ = normalise(M, model, name=name)
+    var = unit_variance(Mn, model)
+    n = M.shape[1]
+    if M.structure == "tree":
+        layout = M.meta["layout"]
+        w = Mn.row_weights if Mn.row_weights is not None else np.ones(M.shape[0])
+        a = w * w / var
+        k = int(layout.child_starts[0][1] - layout.child_starts[0][0]) if layout.levels > 1 else 0
+        L = _power_of(n, k) if k >= 2 else None
+        tree = CompleteTree(n, (k,) * L) if L else None
+        if tree is None and gram.kind in CLOSED_FORM_WORKLOADS:
+            rep = expected_error(W, Mn, var)
+            total, method = rep.total, rep.method
+        else:
+            total, method = tree_error(layout, a, W, gram, traces, tree)
+    else:
+        rep = expected_error(W, Mn, var)
+        total, method = rep.total, rep.method
+    return Candidate("templates", name, Mn, float(total), method, time.perf_counter() - t0)
+
+
+def template_candidates(W: Operator, gram: Gram, traces: BlockTraces, model: NoiseModel) -> list[Candidate]:
+    """Every template of :func:`template_strategies`, scored."""
+    return [score_template(name, M, W, gram, traces, model) for name, M in template_strategies(W.shape[1])]
