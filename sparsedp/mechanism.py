@@ -178,8 +178,12 @@ class MatrixMechanism:
         """Expected total squared error of the workload answers (GLS), with how it was computed.
 
         ``sum_i Var(z_i) ||W G e_i||^2``, ``G`` the GLS estimator; for homoscedastic Laplace on a
-        square strategy, ``(2 Delta_1^2 / eps^2) trace(B^T B)`` with ``B = W M^-1``.
+        square strategy, ``(2 Delta_1^2 / eps^2) trace(B^T B)`` with ``B = W M^-1``.  The report
+        carries each answer's variance (``.variances``) and confidence intervals
+        (``.confidence_intervals(answers, level)``) for this mechanism's noise.
         """
+        kwargs.setdefault("noise", self.noise)
+        kwargs.setdefault("secure", self.secure)
         return expected_error(self.W, self.M, self.variances(), **kwargs)
 
     def expected_error(self, **kwargs: Any) -> float:
