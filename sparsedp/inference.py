@@ -26,8 +26,9 @@ from scipy.optimize import linprog, lsq_linear
 from scipy.sparse.linalg import lsmr, spsolve_triangular
 
 from .errors import ShapeError, SparseDPError
+from .intervals import IntervalRows
 from .operators import Operator, SparseOperator, aslinearoperator
-from .strategies import fenwick_inverse
+from .strategies import TreeLayout, fenwick_inverse
 from .tree_estimator import layout_plan, tree_gls, two_pass
 from .validation import check_vector
 
@@ -51,11 +52,37 @@ class Reconstruction:
 
 
 def _unweight(M: Operator, y: np.ndarray, variances: np.ndarray) -> tuple[Operator, np.ndarray, np.ndarray]:
-    """Reduce ``diag(w) B`` to ``B`` with ``y / w`` and ``V / w^2``."""
+    """Reduce ``diag(w) B`` to ``B`` with ``y / w`` and ``V / w^2`` (a weighted operator, or a tree
+    given as weighted :class:`~sparsedp.intervals.IntervalRows`)."""
     if isinstance(M, SparseOperator) and M.base is not None and M.row_weights is not None:
         w = M.row_weights
         return M.base, y / w, variances / (w * w)
+    if isinstance(M, IntervalRows) and M.structure == "tree" and not np.all(M.weights == 1.0):
+        w = M.weights
+        base = IntervalRows(M.shape[1], M.lo, M.hi, name=M.name, structure="tree", meta=M.meta)
+        return base, y / w, variances / (w * w)
     return M, y, variances
+
+
+def tree_layout(op: Operator) -> TreeLayout | None:
+    """The :class:`~sparsedp.strategies.TreeLayout` whose node sums the (unweighted) tree strategy
+    ``op`` measures, rows root first, or ``None``.  For interval rows the intervals are checked
+    against the layout (``O(nodes)``, once per operator); a matrix operator is trusted by its tag,
+    as for every structured fast path."""
+    if op.structure != "tree":
+        return None
+    layout = getattr(op, "meta", {}).get("layout")
+    if not isinstance(layout, TreeLayout) or op.shape != (layout.nodes, layout.n):
+        return None
+    if isinstance(op, IntervalRows):
+        if "layout_checked" not in op.meta:
+            starts = [layout.leaf_starts[lev] for lev in reversed(range(layout.levels))]
+            lo = np.concatenate([a[:-1] for a in starts])
+            hi = np.concatenate([a[1:] for a in starts])
+            op.meta["layout_checked"] = bool(np.array_equal(lo, op.lo) and np.array_equal(hi, op.hi))
+        if not op.meta["layout_checked"]:
+            return None
+    return layout
 
 
 def _prepare(M: Any, y: Any, variances: Any) -> tuple[Operator, np.ndarray, np.ndarray]:
@@ -97,8 +124,8 @@ def _exact_solver(base: Operator, v: np.ndarray):
     inv = sparse_inverse(base)
     if inv is not None:
         return (lambda Y: inv @ Y), f"sparse-inverse({base.structure})"
-    if base.structure == "tree":
-        layout = base.meta["layout"]  # type: ignore[attr-defined]
+    layout = tree_layout(base)
+    if layout is not None:
         return (lambda Y: tree_gls(layout, Y, v)), "tree-two-pass"
     if base.structure == "lower_triangular":
         L = sp.csr_matrix(base.tosparse())
@@ -114,7 +141,7 @@ def linear_estimator(M: Any, variances: Any = None):
     op = aslinearoperator(M)
     v = np.ones(op.shape[0]) if variances is None else np.broadcast_to(np.asarray(variances, float), (op.shape[0],))
     base, _, vb = _unweight(op, np.zeros(op.shape[0]), v)
-    w = op.row_weights if base is not op else None
+    w = None if base is op else (op.weights if isinstance(op, IntervalRows) else op.row_weights)
     exact = _exact_solver(base, vb)
     if exact is not None:
         fn, name = exact
@@ -150,8 +177,9 @@ def least_squares(
     op, yv, v = _prepare(M, y, variances)
     base, yb, vb = _unweight(op, yv, v)
     iterations = 0
-    if base.structure == "tree":
-        x, resid = _tree_least_squares(base, yb, vb)
+    layout = tree_layout(base)
+    if layout is not None:
+        x, resid = _tree_least_squares(layout, yb, vb)
         return Reconstruction(x, "ls", "tree-two-pass", 0, time.perf_counter() - t0, resid)
     exact = _exact_solver(base, vb)
     if exact is not None:
@@ -165,13 +193,12 @@ def least_squares(
     return Reconstruction(x, "ls", solver, iterations, time.perf_counter() - t0, resid)
 
 
-def _tree_least_squares(base: Operator, y: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, float]:
+def _tree_least_squares(layout: TreeLayout, y: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, float]:
     """GLS on a tree strategy by the publishers' code path: :func:`~sparsedp.tree_estimator.two_pass`
     with the layout's cached plan, ``O(nodes)`` time and memory, never the explicit matrix.
 
     The node estimates are consistent, so they *are* ``M x_hat`` (in strategy row order) and the
     residual ``||V^{-1/2}(M x_hat - y)||`` needs no product with ``M``."""
-    layout = base.meta["layout"]  # type: ignore[attr-defined]
     parent, level_start = layout.bfs()
     nodes = two_pass(parent, level_start, y, v, plan=layout_plan(layout))
     x = layout.level_rows(nodes, 0).copy()  # leaves; the copy lets the node array go

@@ -155,3 +155,29 @@ def test_tree_reconstruction_equals_the_publishers_blue():
                                                            for lev in reversed(range(M.meta["layout"].levels))]))
     nodes = blue(tree, y, np.full(M.shape[0], 1.0))
     np.testing.assert_allclose(least_squares(M, y, 2.0).x, nodes[tree.leaves], rtol=1e-12, atol=1e-9)
+
+
+@pytest.mark.parametrize("weights", [None, "random"])
+def test_tree_given_as_interval_rows_uses_the_two_pass_path(weights):
+    from sparsedp.intervals import IntervalRows
+
+    n = 90
+    tree = st.hierarchical(n, 4)
+    layout = tree.meta["layout"]
+    starts = [layout.leaf_starts[lev] for lev in reversed(range(layout.levels))]
+    lo, hi = np.concatenate([a[:-1] for a in starts]), np.concatenate([a[1:] for a in starts])
+    rng = np.random.default_rng(10)
+    w = None if weights is None else rng.uniform(0.5, 2.0, lo.size)
+    M = IntervalRows(n, lo, hi, w, structure="tree", meta={"layout": layout})
+    A = M.toarray()
+    y = rng.normal(size=lo.size) * 10
+    v = rng.uniform(0.5, 4.0, lo.size)
+    rec = least_squares(M, y, v)
+    assert rec.solver == "tree-two-pass"
+    np.testing.assert_allclose(rec.x, dense_gls(A, y, v), atol=1e-8 * max(1.0, np.abs(rec.x).max()))
+    apply, _ = linear_estimator(M, v)
+    Y = rng.normal(size=(lo.size, 2))
+    np.testing.assert_allclose(apply(Y), np.column_stack([dense_gls(A, Y[:, j], v) for j in range(2)]), atol=1e-8)
+    # intervals that are not the layout's nodes: no tree fast path
+    bad = IntervalRows(n, lo[::-1].copy(), hi[::-1].copy(), structure="tree", meta={"layout": layout})
+    assert least_squares(bad, y, v).solver != "tree-two-pass"
