@@ -1,15 +1,15 @@
 """Issue 20, items 3 and 4: the error report of a 2^24-bin tree, and one path per job.
 
 Item 3 (``error``): ``expected_error(range_queries(n, 10,000 random ranges), hierarchical(n, 16),
-Var = 2 b^2)`` with ``b = levels / eps`` (what ``MatrixMechanism(..., epsilon=0.5).error_report()``
-passes): the exact per-query variances (``exact-tree``), against the Hutchinson estimate with 64
+Var = 2 b^2)`` with ``b = levels / eps`` (float Laplace; ``MatrixMechanism``'s default exact
+discrete Laplace has variance 391.9 instead of 392 at ``b = 14``, the same computation): the exact per-query variances (``exact-tree``), against the Hutchinson estimate with 64
 probes that ``error_report()`` used to fall back to (run at 2^20; at 2^24 its planned memory is
 printed and a ``memory_limit`` below it is refused).  Also the exact ``all_ranges`` total (the old
 closed form needed 9.4 GiB at 2^24).
 
 Item 4 (``mm`` / ``boost``): ``MatrixMechanism(range_queries, hierarchical(n, 16),
 epsilon=0.5).run(x)`` against ``trees.Boost(0.5, k=16).fit(x).ranges(pairs)`` (the same tree for
-``n`` a power of 16), each phase timed, with the traced peak (``tracemalloc``: numpy's buffers)
+``n`` a power of 16; both draw exact discrete Laplace noise, their default), each phase timed, with the traced peak (``tracemalloc``: numpy's buffers)
 and the process's maximum RSS.  At 2^20 both run in one process with the same seed to check that
 the answers agree.
 

@@ -125,8 +125,8 @@ class ErrorReport:
         if self.noise in ("gaussian", "laplace"):
             return self.noise
         raise SparseDPError(
-            "the noise of this report is unknown: pass noise='laplace' or 'gaussian' to expected_error "
-            "(MatrixMechanism.error_report(noise=mech.noise)), or choose the interval method"
+            "the noise of this report is unknown: pass noise='laplace' or 'gaussian' (and secure=) to "
+            "expected_error, or choose the interval method ('chebyshev' holds for any noise)"
         )
 
     def half_widths(self, level: float = 0.95, method: str = "auto") -> np.ndarray:

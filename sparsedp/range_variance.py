@@ -509,10 +509,12 @@ def structured_covariance(M: Operator, variances: np.ndarray) -> StructuredCovar
     """The exact covariance of the estimator :mod:`sparsedp.inference` uses for ``M`` (identity,
     Fenwick, Haar, tree, and their weighted forms ``diag(w) B`` with variances ``v / w^2``), or
     ``None`` for other strategies."""
-    v = np.asarray(variances, dtype=np.float64)
-    base = M
-    if isinstance(M, SparseOperator) and M.base is not None and M.row_weights is not None:
-        base, v = M.base, v / (M.row_weights * M.row_weights)
+    from .inference import _unweight, tree_layout  # the estimator's own reductions
+
+    base, _, v = _unweight(M, np.zeros(M.shape[0]), np.asarray(variances, dtype=np.float64))
+    layout = tree_layout(base)
+    if layout is not None:
+        return TreeCovariance(layout, v)
     if not isinstance(base, SparseOperator):
         return None
     m, n = base.shape
@@ -525,9 +527,5 @@ def structured_covariance(M: Operator, variances: np.ndarray) -> StructuredCovar
         if cov is not None:
             cov.M = base
         return cov
-    if base.structure == "tree":
-        layout = base.meta.get("layout")
-        if isinstance(layout, TreeLayout) and layout.nodes == m and layout.n == n:
-            return TreeCovariance(layout, v)
     return None
 

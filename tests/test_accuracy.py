@@ -231,10 +231,18 @@ def test_gaussian_mechanism_intervals_have_their_coverage():
     n = 64
     rng = np.random.default_rng(6)
     W = wl.range_queries(n, np.sort(rng.integers(0, n, (50, 2)), axis=1))
-    mech = MatrixMechanism(W, st.hierarchical(n, 4), rho=0.5, noise="gaussian")
-    rep = mech.error_report(noise="gaussian")
+    mech = MatrixMechanism(W, st.hierarchical(n, 4), rho=0.5, noise="gaussian", secure=False)
+    rep = mech.error_report(noise="gaussian", secure=False)
+    assert rep.interval_method() == "gaussian"
     x = rng.integers(0, 50, n)
     truth = W.matvec(x)
     answers = np.array([mech.run(x, rng=100 + s).answers for s in range(400)])
     lo, hi = rep.confidence_intervals(answers, 0.95)
     assert ((lo <= truth) & (truth <= hi)).mean() == pytest.approx(0.95, abs=0.02)
+    # exact discrete noise: distribution-free Chebyshev intervals, coverage at least the level
+    exact = MatrixMechanism(W, st.hierarchical(n, 4), rho=0.5, noise="gaussian", secure=True)
+    rep = expected_error(W, exact.M, exact.variances(), noise="gaussian", secure=True)
+    assert rep.interval_method() == "chebyshev"
+    answers = np.array([exact.run(x, rng=900 + s).answers for s in range(200)])
+    lo, hi = rep.confidence_intervals(answers, 0.95)
+    assert ((lo <= truth) & (truth <= hi)).mean() >= 0.95

@@ -126,3 +126,22 @@ def test_check_memory_names_the_amount():
     check_memory(10.0, 20.0, "x")
     with pytest.raises(MemoryLimitError, match=r"needs about 1 GiB"):
         check_memory(2.0**30, 1e6, "the thing")
+
+
+def test_tree_given_as_weighted_interval_rows():
+    from sparsedp.intervals import IntervalRows
+
+    n = 50
+    layout = st.hierarchical(n, 3).meta["layout"]
+    starts = [layout.leaf_starts[lev] for lev in reversed(range(layout.levels))]
+    lo, hi = np.concatenate([a[:-1] for a in starts]), np.concatenate([a[1:] for a in starts])
+    rng = np.random.default_rng(11)
+    M = IntervalRows(n, lo, hi, rng.uniform(0.5, 2.0, lo.size), structure="tree", meta={"layout": layout})
+    v = rng.uniform(0.5, 3.0, lo.size)
+    cov = structured_covariance(M, v)
+    assert isinstance(cov, TreeCovariance)
+    a, e = np.triu_indices(n + 1, k=1)
+    C = dense_cov(M, v)
+    P = np.zeros((n + 1, n + 1))
+    P[1:, 1:] = np.cumsum(np.cumsum(C, axis=0), axis=1)
+    np.testing.assert_allclose(cov.ranges(a, e), P[e, e] - 2 * P[a, e] + P[a, a], rtol=1e-10)
