@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..accuracy import ErrorReport
+from ..calibration import sensitivity_bound
 from ..errors import ShapeError, SparseDPError
 from ..operators import SparseOperator, aslinearoperator
 from ..validation import check_positive
@@ -45,11 +46,16 @@ FAMILIES = ("auto", "templates", "tree", "pidentity")
 class OptimizedStrategy:
     """The result of :func:`optimize`.
 
-    ``strategy``: an operator with certified sensitivity ``Delta_p <= 1`` (p = 1 Laplace, 2
-    Gaussian), to pass to ``MatrixMechanism(W, strategy, epsilon=...)``; ``family`` and ``name`` of
-    the winner; ``error``: the exact expected total squared error of the GLS workload answers at
-    ``epsilon = 1`` (Laplace) or ``rho = 1`` (Gaussian); ``history``: every candidate tried, in order;
-    ``seconds``: wall time.
+    ``strategy``: the operator to pass to ``MatrixMechanism(W, strategy, epsilon=...)`` (or
+    ``rho=``, ``noise="gaussian"``).  The optimised families return an *integer* matrix scaled to
+    ``Delta_p = 2^k`` (p = 1 Laplace, 2 Gaussian; :mod:`~sparsedp.optimize.calibrate`), the
+    templates their 0/1 matrices: the mechanism calibrates from the entries, so the scale does not
+    change the error, and integer entries let its default exact noise measure ``M x`` without
+    rounding.  ``sensitivity``: its certified ``Delta_p`` (exact for integer matrices).
+    ``strategy / sensitivity`` is the same strategy normalised to ``Delta = 1``.
+    ``family`` and ``name`` of the winner; ``error``: the exact expected total squared error of the
+    GLS workload answers at ``epsilon = 1`` (Laplace) or ``rho = 1`` (Gaussian); ``history``: every
+    candidate tried, in order; ``seconds``: wall time.
     """
 
     strategy: SparseOperator
@@ -57,6 +63,7 @@ class OptimizedStrategy:
     name: str
     error: ErrorReport
     noise: str
+    sensitivity: float
     history: tuple[Trial, ...]
     seconds: float
 
@@ -151,6 +158,7 @@ def optimize(
         name=best.name,
         error=report,
         noise=model.kind,
+        sensitivity=sensitivity_bound(best.strategy.tosparse(), model.p),
         history=tuple(c.trial() for c in cands),
         seconds=time.perf_counter() - t_start,
     )

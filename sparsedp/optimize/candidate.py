@@ -1,4 +1,4 @@
-"""What every family hands back: a normalised strategy and its exact error at unit budget."""
+"""What every family hands back: a strategy and its exact error at unit budget."""
 
 from __future__ import annotations
 
@@ -23,8 +23,9 @@ class Trial:
 
 @dataclass(frozen=True)
 class Candidate:
-    """A strategy with certified ``Delta <= 1`` and the exact expected total squared error of the
-    GLS workload answers at ``epsilon = 1`` / ``rho = 1`` (``method`` says how it was computed)."""
+    """A strategy (an integer matrix for the optimised families) and the exact expected total
+    squared error of the GLS workload answers at ``epsilon = 1`` / ``rho = 1`` when the mechanism
+    calibrates from its entries (``method`` says how the error was computed)."""
 
     family: str
     name: str

@@ -92,11 +92,11 @@ class PIdentityObjective:
         return f, grad.ravel()
 
 
-def pidentity_strategy(theta: np.ndarray, delta: np.ndarray, name: str) -> SparseOperator:
-    """``[I; Theta] diag(1 / delta)`` as a sparse operator (exact zeros of ``Theta`` dropped)."""
-    n = delta.size
-    d = 1.0 / delta
-    top = sp.diags(d, format="csr")
-    bottom = sp.csr_matrix(theta * d[None, :])
+def pidentity_strategy(a: np.ndarray, B: np.ndarray, name: str) -> SparseOperator:
+    """``[diag(a); B]`` as a sparse operator (zeros of ``B`` dropped).  With ``a = 1 / delta`` and
+    ``B = Theta diag(a)`` it is ``[I; Theta] D``; conversely its error is that of
+    ``Theta = B diag(1 / a)``, ``delta = 1 / a`` (:meth:`PIdentityObjective.trace`)."""
+    top = sp.diags(np.asarray(a, dtype=np.float64), format="csr")
+    bottom = sp.csr_matrix(np.asarray(B, dtype=np.float64))
     bottom.eliminate_zeros()
     return SparseOperator(sp.vstack([top, bottom], format="csr"), name=name, structure="general")

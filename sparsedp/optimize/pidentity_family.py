@@ -7,7 +7,7 @@ import time
 import numpy as np
 
 from ..operators import Operator
-from .calibrate import NoiseModel, normalise, unit_variance
+from .calibrate import NoiseModel, integer_pidentity, unit_variance
 from .candidate import Candidate
 from .gram import Gram
 from .pidentity import PIdentityObjective, default_p, pidentity_strategy
@@ -45,13 +45,14 @@ def pidentity_candidates(
         theta = res.x.reshape(p, n)
         if model.p == 1:
             theta = np.maximum(theta, 0.0)
-        delta = obj.delta(theta)
+        d = 1.0 / obj.delta(theta)
+        a, B = integer_pidentity(d, theta * d[None, :], model)
         name = f"p-identity(p={p})"
-        Mn, factor = normalise(pidentity_strategy(theta, delta, name), model, name=name)
-        f, *_ = obj.trace(theta, delta / factor)
-        total = unit_variance(Mn, model) * f
+        M = pidentity_strategy(a, B, name)
+        f, *_ = obj.trace(B / a[None, :], 1.0 / a)  # the integer matrix is [I; B/a] diag(a)
+        total = unit_variance(M, model) * f
         note = f"start {r}: {res.evaluations} evaluations, {res.stopped}"
-        out.append(Candidate("pidentity", name, Mn, float(total), "pidentity-woodbury", time.perf_counter() - t0, note))
+        out.append(Candidate("pidentity", name, M, float(total), "pidentity-woodbury", time.perf_counter() - t0, note))
         if deadline is not None and deadline.expired():
             break
     return out

@@ -1,9 +1,9 @@
 """The fixed strategies (identity, hierarchical k-ary trees, Haar, Fenwick) scored by the exact error.
 
 They are the floor of :func:`~sparsedp.optimize.optimize`: ``family="auto"`` never returns a
-strategy worse than the best of them.  Each is normalised to ``Delta = 1`` (which does not change
-its error: the mechanism calibrates from the entries) and scored by the exact GLS error at unit
-budget: the sparse inverse (identity, Fenwick, Haar), the spectral closed form of complete trees
+strategy worse than the best of them.  Each is kept as built (0/1 matrices: the mechanism
+calibrates from the entries, so the scale does not change the error) and scored by the exact GLS
+error at unit budget: the sparse inverse (identity, Fenwick, Haar), the spectral closed form of complete trees
 (:mod:`~sparsedp.optimize.tree_spectral`, any workload), the ``O(n log n)`` tree closed form
 (prefix, all ranges, identity, total) or the explicit two-pass evaluation
 (:class:`~sparsedp.optimize.weighted_tree.TreeObjective`).
@@ -18,7 +18,7 @@ import numpy as np
 from .. import strategies as st
 from ..accuracy import expected_error
 from ..operators import Operator, SparseOperator
-from .calibrate import NoiseModel, normalise, unit_variance
+from .calibrate import NoiseModel, unit_variance
 from .candidate import Candidate
 from .gram import Gram
 from .params import node_to_level
@@ -58,8 +58,10 @@ def tree_error(
     tree: CompleteTree | None = None,
 ) -> tuple[float, str]:
     """Exact total squared error of a tree strategy with node precisions ``a`` (row order): the
-    spectral form when ``tree`` (complete) is given and ``a`` is constant per level, otherwise
-    :class:`~sparsedp.optimize.weighted_tree.TreeObjective`."""
+    spectral form when ``tree`` (complete) is given and ``a`` is constant per level, the
+    ``O(n log n)`` closed form for prefix / all-range / identity / total workloads, otherwise
+    :func:`sparsedp.expected_error` (its exact tree path; the search's two-pass evaluator loses
+    digits for extreme weight ratios, see :class:`~sparsedp.optimize.weighted_tree.TreeObjective`)."""
     if tree is not None:
         per_level = node_to_level(layout, precisions) / np.asarray(layout.sizes, dtype=np.float64)
         uniform = all(
@@ -70,34 +72,38 @@ def tree_error(
             E, _ = level_error(traces.details(tree), tree.sizes, per_level)
             return E, "tree-spectral"
     obj = TreeObjective(layout, W, gram)
-    E, _ = obj(precisions)
-    return E, "tree-closed-form" if obj.mode == "closed" else "tree-explicit"
+    if obj.mode == "closed":
+        E, _ = obj(precisions)
+        return E, "tree-closed-form"
+    M = SparseOperator(layout.matrix(), name="tree", structure="tree", meta={"layout": layout})
+    rep = expected_error(W, M, 1.0 / np.asarray(precisions, dtype=np.float64), method="exact")
+    return rep.total, rep.method
 
 
 def score_template(
     name: str, M: SparseOperator, W: Operator, gram: Gram, traces: BlockTraces, model: NoiseModel
 ) -> Candidate:
-    """Normalise one template and compute its exact error at unit budget."""
+    """One template's exact error at unit budget (the template itself is returned as built: an
+    integer matrix except Haar for ``n`` not a power of two)."""
     t0 = time.perf_counter()
-    Mn, _ = normalise(M, model, name=name)
-    var = unit_variance(Mn, model)
+    var = unit_variance(M, model)
     n = M.shape[1]
     if M.structure == "tree":
         layout = M.meta["layout"]
-        w = Mn.row_weights if Mn.row_weights is not None else np.ones(M.shape[0])
+        w = M.row_weights if M.row_weights is not None else np.ones(M.shape[0])
         a = w * w / var
         k = int(layout.child_starts[0][1] - layout.child_starts[0][0]) if layout.levels > 1 else 0
         L = _power_of(n, k) if k >= 2 else None
         tree = CompleteTree(n, (k,) * L) if L else None
         if tree is None and gram.kind in CLOSED_FORM_WORKLOADS:
-            rep = expected_error(W, Mn, var)
+            rep = expected_error(W, M, var)
             total, method = rep.total, rep.method
         else:
             total, method = tree_error(layout, a, W, gram, traces, tree)
     else:
-        rep = expected_error(W, Mn, var)
+        rep = expected_error(W, M, var)
         total, method = rep.total, rep.method
-    return Candidate("templates", name, Mn, float(total), method, time.perf_counter() - t0)
+    return Candidate("templates", name, M, float(total), method, time.perf_counter() - t0)
 
 
 def template_candidates(W: Operator, gram: Gram, traces: BlockTraces, model: NoiseModel) -> list[Candidate]:

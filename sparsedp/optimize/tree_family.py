@@ -14,8 +14,8 @@
    (:class:`~sparsedp.optimize.params.NodeSplit`), on the same exact evaluator, when one evaluation
    is cheap enough for the time left (or ``per_node=True``).
 
-Every candidate is normalised to ``Delta = 1`` with the certified bound and its error recomputed on
-the returned weights.
+Every candidate is rounded to an integer strategy with ``Delta <= 2^k``
+(:mod:`~sparsedp.optimize.calibrate`) and its error recomputed exactly on the returned weights.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import numpy as np
 
 from ..operators import Operator
 from ..strategies import TreeLayout
-from .calibrate import NoiseModel, normalise, unit_variance
+from .calibrate import NoiseModel, integer_weights, unit_variance
 from .candidate import Candidate
 from .gram import Gram
 from .params import (
@@ -43,14 +43,9 @@ from .level_search import LevelSearch
 from .tree_spectral import BlockTraces, CompleteTree, collapse, prime_factors, radix_orders
 from .weighted_tree import TreeObjective, tree_strategy
 
-__all__ = ["tree_candidates", "fit_levels", "fit_nodes", "weights_from_shares"]
+__all__ = ["tree_candidates", "fit_levels", "fit_nodes"]
 
 _EMBED_BRANCHINGS = (2, 3, 4, 5, 8, 16, 32, 64)
-
-
-def weights_from_shares(q: np.ndarray, model: NoiseModel) -> np.ndarray:
-    """Row weights from path shares: ``w = q`` (Laplace) or ``sqrt(q)`` (Gaussian)."""
-    return q if model.p == 1 else np.sqrt(q)
 
 
 def _is_power(s: int, k: int) -> bool:
@@ -124,13 +119,13 @@ def _finish(
     tree: CompleteTree | None,
     t0: float,
 ) -> Candidate:
-    """Build, normalise (certified) and score the weighted tree exactly."""
-    M = tree_strategy(layout, weights_from_shares(q_nodes, model), name=name)
-    Mn, _ = normalise(M, model, name=name)
-    var = unit_variance(Mn, model)
-    w = Mn.row_weights
+    """Build the integer weighted tree (:func:`~sparsedp.optimize.calibrate.integer_weights`) and
+    score it exactly."""
+    w = integer_weights(q_nodes, layout.matrix(), model)
+    M = tree_strategy(layout, w, name=name)
+    var = unit_variance(M, model)
     total, method = tree_error(layout, w * w / var, W, gram, traces, tree)
-    return Candidate("tree", name, Mn, float(total), method, time.perf_counter() - t0, family_note)
+    return Candidate("tree", name, M, float(total), method, time.perf_counter() - t0, family_note)
 
 
 def _radix_name(radices: tuple[int, ...]) -> str:

@@ -1,0 +1,63 @@
+"""The optimiser's view of a workload: G = W^T W applied without forming it, and block norms."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from sparsedp import SparseOperator
+from sparsedp import workloads as wl
+from sparsedp.optimize.gram import Gram, block_sq_norms, workload_rows
+
+N = 24
+RNG = np.random.default_rng(3)
+WORKLOADS = [
+    wl.prefix(N),
+    wl.all_ranges(N),
+    wl.identity(N),
+    wl.total(N),
+    wl.range_queries(N, [(0, 3), (5, 20), (7, 7), (2, 23), (16, 17)]),
+    wl.from_matrix(RNG.normal(size=(5, N))),
+    wl.from_matrix(sp.random(40, N, density=0.9, random_state=1)),  # more entries than G: dense Gram
+]
+
+
+@pytest.mark.parametrize("W", WORKLOADS, ids=repr)
+def test_gram_products_equal_dense(W):
+    Wd = W.toarray()
+    G = Gram(W)
+    X = RNG.normal(size=(N, 3))
+    np.testing.assert_allclose(G.matmat(X), Wd.T @ Wd @ X, rtol=1e-10, atol=1e-9)
+    np.testing.assert_allclose(G.diagonal(), np.sum(Wd * Wd, axis=0), rtol=1e-12)
+    assert G.trace() == pytest.approx(np.sum(Wd * Wd), rel=1e-12)
+    np.testing.assert_allclose(G.quadratic(X), np.sum((Wd @ X) ** 2, axis=0), rtol=1e-10)
+
+
+def test_gram_kinds():
+    assert Gram(wl.prefix(8)).kind == "prefix"
+    assert Gram(wl.all_ranges(8)).kind == "all_ranges"
+    assert Gram(wl.identity(8)).kind == "identity"
+    assert Gram(wl.total(8)).kind == "total"
+    assert Gram(wl.from_matrix(sp.random(40, N, density=0.9, random_state=1))).kind == "dense"
+    # a tag is not trusted: a matrix tagged identity that is not the identity is treated as sparse
+    fake = SparseOperator(2 * sp.identity(8), structure="identity")
+    assert Gram(fake).kind == "sparse"
+
+
+@pytest.mark.parametrize("W", WORKLOADS, ids=repr)
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 6, 8, 12, 24])
+def test_block_sq_norms(W, size):
+    Wd = W.toarray()
+    blocks = Wd.reshape(Wd.shape[0], N // size, size).sum(axis=2)
+    assert block_sq_norms(W, size) == pytest.approx(float(np.sum(blocks * blocks)), rel=1e-12)
+
+
+def test_block_size_must_divide():
+    with pytest.raises(ValueError):
+        block_sq_norms(wl.prefix(10), 3)
+
+
+def test_workload_rows():
+    W = WORKLOADS[4]
+    np.testing.assert_array_equal(workload_rows(W, 1, 4), W.toarray()[1:4].T)
+    M = WORKLOADS[5]
+    np.testing.assert_array_equal(workload_rows(M, 0, 5), M.toarray().T)

@@ -1,0 +1,144 @@
+"""Weighted trees: the spectral closed form, the exact evaluator, their gradients, the parametrisations."""
+
+import numpy as np
+import pytest
+
+from sparsedp import expected_error
+from sparsedp import workloads as wl
+from sparsedp.optimize.calibrate import noise_model
+from sparsedp.optimize.gram import Gram
+from sparsedp.optimize.level_search import LevelSearch
+from sparsedp.optimize.params import LevelShares, NodeSplit, level_to_node, node_to_level, precision, precision_pullback
+from sparsedp.optimize.tree_spectral import BlockTraces, CompleteTree, collapse, level_error, prime_factors, radix_orders
+from sparsedp.optimize.weighted_tree import TreeObjective, tree_strategy
+from sparsedp.strategies import TreeLayout
+
+N = 24
+RNG = np.random.default_rng(7)
+WORKLOADS = [
+    wl.prefix(N),
+    wl.all_ranges(N),
+    wl.identity(N),
+    wl.total(N),
+    wl.range_queries(N, [(0, 3), (5, 20), (7, 7), (2, 23)]),
+    wl.from_matrix(RNG.normal(size=(5, N))),
+]
+LAYOUTS = [TreeLayout.balanced(N, 2), TreeLayout.balanced(N, 5), CompleteTree(N, (2, 3, 4)).layout()]
+
+
+def dense_error(W: np.ndarray, M: np.ndarray, a: np.ndarray) -> float:
+    """tr(W (M^T diag(a) M)^-1 W^T): GLS error with precisions a."""
+    P = M.T @ (a[:, None] * M)
+    return float(np.trace(W @ np.linalg.solve(P, W.T)))
+
+
+def fd(fun, x, i, h=1e-6):
+    e = np.zeros_like(x)
+    e[i] = h
+    return (fun(x + e) - fun(x - e)) / (2 * h)
+
+
+@pytest.mark.parametrize("W", WORKLOADS, ids=repr)
+@pytest.mark.parametrize("layout", LAYOUTS, ids=["k2", "k5", "2x3x4"])
+def test_tree_objective_value_and_gradient(W, layout):
+    Wd, M = W.toarray(), layout.matrix().toarray()
+    a = RNG.uniform(0.2, 3.0, layout.nodes)
+    obj = TreeObjective(layout, W)
+    assert obj.mode == ("explicit" if W.structure in ("ranges", "general") else "closed")
+    E, g = obj(a)
+    assert E == pytest.approx(dense_error(Wd, M, a), rel=1e-11)
+    for i in (0, 3, layout.nodes - 1):
+        assert g[i] == pytest.approx(fd(lambda x: dense_error(Wd, M, x), a, i), rel=1e-5, abs=1e-7)
+
+
+@pytest.mark.parametrize("W", WORKLOADS, ids=repr)
+def test_spectral_closed_form(W):
+    tree = CompleteTree(N, (2, 3, 4))
+    layout = tree.layout()
+    c = BlockTraces(W).details(tree)
+    assert np.all(c >= 0)
+    a_lev = RNG.uniform(0.2, 3.0, tree.levels)
+    a = level_to_node(layout, a_lev)
+    E, g = level_error(c, tree.sizes, a_lev)
+    assert E == pytest.approx(dense_error(W.toarray(), layout.matrix().toarray(), a), rel=1e-11)
+    for lev in range(tree.levels):
+        assert g[lev] == pytest.approx(fd(lambda x: level_error(c, tree.sizes, x)[0], a_lev, lev), rel=1e-5)
+    # the per-level gradient is the per-node gradient summed over the level
+    _, gn = TreeObjective(layout, W)(a)
+    np.testing.assert_allclose(node_to_level(layout, gn), g, rtol=1e-9)
+
+
+def test_spectral_agrees_with_expected_error_at_scale():
+    n = 1024
+    W = wl.all_ranges(n)
+    tree = CompleteTree(n, (4,) * 5)
+    a_lev = np.linspace(0.5, 2.0, tree.levels)
+    E, _ = level_error(BlockTraces(W).details(tree), tree.sizes, a_lev)
+    layout = tree.layout()
+    ref = expected_error(W, tree_strategy(layout, np.ones(layout.nodes), "t"), 1.0 / level_to_node(layout, a_lev))
+    assert E == pytest.approx(ref.total, rel=1e-10)
+
+
+@pytest.mark.parametrize("noise", ["laplace", "gaussian"])
+def test_node_split_keeps_every_path_at_one_and_gradient(noise):
+    layout = TreeLayout.balanced(13, 3)
+    split = NodeSplit(layout)
+    x = RNG.uniform(0.05, 0.95, split.inner)
+    q = split.shares(x)
+    paths = layout.matrix().T @ q  # sum of shares along each leaf's path
+    np.testing.assert_allclose(paths, 1.0, rtol=1e-14)
+    np.testing.assert_allclose(split.start(q), x, rtol=1e-10)
+    model = noise_model(noise)
+    obj = TreeObjective(layout, wl.prefix(13))
+
+    def E(xv):
+        return obj(precision(split.shares(xv), model))[0]
+
+    qv = split.shares(x)
+    _, dEa = obj(precision(qv, model))
+    g = split.pullback(x, precision_pullback(qv, dEa, model))
+    for i in (0, 1, split.inner - 1):
+        assert g[i] == pytest.approx(fd(E, x, i), rel=1e-5)
+
+
+def test_level_shares_gradient():
+    shares = LevelShares(5)
+    model = noise_model("laplace")
+    tree = CompleteTree(32, (2, 2, 2, 4))
+    c = BlockTraces(wl.prefix(32)).details(tree)
+
+    def E(u):
+        return level_error(c, tree.sizes, precision(shares.shares(u), model))[0]
+
+    u = RNG.uniform(0.1, 1.0, 5)
+    q = shares.shares(u)
+    _, dEa = level_error(c, tree.sizes, precision(q, model))
+    g = shares.pullback(u, precision_pullback(q, dEa, model))
+    for i in range(5):
+        assert g[i] == pytest.approx(fd(E, u, i), rel=1e-5)
+
+
+def test_level_search_finds_the_best_subset_of_a_small_tree():
+    # exhaustive check over every subset of the inner levels of the binary tree over 64 cells
+    W = wl.all_ranges(64)
+    tree = CompleteTree(64, (2,) * 6)
+    search = LevelSearch(BlockTraces(W).details(tree), tree.sizes, noise_model("laplace"))
+    best, _ = search.run([frozenset(range(0, 7, k)) | {6} for k in (1, 2, 3)])
+    exhaustive = min(search.value(frozenset({0} | {l for l in range(1, 7) if mask >> (l - 1) & 1}))[0] for mask in range(64))
+    assert best == pytest.approx(exhaustive, rel=1e-9)
+
+
+def test_collapse_and_radices():
+    tree = CompleteTree(16, (2, 2, 2, 2))
+    small, q = collapse(tree, np.array([0.5, 0.0, 0.5, 0.0, 0.0]))
+    assert small.radices == (4, 4) and q.sum() == pytest.approx(1.0) and q[-1] < 1e-8
+    assert prime_factors(360) == [2, 2, 2, 3, 3, 5]
+    orders = radix_orders(12)
+    assert (2, 2, 3) in orders and (3, 2, 2) in orders and len(set(orders)) == len(orders)
+    with pytest.raises(ValueError):
+        CompleteTree(12, (2, 5))
+
+
+def test_tree_gram_reused():
+    g = Gram(wl.prefix(N))
+    assert TreeObjective(LAYOUTS[0], wl.prefix(N), g).mode == "closed"
