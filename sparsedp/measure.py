@@ -82,6 +82,7 @@ class MeasurementPlan:
     scales: np.ndarray  # per-row scales in data units (b_i or sigma_i)
     unit_scales: np.ndarray  # per-row scales of the sampler (grid units when secure; = scales otherwise)
     sensitivity: float  # Delta_p of the matrix (grid units, bumped, when secure and inexact)
+    data_sensitivity: float  # Delta_p of the matrix in data units (times ``unit``), certified
     loss: float  # certified epsilon (Laplace) or rho (Gaussian) of these scales on this matrix
     cost: PrivacyCost  # what is charged: the stated budget, which covers ``loss``
 
@@ -293,7 +294,7 @@ def _times(value: float, factor: float) -> float:
 
 def _explicit_calibration(
     op: Operator, secure: bool, g: float, p: int, unit_scales: np.ndarray | None
-) -> tuple[Operator, bool, float, float]:
+) -> tuple[Operator, bool, float, float, float]:
     """From the explicit entries: (measured operator, grid exact, sensitivity, loss of the scales)."""
     A = sp.csr_matrix(op.tosparse(), dtype=np.float64)
     if A.shape != op.shape:
@@ -310,15 +311,16 @@ def _explicit_calibration(
             unit = unit.copy()
             unit.data = np.ceil(np.abs(unit.data)) + 1.0
     sens = sensitivity_bound(unit, p)
+    data_sens = sens if unit is A else sensitivity_bound(A, p)
     loss = float("nan")
     if unit_scales is not None:
         loss = laplace_loss(unit, unit_scales) if p == 1 else gaussian_loss(unit, unit_scales)
-    return SparseOperator(A, name=op.name), grid_exact, sens, loss
+    return SparseOperator(A, name=op.name), grid_exact, sens, data_sens, loss
 
 
 def _interval_calibration(
     op: IntervalRows, secure: bool, g: float, p: int, unit_scales: np.ndarray | None
-) -> tuple[Operator, bool, float, float]:
+) -> tuple[Operator, bool, float, float, float]:
     """The same for interval rows, by the exact integer coverage of :class:`IntervalRows`."""
     grid_exact = True
     unit = op
@@ -328,18 +330,23 @@ def _interval_calibration(
         if not grid_exact:
             w = np.ceil(np.abs(w)) + 1.0
         unit = IntervalRows(op.shape[1], op.lo, op.hi, w)
-    if p == 1:
-        sens = unit.certified_loss(None, 1)
-    else:
-        sq = unit.certified_loss(None, 2)
-        root = math.sqrt(sq)
-        sens = root if root * root == sq else math.nextafter(root, math.inf)
+    sens = _interval_sensitivity(unit, p)
+    data_sens = sens if unit is op else _interval_sensitivity(op, p)
     loss = float("nan")
     if unit_scales is not None:
         loss = unit.certified_loss(unit_scales, p)
         if p == 2:
             loss = math.nextafter(loss / 2.0, math.inf)
-    return op, grid_exact, sens, loss
+    return op, grid_exact, sens, data_sens, loss
+
+
+def _interval_sensitivity(op: IntervalRows, p: int) -> float:
+    """Certified ``Delta_p`` of interval rows from their exact integer coverage."""
+    if p == 1:
+        return op.certified_loss(None, 1)
+    sq = op.certified_loss(None, 2)
+    root = math.sqrt(sq)
+    return root if root * root == sq else math.nextafter(root, math.inf)
 
 
 def plan_measurement(
@@ -388,7 +395,7 @@ def plan_measurement(
     given = unit_scales if scales is not None else None
     # exact structured loss for interval rows; anything else (subclasses included) from its entries
     calibrate = _interval_calibration if type(op) is IntervalRows else _explicit_calibration
-    measured, grid_exact, sens, given_loss = calibrate(op, secure, g, p, given)
+    measured, grid_exact, sens, data_sens, given_loss = calibrate(op, secure, g, p, given)
     if sens == 0:
         raise ShapeError("the strategy has no non-zero entry: nothing to measure")
     if c != 1.0:
@@ -396,6 +403,7 @@ def plan_measurement(
             raise UnsupportedStructureError(
                 "unit != 1 with an inexact grid: rounding bounds hold per changed entry; snap the data to the grid")
         sens = _times(sens, c)
+        data_sens = _times(data_sens, c)
         given_loss = _times(given_loss, c if p == 1 else c * c)
     if scales is None:
         if eps is None and r is None:
@@ -434,6 +442,7 @@ def plan_measurement(
         scales=unit_scales * g if secure else unit_scales,
         unit_scales=unit_scales,
         sensitivity=sens,
+        data_sensitivity=data_sens,
         loss=loss,
         cost=cost,
     )

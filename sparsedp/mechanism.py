@@ -33,7 +33,7 @@ import numpy as np
 from .accuracy import ErrorReport, expected_error
 from .errors import InvalidPrivacyParameterError, ShapeError
 from .inference import Reconstruction, reconstruct
-from .calibration import gaussian_sigma, laplace_scale, sensitivity_bound
+from .calibration import gaussian_sigma, laplace_scale
 from .measure import Measurement, plan_measurement
 from .operators import aslinearoperator
 from .privacy import Accountant
@@ -127,8 +127,7 @@ class MatrixMechanism:
             self.epsilon = self.cost.epsilon
         else:
             self.rho = self.cost.rho
-        self.sensitivity = self._plan.sensitivity if not self.secure else sensitivity_bound(
-            self._plan.matrix, 1 if noise == "laplace" else 2)
+        self.sensitivity = self._plan.data_sensitivity
 
     # -- calibration -----------------------------------------------------------------------------
     @property

@@ -200,16 +200,21 @@ def kron(A: Any, B: Any, name: str | None = None) -> SparseOperator:
     return SparseOperator(mat, name=name or f"kron({a.name}, {b.name})")
 
 
-def scale_rows(M: Any, w: Iterable[float], name: str | None = None) -> SparseOperator:
+def scale_rows(M: Any, w: Iterable[float], name: str | None = None) -> Operator:
     """Row scaling ``diag(w) M``.  Structure tags and fast paths of ``M`` are kept.
 
     ``w`` must be finite and non-zero (a zero weight would drop a measurement and break the inverse
     of a square strategy; drop the row explicitly instead).
     """
+    from .intervals import IntervalRows  # local: intervals imports this module
+
     op = aslinearoperator(M)
     weights = check_vector(list(w) if not isinstance(w, np.ndarray) else w, op.shape[0], "row weights")
     if np.any(weights == 0):
         raise ShapeError("row weights must be non-zero")
+    if type(op) is IntervalRows:  # stays implicit: weights multiply
+        return IntervalRows(op.shape[1], op.lo, op.hi, op.weights * weights, name=name or f"weighted({op.name})",
+                            structure=op.structure, meta=op.meta)
     if isinstance(op, SparseOperator) and op.base is not None:
         base = op.base
         total = weights * op.row_weights

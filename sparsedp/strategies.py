@@ -26,6 +26,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .errors import ShapeError
+from .intervals import IntervalRows
 from .operators import Operator, SparseOperator, aslinearoperator, scale_rows
 from .workloads import _check_n
 
@@ -120,11 +121,14 @@ class TreeLayout:
             row_offsets=tuple(reversed(offsets)),
         )
 
+    def intervals(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every node's leaf interval ``[lo, hi)``, rows root first."""
+        starts = [self.leaf_starts[level] for level in reversed(range(self.levels))]
+        return np.concatenate([s[:-1] for s in starts]), np.concatenate([s[1:] for s in starts])
+
     def matrix(self) -> sp.csr_matrix:
         """Node-by-leaf 0/1 matrix, rows root first; ``n * levels`` non-zeros."""
-        starts = [self.leaf_starts[level] for level in reversed(range(self.levels))]
-        lo = np.concatenate([s[:-1] for s in starts])
-        hi = np.concatenate([s[1:] for s in starts])
+        lo, hi = self.intervals()
         return _interval_rows(lo, hi, self.n)
 
 
@@ -143,11 +147,14 @@ def identity(n: int) -> SparseOperator:
     return SparseOperator(sp.identity(n, format="csr"), name=f"identity({n})", structure="identity")
 
 
-def hierarchical(n: int, branching: int = 16) -> SparseOperator:
+def hierarchical(n: int, branching: int = 16) -> IntervalRows:
     """Hierarchical (interval tree) strategy of Hay et al. (2010): one row per tree node.
 
     Every leaf lies in exactly one node per level, so ``Delta_1 = Delta_2^2 = levels``
     (``hierarchical(1024, 2)`` has 11 levels).  Reconstruction uses the O(n) two-pass GLS estimator.
+    The operator is implicit (:class:`~sparsedp.intervals.IntervalRows`: node intervals, measured by
+    prefix sums, calibrated by exact integer coverage); ``tosparse()`` builds the ``n * levels``
+    matrix only when asked.
 
     ``branching`` defaults to 16, the best measured: expected GLS error per query at ``eps = 1``
     (``MatrixMechanism(W, hierarchical(n, k)).expected_error() / queries``), for k = 2 / 4 / 8 /
@@ -161,9 +168,8 @@ def hierarchical(n: int, branching: int = 16) -> SparseOperator:
     if int(branching) != branching or branching < 2:
         raise ShapeError(f"branching must be an integer >= 2, got {branching!r}")
     layout = TreeLayout.balanced(n, int(branching))
-    return SparseOperator(
-        layout.matrix(), name=f"hierarchical({n}, k={branching})", structure="tree", meta={"layout": layout}
-    )
+    lo, hi = layout.intervals()
+    return IntervalRows(n, lo, hi, name=f"hierarchical({n}, k={branching})", structure="tree", meta={"layout": layout})
 
 
 def _lowbit(i: np.ndarray) -> np.ndarray:
