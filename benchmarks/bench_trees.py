@@ -15,7 +15,14 @@ range answers) for n = 2^16 ... 2^24, against Boost (binary tree, uniform budget
 same run, and the BLUE alone against the consistency engine's sparse direct solve (CHOLMOD) of the
 same weighted projection where that fits (n <= 2^20).
 
+Exact against float noise (issue 13, key ``measure``): seconds of ``LUEDPTree(1).fit`` and
+``Boost(1).fit`` at n = 2^20 with ``secure=True`` (exact discrete Laplace, the default) and
+``secure=False`` (float Laplace), interleaved, ``--measure-reps`` times each; the ratio of the
+medians is the issue's throughput target (<= 1.25).  ``--measure-only`` runs just this part and
+updates the ``measure`` key of an existing results file.
+
     python benchmarks/bench_trees.py [--reps 50] [--max-log-n 24] [--out benchmarks/results/trees.json]
+    python benchmarks/bench_trees.py --measure-only [--measure-reps 7]
 
 BLAS is pinned to one thread (threadpoolctl).
 """
@@ -36,6 +43,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from sparsedp.datasets import dpbench_names, load_dpbench, synthetic_histogram  # noqa: E402
+from sparsedp.intervals import IntervalRows  # noqa: E402
+from sparsedp.measure import plan_measurement  # noqa: E402
 from sparsedp.trees import (  # noqa: E402
     Boost,
     BoostUN,
@@ -51,7 +60,6 @@ from sparsedp.trees import (  # noqa: E402
     to_constraints,
     uniform_budget,
 )
-from sparsedp.trees.publishers import node_counts  # noqa: E402
 
 EPSILONS = (1.0, 0.1, 0.01)
 METHODS = {
@@ -136,7 +144,7 @@ def scale(log_ns: list[int], seed: int) -> list[dict]:
         p, t_cov = timed(coverage_probabilities, tree)
         eps, t_alloc = timed(allocate_budget, tree, 1.0, p)
         t0 = time.perf_counter()
-        noisy = node_counts(tree, x) + rng.laplace(0.0, 1.0 / eps)
+        noisy = plan_measurement(IntervalRows(n, tree.lo, tree.hi), scales=1.0 / eps).measure(x, rng=rng).y
         t_noise = time.perf_counter() - t0
         _, t_blue = timed(blue, tree, noisy, eps)
         lue, t_lue = timed(LUEDPTree(1.0).fit, x, rng)
@@ -160,6 +168,29 @@ def scale(log_ns: list[int], seed: int) -> list[dict]:
         rows.append(row)
         print(f"  n=2^{ln}: nodes {tree.size}, LUE pipeline {row['lue_pipeline_s']:.2f} s, "
               f"Boost {row['boost_pipeline_s']:.2f} s, BLUE {t_blue:.2f} s", flush=True)
+    return rows
+
+
+def measure_throughput(log_n: int, reps: int, seed: int) -> list[dict]:
+    """Exact (``secure=True``) against float (``secure=False``) noise: whole ``fit`` seconds."""
+    n = 1 << log_n
+    x = np.random.default_rng(seed).integers(0, 100, n).astype(np.float64)
+    pubs = {"lue-dptree": LUEDPTree, "boost": Boost}
+    times: dict[tuple[str, bool], list[float]] = {(m, s): [] for m in pubs for s in (True, False)}
+    for _ in range(reps):
+        for name, cls in pubs.items():
+            for secure in (True, False):  # interleaved, so contention hits both alike
+                _, t = timed(cls(1.0, secure=secure).fit, x)
+                times[(name, secure)].append(t)
+    rows = []
+    for name in pubs:
+        ex, fl = times[(name, True)], times[(name, False)]
+        rows.append({"method": name, "n": n, "reps": reps, "exact_s": ex, "float_s": fl,
+                     "exact_median_s": float(np.median(ex)), "float_median_s": float(np.median(fl)),
+                     "ratio_median": float(np.median(ex) / np.median(fl)), "ratio_min": float(min(ex) / min(fl))})
+        r = rows[-1]
+        print(f"  {name:<11} n=2^{log_n}: exact {r['exact_median_s']:.3f} s, float {r['float_median_s']:.3f} s "
+              f"(medians of {reps}), ratio {r['ratio_median']:.2f} (of minima {r['ratio_min']:.2f})", flush=True)
     return rows
 
 
@@ -192,7 +223,23 @@ def main() -> None:
     ap.add_argument("--datasets", type=int, default=16, help="how many DPBench data sets (0-16)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(HERE / "results" / "trees.json"))
+    ap.add_argument("--measure-log-n", type=int, default=20, help="n = 2^k of the exact-vs-float timing")
+    ap.add_argument("--measure-reps", type=int, default=7, help="interleaved runs per (publisher, noise)")
+    ap.add_argument("--measure-only", action="store_true",
+                    help="only time exact against float noise, and update the 'measure' key of --out")
     args = ap.parse_args()
+    if args.measure_only:
+        with threadpool_limits(1):
+            threads = sorted({d.get("num_threads") for d in threadpool_info()})
+            print(f"BLAS threads: {threads}; exact (secure=True) against float (secure=False) noise")
+            rows = measure_throughput(args.measure_log_n, args.measure_reps, args.seed)
+        out = Path(args.out)
+        result = json.loads(out.read_text()) if out.exists() else {"benchmark": "trees"}
+        result["measure"] = {"command": " ".join(sys.argv), "blas_threads": threads, "rows": rows,
+                             "note": "whole fit() seconds; shared 2-core machine under contention"}
+        out.write_text(json.dumps(result, indent=1))
+        print(f"updated {out} (key 'measure')")
+        return
     with threadpool_limits(1):
         threads = sorted({d.get("num_threads") for d in threadpool_info()})
         print(f"BLAS threads: {threads}")
@@ -209,6 +256,8 @@ def main() -> None:
                   f"uniform={r['uniform']:.4g} allocated={r['allocated']:.4g}")
         print("scale")
         sc = scale(list(range(16, args.max_log_n + 1, 2)), args.seed)
+        print("exact against float noise")
+        meas = measure_throughput(args.measure_log_n, args.measure_reps, args.seed)
 
     # summary tables
     print(f"\nMSE of 1000 random ranges, mean of {args.reps} runs; ratio = LUE-DPTree / Boost (baseline)")
@@ -235,6 +284,7 @@ def main() -> None:
     result = {"benchmark": "trees", "command": " ".join(sys.argv), "reps": args.reps, "blas_threads": threads,
               "python": platform.python_version(), "machine": platform.machine(), "accuracy_seconds": t_acc,
               "accuracy": acc, "ratios": ratios, "analytic": ana, "scale": sc,
+              "measure": {"blas_threads": threads, "rows": meas},
               "note": "timings on a shared 2-core machine under contention"}
     out.write_text(json.dumps(result, indent=1))
     print(f"\nwrote {out} and {out.with_suffix('.png')}")

@@ -1,5 +1,8 @@
 """Publish a histogram with LUE-DPTree and answer range counts; compare with Boost and Dwork.
 
+Noise is exact discrete Laplace by default (``secure=True``); ``secure=False`` is the float-noise
+opt-out, for experiments.  The accountant's ledger records every measurement.
+
     python examples/tree_histogram.py
 """
 
@@ -29,3 +32,7 @@ try:
     LUEDPTree(0.5, accountant=budget).fit(x, rng=rng)
 except sparsedp.BudgetExceededError as exc:
     print("refused:", exc)
+print("ledger (seeded generator, so private=False):")
+for e in budget.ledger:
+    print(f"  {e.label:<22} epsilon {e.cost.epsilon:g}, {e.rows} rows, sensitivity {e.sensitivity:g}, "
+          f"scales {e.scale_min:.3g}..{e.scale_max:.3g}, {'exact' if e.secure else 'float'} noise, private={e.private}")

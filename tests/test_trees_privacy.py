@@ -1,7 +1,9 @@
 """Privacy of the tree publishers (issues 16 and 19): validated trees, calibration from the matrix
 actually measured, exact budget checks, inputs and parameters checked before any charge."""
 
+import re
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -9,6 +11,7 @@ import scipy.sparse as sp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
+import sparsedp
 from sparsedp import (
     Accountant,
     InputBoundError,
@@ -17,8 +20,11 @@ from sparsedp import (
     SparseDPError,
     UnsupportedStructureError,
 )
+from sparsedp import noise as nz
+from sparsedp.audit import audit
 from sparsedp.calibration import laplace_loss
 from sparsedp.cli import main
+from sparsedp.measure import plan_measurement
 from sparsedp.mechanism import MatrixMechanism
 from sparsedp.trees import (
     Boost,
@@ -29,10 +35,13 @@ from sparsedp.trees import (
     Privelet,
     allocate_budget,
     as_interval_tree,
+    blue,
     coverage_probabilities,
     kary_layout,
     kary_tree,
     level_budget,
+    path_sums,
+    publishers,
     sc_layout,
     sc_tree,
     tree_from_splits,
@@ -424,11 +433,16 @@ def test_issue19_10_extreme_node_budgets():
     acc = Accountant(epsilon=1.0)
     tiny = np.full(t.size, 0.2e-9)  # 4 levels: paths sum to 0.8e-9
     tiny[t.leaves[0]] = 1e-200  # its noise would overflow the BLUE's variances
-    with pytest.raises(InvalidPrivacyParameterError):
-        LUEDPTree(1e-9, tree=t, eps_per_node=tiny, accountant=acc).fit(np.ones(8), rng=0)
+    for secure in (True, False):
+        with pytest.raises(InvalidPrivacyParameterError):
+            LUEDPTree(1e-9, tree=t, eps_per_node=tiny, accountant=acc, secure=secure).fit(np.ones(8), rng=0)
     assert acc.spent_exact == 0
     tiny[t.leaves[0]] = 1e-99
-    pub = LUEDPTree(1e-9, tree=t, eps_per_node=tiny, accountant=acc).fit(np.ones(8), rng=0)
+    # float noise (scale 1e99) stays finite; the exact sampler stops at scale 2^40 and refuses first
+    with pytest.raises(InvalidPrivacyParameterError, match="exact sampler"):
+        LUEDPTree(1e-9, tree=t, eps_per_node=tiny, accountant=acc).fit(np.ones(8), rng=0)
+    assert acc.spent_exact == 0 and acc.ledger == ()
+    pub = LUEDPTree(1e-9, tree=t, eps_per_node=tiny, accountant=acc, secure=False).fit(np.ones(8), rng=0)
     assert np.all(np.isfinite(pub.histogram()))
 
 
@@ -469,3 +483,160 @@ def test_cli_noise_from_os_entropy_unless_seeded(tmp_path, capsys):
     assert not load_release(seeded).private
     assert main(["query", str(seeded), "0", "3"]) == 0
     assert "not private" in capsys.readouterr().err
+
+
+# --------------------------------------------------- issue 13: the one measurement path
+
+
+NOISE_CALL = re.compile(r"laplace\(|gaussian\(|discrete_laplace|discrete_gaussian|noise\.noise|_noise\.noise")
+
+
+def test_issue13_no_noise_sampler_is_called_in_trees():
+    root = Path(sparsedp.__file__).parent / "trees"
+    hits = [f"{f.name}:{i}" for f in sorted(root.glob("*.py"))
+            for i, line in enumerate(f.read_text().splitlines(), 1) if NOISE_CALL.search(line)]
+    assert hits == []
+    assert "plan_measurement" in (root / "publishers.py").read_text()
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_issue13_default_is_exact_noise_with_a_ledger(cls):
+    acc = Accountant(epsilon=2.0)
+    pub = cls(0.7, accountant=acc).fit(X, rng=5)
+    rel = pub.release_
+    assert rel.secure and not rel.private  # exact noise; a seeded generator is not a private release
+    (entry,) = acc.ledger
+    assert entry.secure and entry.private is False and entry.cost.epsilon == 0.7 and entry.noise == "laplace"
+    assert entry.rows == rel.noise_scales.size and entry.columns == X.size
+    for field in ("label", "cost", "rows", "columns", "secure", "private", "sensitivity", "scale_min", "scale_max"):
+        assert getattr(rel.ledger, field) == getattr(entry, field)
+    float_pub = cls(0.7, secure=False).fit(X, rng=5)
+    assert not float_pub.release_.secure and not float_pub.release_.ledger.secure
+    if cls is Dwork:  # the measured values themselves: on the integer grid, unlike float noise
+        assert np.array_equal(rel.estimate, np.round(rel.estimate))
+        assert not np.array_equal(float_pub.release_.estimate, np.round(float_pub.release_.estimate))
+    if cls is LUEDPTree:
+        raw = LUEDPTree(0.7, consistency=False).fit(X, rng=1).release_.node_values
+        assert np.array_equal(raw, np.round(raw))
+
+
+def test_issue13_tree_release_is_the_plan_measurement_then_the_blue():
+    """fit = the publisher's own plan (IntervalRows of the node intervals, per-node scales) measured
+    with the same generator, then the BLUE weighted by the measurement's actual variances."""
+    x = np.arange(16) % 5
+    raw = LUEDPTree(1.0, tree="kary", k=2, consistency=False).fit(x, rng=9).release_
+    plan = LUEDPTree(1.0, tree="kary", k=2)._prepare(x.astype(float)).measurement
+    assert type(plan.strategy).__name__ == "IntervalRows" and plan.loss <= 1.0
+    meas = plan.measure(x, rng=9)
+    np.testing.assert_array_equal(raw.node_values, meas.y)
+    assert np.array_equal(meas.y, np.round(meas.y))  # exact noise on integer counts: integers
+    np.testing.assert_array_equal(raw.noise_variances, meas.variances)
+    blue_rel = LUEDPTree(1.0, tree="kary", k=2).fit(x, rng=9).release_
+    np.testing.assert_allclose(blue_rel.node_values, blue(raw.tree, meas.y, variances=meas.variances), rtol=1e-12)
+
+
+def test_issue13_many_budgets_rounded_up_and_blue_uses_the_actual_variances():
+    t = kary_layout(64, 2)  # 127 nodes, 127 distinct budgets: the exact sampler's scales are gridded
+    e = np.random.default_rng(0).uniform(0.2, 1.0, t.size)
+    e = 0.9 * e / path_sums(t, e).max()
+    pub = LUEDPTree(1.0, tree=t, eps_per_node=e, consistency=False).fit(np.ones(64), rng=0)
+    rel = pub.release_
+    b = rel.noise_scales
+    assert np.all(b >= 1.0 / e) and np.unique(b).size <= 64 * 2  # rounded up to 2^(k/64), never down
+    assert np.max(b * e) > 1.001  # some scale moved up by more than the ulp margin
+    dl = np.array([nz.discrete_laplace_variance(float(s)) for s in b])
+    np.testing.assert_allclose(rel.noise_variances, dl, rtol=1e-12)
+    assert np.max(np.abs(rel.noise_variances / (2.0 / e**2) - 1)) > 0.01  # not 2 / eps^2
+    y = rel.node_values
+    cons = LUEDPTree(1.0, tree=t, eps_per_node=e).fit(np.ones(64), rng=0).release_
+    np.testing.assert_allclose(cons.node_values, blue(t, y, variances=rel.noise_variances), rtol=1e-12)
+    assert not np.allclose(cons.node_values, blue(t, y, e), rtol=1e-9)
+
+
+def test_issue13_exact_noise_variance_matches_the_measurement_variances():
+    t = kary_layout(4, 4)  # root and 4 leaves; scales ~0.5, where the discrete variance is ~25% below 2 b^2
+    e = np.array([1.9, 1.5, 2.0, 1.7, 2.1])
+    x = np.arange(4)
+    pub = LUEDPTree(4.0, tree=t, eps_per_node=e, consistency=False)
+    rel = pub.fit(x, rng=0).release_
+    plan = pub._prepare(x.astype(float)).measurement  # what fit measures
+    rng = np.random.default_rng(1)
+    draws = np.array([plan.measure(x, rng=rng).y for _ in range(2000)])
+    emp = ((draws - node_counts(t, x)) ** 2).mean(axis=0)
+    np.testing.assert_allclose(emp, rel.noise_variances, rtol=0.1)
+    assert np.mean(emp / (2 * rel.noise_scales**2)) < 0.85  # not the continuous 2 b^2 (ratio ~0.75)
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_issue13_bad_input_records_nothing_in_the_ledger(cls):
+    acc = Accountant(epsilon=1.0)
+    rng = np.random.default_rng(2)
+    state = rng.bit_generator.state
+    pub = cls(1.0, accountant=acc)
+    for bad in ([1.0, np.nan], [1, -1, 2], np.ones((2, 2)), [0.5, 2.0], [2.0**51, 0.0], []):
+        with pytest.raises(SparseDPError):
+            pub.fit(bad, rng=rng)
+    with pytest.raises(SparseDPError):
+        pub.fit(X, rng="seed")
+    with pytest.raises(SparseDPError):
+        cls(1.0, secure="yes")
+    assert acc.ledger == () and acc.spent_exact == 0 and rng.bit_generator.state == state
+    pub.fit(X, rng=rng)
+    state = rng.bit_generator.state
+    with pytest.raises(SparseDPError):  # overspent
+        cls(0.5, accountant=acc).fit(X, rng=rng)
+    assert len(acc.ledger) == 1 and rng.bit_generator.state == state
+
+
+def _path_statistic(tree, x0):
+    """Post-processing of the noisy node counts: ``min`` over the nodes on bin 0's path of
+    ``y - h(x0)`` (the orthant event ``{all path nodes above their x0 count}`` has probability ratio
+    ``e^{loss}`` between neighbours differing in bin 0)."""
+    path = np.flatnonzero(tree.lo == 0)
+    base = node_counts(tree, x0)[path]
+    return lambda y: [float(np.min(y[path] - base))]
+
+
+def _lue_audit_setup():
+    x0, x1 = np.array([3, 1, 4, 1]), np.array([4, 1, 4, 1])  # one record more in bin 0
+    pub = LUEDPTree(1.0, tree="kary", k=2, consistency=False)
+    plan = pub._prepare(x0.astype(float)).measurement  # what fit measures (tested above)
+    return x0, x1, plan, _path_statistic(pub._tree(4), x0)
+
+
+def test_issue13_audit_lue_dptree():
+    x0, x1, plan, stat = _lue_audit_setup()
+    good = audit(lambda x, g: stat(plan.measure(x, rng=g).y), x0, x1, trials=2000, rng=1)
+    assert good.epsilon_lower <= 1.0
+
+
+def test_issue13_audit_detects_a_broken_copy_with_halved_scales():
+    x0, x1, plan, stat = _lue_audit_setup()
+    broken = plan_measurement(plan.strategy, scales=plan.scales / 2)  # no budget check: costs 2 epsilon
+    bad = audit(lambda x, g: stat(broken.measure(x, rng=g).y), x0, x1, trials=2000, rng=1)
+    assert bad.epsilon_lower > 1.0, bad
+
+
+def test_issue13_halved_scales_are_refused_by_the_plan(monkeypatch):
+    """The plan is the calibration: node scales halved behind the publisher's back are refused."""
+    monkeypatch.setattr(publishers, "_node_scales", lambda eps, name, tree: 0.5 / eps)
+    acc = Accountant(epsilon=1.0)
+    with pytest.raises(InvalidPrivacyParameterError, match="cost"):
+        LUEDPTree(1.0, accountant=acc).fit(X, rng=0)
+    assert acc.ledger == ()
+
+
+def test_issue13_cli_defaults_to_exact_noise(tmp_path, capsys):
+    data = tmp_path / "h.npy"
+    np.save(data, X)
+    out = tmp_path / "r.npz"
+    assert main(["histogram", str(data), "--epsilon", "1", "--method", "dwork", "--out", str(out)]) == 0
+    rel = load_release(out)
+    assert rel.secure and rel.private and rel.ledger.secure and np.array_equal(rel.estimate, np.round(rel.estimate))
+    assert "exact discrete Laplace" in capsys.readouterr().out
+    assert main(["histogram", str(data), "--epsilon", "1", "--method", "dwork", "--float-noise", "--out",
+                 str(out)]) == 0
+    rel = load_release(out)
+    assert not rel.secure and not rel.ledger.secure and rel.ledger.cost.epsilon == 1.0
+    assert main(["query", str(out), "0", "3"]) == 0
+    assert "float noise" in capsys.readouterr().err

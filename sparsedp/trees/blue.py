@@ -33,11 +33,22 @@ from .build import as_interval_tree
 __all__ = ["blue"]
 
 
-def blue(tree: Any, noisy_counts: Any, eps_per_node: Any) -> np.ndarray:
-    """The consistent BLUE of all node counts (breadth-first order) from noisy node counts
-    ``h~_x = h_x + Lap(1 / eps_x)``; every ``eps_x`` must be > 0 (weights ``eps_x^2``)."""
+def blue(tree: Any, noisy_counts: Any, eps_per_node: Any = None, *, variances: Any = None) -> np.ndarray:
+    """The consistent BLUE of all node counts (breadth-first order) from noisy node counts.
+
+    Give the noise of every node either as ``eps_per_node`` (``h~_x = h_x + Lap(1 / eps_x)``: weights
+    ``eps_x^2``, every ``eps_x > 0``) or as ``variances`` (the actual per-node noise variances, all
+    ``> 0``; e.g. ``Measurement.variances`` of an exact discrete-Laplace measurement, whose scales the
+    measurement path may have rounded up).  Only the ratios of the variances matter."""
     t = as_interval_tree(tree)
     y = check_vector(noisy_counts, t.size, "noisy_counts")
+    if (eps_per_node is None) == (variances is None):
+        raise SparseDPError("give eps_per_node or variances (one of them)")
+    if variances is not None:
+        v = check_vector(variances, t.size, "variances")
+        if np.any(v <= 0):
+            raise SparseDPError("variances must be > 0 on every node")
+        return two_pass(t.parent, t.level_start, y, v, plan=t.plan)
     e = check_vector(eps_per_node, t.size, "eps_per_node")
     if np.any(e <= 0):
         raise SparseDPError("eps_per_node must be > 0 on every node (an unmeasured node has no weight to give)")

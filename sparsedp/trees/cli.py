@@ -1,9 +1,11 @@
 """``sparsedp histogram`` (publish a histogram) and ``sparsedp query`` (range counts from a release).
 
-The noise comes from OS entropy (``numpy.random.default_rng()`` with no seed) unless ``--seed`` is
-given; a seeded run is reproducible and therefore NOT a private release: it says so on stdout and
-saves ``private = False`` in the release file, and ``sparsedp query`` warns on stderr when it reads
-such a file.
+The noise is exact discrete Laplace (the one measurement path, ``secure=True``) from OS entropy
+unless ``--seed`` is given; ``--float-noise`` draws float64 Laplace noise instead (it leaks through
+its low bits, Mironov 2012: for experiments only; the file records ``secure = False``).  A seeded
+run is reproducible and therefore NOT a private release: it says so on stdout and saves
+``private = False`` in the release file, and ``sparsedp query`` warns on stderr when it reads such a
+file.
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ def _histogram(args: argparse.Namespace) -> int:
         x = np.load(args.data, allow_pickle=False)
     except (OSError, ValueError) as exc:
         raise SparseDPError(f"cannot read {args.data}: {exc}") from exc
+    secure = not args.float_noise
     if args.method == "lue":
-        pub = LUEDPTree(args.epsilon, tree=args.tree, k=args.k, upper=args.upper)
+        pub = LUEDPTree(args.epsilon, tree=args.tree, k=args.k, upper=args.upper, secure=secure)
     elif args.method in ("boost", "boost-un"):
-        pub = PUBLISHERS[args.method](args.epsilon, k=args.k or 2)
+        pub = PUBLISHERS[args.method](args.epsilon, k=args.k or 2, secure=secure)
     else:
-        pub = PUBLISHERS[args.method](args.epsilon)
+        pub = PUBLISHERS[args.method](args.epsilon, secure=secure)
     pub.fit(x, rng=args.seed)  # None: OS entropy
     release = pub.release_
     assert release is not None
@@ -39,7 +42,8 @@ def _histogram(args: argparse.Namespace) -> int:
         release = dataclasses.replace(release, private=False)
     release.save(args.out)
     extra = f", {release.tree.size} tree nodes" if release.tree is not None else ""
-    print(f"{args.method}: published {release.n} bins at epsilon {args.epsilon}{extra} -> {args.out}")
+    noise = "exact discrete Laplace" if release.secure else "float Laplace (--float-noise)"
+    print(f"{args.method}: published {release.n} bins at epsilon {args.epsilon}{extra}, {noise} noise -> {args.out}")
     if args.seed is not None:
         print("WARNING: NOT private: --seed makes the noise reproducible (the file records private=False); "
               "omit it for a real release.")
@@ -50,6 +54,9 @@ def _query(args: argparse.Namespace) -> int:
     release = load_release(args.release)
     if not release.private:
         print(f"warning: {args.release} was published with a fixed --seed and is not private", file=sys.stderr)
+    if not release.secure:
+        print(f"warning: {args.release} was published with float noise (--float-noise), which leaks through its "
+              "low bits", file=sys.stderr)
     print(f"{release.range(args.lo, args.hi):.6g}")
     return 0
 
@@ -76,6 +83,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     h.add_argument("--seed", type=int, default=None,
                    help="seed of the noise generator, for reproducible tests only: the release is then NOT "
                    "private and is marked private=False (default: OS entropy)")
+    h.add_argument("--float-noise", action="store_true",
+                   help="float64 Laplace noise instead of the default exact discrete Laplace (leaks through its "
+                   "low bits, Mironov 2012: for experiments only; the file records secure=False)")
     h.add_argument("--out", required=True, help="output release file (.npz)")
     h.set_defaults(func=_histogram)
     q = subparsers.add_parser(

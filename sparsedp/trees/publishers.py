@@ -16,17 +16,35 @@ publisher       measurement (all eps-DP for one record = one bin += 1)  estimate
 ``Dwork``       every bin, ``Lap(1 / eps)``                             the noisy bins
 ==============  =====================================================  ==================================
 
-Privacy (issues 16 and 19).  :meth:`TreePublisher.fit` validates everything first -- the counts
-(non-negative integers, each and every node count at most ``MAX_MAGNITUDE = 2^50``), the generator,
-the tree (:meth:`IntervalTree.check`), the budgets and noise scales and the privacy loss of what
-will be measured -- then charges the accountant, then draws; nothing after the charge can fail.
-A tree method measures the node-interval rows ``M`` (row ``i`` is ``1`` on ``[lo_i, hi_i)``, the
-counts ``node_counts`` computes exactly by integer prefix differences) with ``Lap(b_i)``,
-``b_i = 1 / eps_i`` rounded up (so ``1 / b_i <= eps_i``).  Its loss ``max_j sum_i M_ij / b_i`` is
-bounded by the certified path-sum bound ``max(path_sum_bounds(tree, eps))`` (exact for a validated
-tree: the rows covering bin ``j`` are the nodes on its path), and the release is refused unless that
-bound is ``<= epsilon`` -- no slack.  ``HistogramRelease.measured_matrix()`` and ``.noise_scales``
-expose what was measured so that the loss can be audited by brute force.
+Privacy (issues 13, 16 and 19): one measurement path.  Every publisher draws its noise through
+:func:`sparsedp.measure.plan_measurement` (``.measure``), which validates, charges the accountant
+(with a ledger entry), then draws; nothing here calls a noise sampler.  The privacy argument is
+"the sensitivity of this measured matrix at these scales":
+
+* tree methods measure ``IntervalRows(n, tree.lo, tree.hi)`` (row ``i`` is ``1`` on
+  ``[lo_i, hi_i)``, one row per node) with per-row Laplace scales ``b_i = (1 + m) / eps_i`` rounded
+  up (``m = 2^-40 + nodes levels 2^-58``, below ``1e-9``: it absorbs the certificate's own upward
+  rounding), and the plan's budget is the publisher's ``epsilon``: the plan refuses, before any
+  charge, unless the certified coverage loss ``max_j sum_{i: lo_i <= j < hi_i} 1 / b_i`` -- computed
+  exactly in integers from the intervals themselves -- is at most ``epsilon``.  Before that the tree
+  is re-validated (:meth:`IntervalTree.check`) and the budgets must pass the rule they were made
+  for (every root-to-leaf path sums to at most ``epsilon``, :func:`path_sum_bounds`; a user budget
+  that does not is refused);
+* ``Dwork`` measures the identity, ``Delta_1 = 1``, ``b = 1 / epsilon`` rounded up;
+* ``Privelet`` measures the Haar rows through a :class:`~sparsedp.mechanism.MatrixMechanism` (the
+  same path, calibrated from the matrix's entries).
+
+Noise is exact by default (``secure=True``): discrete Laplace on the integer grid, so the noisy
+node counts (and Dwork's bins) are integers.  With many distinct node budgets the path rounds the
+exact sampler's scales *up* to a ``2^(k/64)`` grid (at most 1.1% more noise standard deviation), so
+the BLUE weights are the measurement's actual per-row variances (``Measurement.variances``, exact
+discrete-Laplace variances), not ``2 / eps_i^2``.  ``secure=False`` draws textbook float64 Laplace
+noise, which leaks through its low bits (Mironov, CCS 2012): an explicit opt-out for experiments.
+
+Inputs: counts must be non-negative integers with every node count (the root count, the total) at
+most ``MAX_MAGNITUDE = 2^50``; ``rng`` is ``None`` (OS entropy) or a seed / numpy ``Generator``
+(reproducible; the release then says ``private=False``).  ``HistogramRelease.measured_matrix()``,
+``.noise_scales``, ``.noise_variances`` and ``.ledger`` say what was measured and how.
 
 Range answers from a consistent release are differences of prefix sums of the leaf estimates:
 every canonical decomposition gives the same sum.  ``LUEDPTree(consistency=False)`` answers from the
@@ -35,6 +53,8 @@ raw noisy node counts by the vectorised canonical decomposition instead (the err
 
 from __future__ import annotations
 
+import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,20 +64,26 @@ import scipy.sparse as sp
 
 from .. import strategies as st
 from .. import workloads as wl
-from ..calibration import laplace_scale
 from ..errors import (
     InputBoundError,
     InvalidPrivacyParameterError,
     ShapeError,
     SparseDPError,
 )
+from ..intervals import IntervalRows
+from ..measure import Measurement, MeasurementPlan, plan_measurement
 from ..mechanism import MatrixMechanism
-from ..noise import as_generator, laplace
-from ..privacy import Accountant, PrivacyCost
+from ..privacy import Accountant, LedgerEntry, PrivacyCost
 from ..strategies import _interval_rows
 from ..validation import MAX_MAGNITUDE, check_counts, check_epsilon, check_vector
 from .blue import blue
-from .budget import allocate_budget, level_budget, path_sum_bounds, uniform_budget
+from .budget import (
+    allocate_budget,
+    level_budget,
+    normalise_budget,
+    path_sum_bounds,
+    uniform_budget,
+)
 from .build import IntervalTree, as_interval_tree, kary_layout
 from .coverage import answer_ranges, check_ranges, coverage_probabilities
 from .sc import sc_layout
@@ -80,10 +106,14 @@ class HistogramRelease:
     """A published histogram: the leaf estimates and, for tree methods, the tree and node values.
 
     ``node_values`` are used for range answers only when the release is not consistent.
-    What was measured, for auditing: :meth:`measured_matrix` (one row per noisy measurement) and
-    ``noise_scales`` (the Laplace scale ``b_i`` of every row); the privacy loss of the release is
-    ``max_j sum_i |A_ij| / b_i``.  ``private`` is ``False`` when the noise came from a seed given for
-    reproducibility (then the output is not a private release)."""
+    What was measured, for auditing: :meth:`measured_matrix` (one row per noisy measurement),
+    ``noise_scales`` (the Laplace scale ``b_i`` of every row, in data units, as the measurement path
+    used them) and ``noise_variances`` (their actual variances: exact discrete-Laplace variances when
+    ``secure``); the privacy loss of the release is ``max_j sum_i |A_ij| / b_i``.  ``ledger`` is the
+    measurement's :class:`~sparsedp.privacy.LedgerEntry` (what, sensitivity, noise, scales, epsilon,
+    secure, private, time).  ``private`` is ``False`` when the noise came from a seed given for
+    reproducibility (then the output is not a private release); ``secure`` is ``False`` for float
+    noise (``secure=False``)."""
 
     method: str
     epsilon: float
@@ -95,6 +125,9 @@ class HistogramRelease:
     noise_scales: np.ndarray | None = None
     strategy: sp.csr_matrix | None = field(default=None, repr=False, compare=False)
     private: bool = True
+    secure: bool = True
+    noise_variances: np.ndarray | None = field(default=None, repr=False, compare=False)
+    ledger: LedgerEntry | None = field(default=None, compare=False)
     _prefix: np.ndarray = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -130,22 +163,35 @@ class HistogramRelease:
         return float(self.ranges(np.array([[lo, hi]]))[0])
 
     def save(self, path: str | Path) -> None:
-        """Write the release as ``.npz`` (only released, private quantities, and the ``private``
-        flag)."""
+        """Write the release as ``.npz`` (only released, private quantities, the ``private`` and
+        ``secure`` flags and the ledger entry as JSON)."""
         arrays: dict[str, Any] = {
             "method": np.array(self.method),
             "epsilon": np.array(self.epsilon),
             "estimate": self.estimate,
             "consistent": np.array(self.consistent),
             "private": np.array(bool(self.private)),
+            "secure": np.array(bool(self.secure)),
         }
         if self.noise_scales is not None:
             arrays["noise_scales"] = self.noise_scales
+        if self.noise_variances is not None:
+            arrays["noise_variances"] = self.noise_variances
+        if self.ledger is not None:
+            arrays["ledger"] = np.array(json.dumps(self.ledger.as_dict()))
         if self.tree is not None:
             t = self.tree
             arrays.update(lo=t.lo, hi=t.hi, parent=t.parent, child_start=t.child_start, level_start=t.level_start,
                           node_values=self.node_values, eps_per_node=self.eps_per_node)
         np.savez_compressed(path, **arrays)
+
+
+def _entry_from_json(text: str) -> LedgerEntry:
+    """A :class:`LedgerEntry` from :meth:`LedgerEntry.as_dict` JSON."""
+    d = json.loads(text)
+    cost = PrivacyCost(epsilon=d.pop("epsilon", 0.0), rho=d.pop("rho", 0.0))
+    fields = set(LedgerEntry.__dataclass_fields__) - {"cost"}
+    return LedgerEntry(cost=cost, **{k: v for k, v in d.items() if k in fields})
 
 
 def load_release(path: str | Path) -> HistogramRelease:
@@ -161,16 +207,23 @@ def load_release(path: str | Path) -> HistogramRelease:
     if "lo" in data:
         tree = IntervalTree(int(data["hi"][0]), data["lo"], data["hi"], data["parent"],
                             data["child_start"], data["level_start"])
+    try:
+        ledger = _entry_from_json(str(data["ledger"])) if "ledger" in data else None
+    except (ValueError, TypeError) as exc:
+        raise SparseDPError(f"{path}: unreadable ledger entry: {exc}") from exc
     return HistogramRelease(
         method=str(data["method"]), epsilon=float(data["epsilon"]), estimate=data["estimate"], tree=tree,
         node_values=data.get("node_values"), eps_per_node=data.get("eps_per_node"), consistent=bool(data["consistent"]),
         noise_scales=data.get("noise_scales"), private=bool(data["private"]) if "private" in data else True,
+        secure=bool(data["secure"]) if "secure" in data else False, noise_variances=data.get("noise_variances"),
+        ledger=ledger,
     )
 
 
 def node_counts(tree: IntervalTree, x: Any) -> np.ndarray:
     """True count of every node, ``sum_{j in [lo_i, hi_i)} x_j``: exact integer prefix differences,
-    ``O(nodes)``.  These are the rows of :meth:`HistogramRelease.measured_matrix` applied to ``x``.
+    ``O(nodes)``.  These are the rows of :meth:`HistogramRelease.measured_matrix` applied to ``x``
+    (what the measurement path computes with ``IntervalRows(n, tree.lo, tree.hi)``).
 
     ``x`` must be non-negative integer counts; the root count (the largest node count) must be at
     most ``MAX_MAGNITUDE = 2^50`` (:class:`InputBoundError` otherwise), so every count is an exact
@@ -188,60 +241,93 @@ def node_counts(tree: IntervalTree, x: Any) -> np.ndarray:
     return (cs[t.hi] - cs[t.lo]).astype(np.float64)
 
 
+def _ledger_entry(meas: Measurement, label: str) -> LedgerEntry:
+    """The ledger entry of a measurement (the fields the measurement path records when it charges)."""
+    return LedgerEntry(
+        label=label,
+        cost=meas.cost,
+        rows=int(meas.y.size),
+        columns=int(meas.strategy.shape[1]),
+        noise=meas.noise,
+        secure=meas.secure,
+        private=meas.private,
+        sensitivity=meas.sensitivity,
+        scale_min=float(meas.scales.min()),
+        scale_max=float(meas.scales.max()),
+        time=time.time(),
+    )
+
+
+def _check_secure(secure: Any) -> bool:
+    if not isinstance(secure, (bool, np.bool_)):
+        raise SparseDPError(f"secure must be True or False, got {secure!r}")
+    return bool(secure)
+
+
+def _calibrate(name: str, M: Any, epsilon: float, secure: bool, scales: Any = None) -> MeasurementPlan:
+    """The measurement plan of ``M`` at ``epsilon`` (homoscedastic from ``Delta_1``, or the given
+    per-row scales, whose certified loss must be ``<= epsilon``); nothing is charged or drawn."""
+    try:
+        return plan_measurement(M, epsilon=epsilon, scales=scales, noise="laplace", secure=secure)
+    except SparseDPError as exc:
+        raise type(exc)(f"{name}: {exc}") from exc
+
+
 @dataclass(frozen=True)
 class _Plan:
     """Everything a release needs, computed and checked before the budget is charged."""
 
-    scales: np.ndarray  # Laplace scale of every measured row
-    counts: np.ndarray | None = None  # exact measured values (tree methods)
+    measurement: MeasurementPlan | None = None  # the calibrated measurement (tree methods, Dwork)
     tree: IntervalTree | None = None
     eps_per_node: np.ndarray | None = None
-    loss: float | None = None  # certified bound of the privacy loss of the measurement
-    mechanism: MatrixMechanism | None = None
+    loss: float | None = None  # certified privacy loss of the measurement (<= epsilon)
+    mechanism: MatrixMechanism | None = None  # Privelet
 
 
 class TreePublisher:
     """Common interface.  Subclasses implement ``_prepare(x) -> _Plan`` (all checks, no noise)
-    and ``_publish(x, plan, gen) -> HistogramRelease`` (draws; cannot fail)."""
+    and ``_publish(x, plan, rng) -> HistogramRelease`` (measures through the measurement path,
+    which validates ``x`` and ``rng``, charges, then draws; the post-processing cannot fail).
+
+    ``secure=True`` (default): exact discrete Laplace noise; ``secure=False``: float64 Laplace
+    noise (leaks through its low bits; an explicit opt-out for experiments)."""
 
     name = "publisher"
-    #: whether the measurement charges the accountant itself (Privelet's MatrixMechanism)
-    _charges_itself = False
 
-    def __init__(self, epsilon: float, accountant: Accountant | None = None) -> None:
+    def __init__(self, epsilon: float, accountant: Accountant | None = None, *, secure: bool = True) -> None:
         self.epsilon = check_epsilon(epsilon, "epsilon")
         if accountant is not None and not isinstance(accountant, Accountant):
             raise InvalidPrivacyParameterError(f"accountant must be an Accountant, got {type(accountant).__name__}")
         self.accountant = accountant
+        self.secure = _check_secure(secure)
         self.release_: HistogramRelease | None = None
 
     def fit(self, histogram: Any, rng: Any = None) -> "TreePublisher":
         """Publish ``histogram`` (non-negative integer counts, at most ``2^50`` in total for the tree
         methods).  ``rng``: ``None`` (OS entropy: a private release), or a seed / numpy Generator
-        (reproducible: for tests).  Validate everything, then charge ``epsilon``, then draw."""
+        (reproducible, for tests; the release says ``private=False``).  Validate everything, then
+        charge ``epsilon``, then draw."""
         x = check_counts(histogram, name="histogram")
         if x.size == 0:
             raise ShapeError("histogram is empty")
-        gen = as_generator(rng)
         plan = self._prepare(x)
-        if plan.loss is not None and not plan.loss <= self.epsilon:
-            raise SparseDPError(f"{self.name}: the measurement would cost {plan.loss!r} > epsilon {self.epsilon!r}")
-        if self.accountant is not None and not self._charges_itself:
-            self.accountant.spend(PrivacyCost(epsilon=self.epsilon), label=self.name)
-        release = self._publish(x, plan, gen)
-        self._record(plan)
+        release = self._publish(x, plan, rng)
+        self._record(plan, release)
         self.release_ = release
         return self
+
+    def _label(self, x: np.ndarray) -> str:
+        return f"{self.name}({x.size} bins)"
 
     def _prepare(self, x: np.ndarray) -> _Plan:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _publish(self, x: np.ndarray, plan: _Plan, gen: np.random.Generator) -> HistogramRelease:  # pragma: no cover
+    def _publish(self, x: np.ndarray, plan: _Plan, rng: Any) -> HistogramRelease:  # pragma: no cover
         raise NotImplementedError
 
-    def _record(self, plan: _Plan) -> None:
+    def _record(self, plan: _Plan, release: HistogramRelease) -> None:
         """Keep what was measured (after a successful release)."""
-        self.noise_scales_ = plan.scales
+        self.noise_scales_ = release.noise_scales
 
     def _release(self) -> HistogramRelease:
         if self.release_ is None:
@@ -266,25 +352,51 @@ class TreePublisher:
 
 
 #: Smallest per-node budget a tree publisher measures with: its noise scale ``1e100`` keeps every
-#: noisy count, BLUE variance ``1 / eps^2`` (and their sums) and estimate finite in float64.
+#: noisy count, BLUE variance ``1 / eps^2`` (and their sums) and estimate finite in float64 (float
+#: noise; exact noise is limited to scales ``<= 2^40`` by its sampler).
 MIN_NODE_BUDGET = 1e-100
 
+#: BLUE weights use ``max(variance, MIN_VARIANCE)``: an exact discrete Laplace of scale below about
+#: ``1 / 745`` has variance 0 in float64 (it is 0 with probability ``> 1 - 1e-300``).  Weights are
+#: post-processing and cost no privacy.
+MIN_VARIANCE = 1e-100
 
-def _node_scales(eps: np.ndarray, name: str) -> np.ndarray:
-    """``b_i = 1 / eps_i`` rounded up (so ``1 / b_i <= eps_i`` exactly), refusing budgets that are
-    not > 0 or below :data:`MIN_NODE_BUDGET` (whose noise and BLUE weights would not stay finite)."""
+
+#: With exact noise the sampler's scale is at most ``2^40`` (``sparsedp.noise.MAX_DISCRETE_SCALE``):
+#: budgets made by a publisher's own rule (not ``eps_per_node`` given by the user) are raised to at
+#: least ``2^-39`` and normalised again (:func:`normalise_budget`), so tiny epsilons (down to
+#: ``1e-9``) and nodes of near-zero coverage stay measurable.  It moves budget only where a node's
+#: budget is below ``2^-39`` (``epsilon`` below about ``1e-8``, or a root of coverage ~ ``1 / n^2``).
+SECURE_MIN_BUDGET = 2.0**-39
+
+
+def _secure_floor(tree: IntervalTree, eps: np.ndarray, epsilon: float) -> np.ndarray:
+    """``eps`` with every budget below :data:`SECURE_MIN_BUDGET` raised to it, normalised so every
+    path still sums to at most ``epsilon`` exactly."""
+    if not np.any(eps < SECURE_MIN_BUDGET):
+        return eps
+    return normalise_budget(tree, np.maximum(eps, SECURE_MIN_BUDGET), epsilon)
+
+
+def _node_scales(eps: np.ndarray, name: str, tree: IntervalTree) -> np.ndarray:
+    """``b_i = (1 + m) / eps_i`` rounded up, ``m = 2^-40 + nodes levels 2^-58`` (so the certified
+    coverage loss, whose every term and sum is rounded up, stays ``<= epsilon`` for budgets whose
+    paths sum to ``epsilon`` exactly); refusing budgets that are not > 0 or below
+    :data:`MIN_NODE_BUDGET` (whose noise and BLUE weights would not stay finite)."""
     if np.any(eps <= 0):
         raise SparseDPError(f"{name}: every node needs a budget > 0 (an unmeasured node has no weight)")
     if np.any(eps < MIN_NODE_BUDGET):
         raise InvalidPrivacyParameterError(
             f"{name}: node budget {float(eps.min()):.3g} below the supported minimum {MIN_NODE_BUDGET:g}"
         )
-    return np.nextafter(1.0 / eps, np.inf)
+    margin = 2.0**-40 + float(tree.size) * float(tree.levels) * 2.0**-58
+    return np.nextafter((1.0 / eps) * (1.0 + margin), np.inf)
 
 
 class _TreeMethod(TreePublisher):
-    """Noisy node counts ``h_x + Lap(b_x)``, ``b_x = 1 / eps_x``, on a tree, then the BLUE (or raw
-    counts)."""
+    """Noisy node counts ``h_x + Lap(b_x)``, ``b_x = 1 / eps_x`` (see :func:`_node_scales`), on a tree,
+    measured as ``IntervalRows(n, tree.lo, tree.hi)`` through the measurement path, then the BLUE
+    (weighted by the measurement's actual variances) or the raw counts."""
 
     consistency = True
 
@@ -294,43 +406,55 @@ class _TreeMethod(TreePublisher):
     def _budgets(self, tree: IntervalTree) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def _user_budgets(self) -> bool:
+        """Whether the budgets are the user's own (then they are measured as given, or refused)."""
+        return False
+
     def _prepare(self, x: np.ndarray) -> _Plan:
         n = x.size
         tree = self._tree(n)
         if not isinstance(tree, IntervalTree):
             raise SparseDPError(f"{self.name}: expected an IntervalTree, got {type(tree).__name__}")
-        tree.check()  # the structure the loss formula below rests on, as the object is now
+        tree.check()  # the structure the budget rule rests on, as the object is now
         if tree.n != n:
             raise ShapeError(f"the tree covers {tree.n} bins, the histogram has {n}")
         eps = check_vector(self._budgets(tree), tree.size, "node budgets")
-        scales = _node_scales(eps, self.name)
-        loss = float(path_sum_bounds(tree, eps).max())  # >= max_j sum_{i covers j} 1 / b_i, certified
-        if not loss <= self.epsilon:
+        if self.secure and not self._user_budgets():
+            eps = _secure_floor(tree, eps, self.epsilon)
+        scales = _node_scales(eps, self.name, tree)
+        bound = float(path_sum_bounds(tree, eps).max())  # the budget rule: every path sums to <= epsilon
+        if not bound <= self.epsilon:
             raise SparseDPError(
-                f"{self.name}: a root-to-leaf path of node budgets sums to {loss!r} (certified bound), more "
+                f"{self.name}: a root-to-leaf path of node budgets sums to {bound!r} (certified bound), more "
                 f"than epsilon {self.epsilon!r}"
             )
-        counts = node_counts(tree, x)
-        return _Plan(scales=scales, counts=counts, tree=tree, eps_per_node=eps, loss=loss)
+        rows = IntervalRows(n, tree.lo, tree.hi, name=f"{self.name} node intervals ({tree.size} nodes)")
+        plan = _calibrate(self.name, rows, self.epsilon, self.secure, scales)  # refuses a loss > epsilon
+        return _Plan(measurement=plan, tree=tree, eps_per_node=eps, loss=plan.loss)
 
-    def _publish(self, x: np.ndarray, plan: _Plan, gen: np.random.Generator) -> HistogramRelease:
-        tree, eps = plan.tree, plan.eps_per_node
-        assert tree is not None and eps is not None and plan.counts is not None
-        noisy = plan.counts + laplace(plan.scales, rng=gen)
-        values = blue(tree, noisy, eps) if self.consistency else noisy
+    def _publish(self, x: np.ndarray, plan: _Plan, rng: Any) -> HistogramRelease:
+        tree, eps, mp = plan.tree, plan.eps_per_node, plan.measurement
+        assert tree is not None and eps is not None and mp is not None
+        label = self._label(x)
+        meas = mp.measure(x, accountant=self.accountant, rng=rng, label=label)  # validate, charge, draw
+        values = meas.y
+        if self.consistency:
+            values = blue(tree, meas.y, variances=np.maximum(meas.variances, MIN_VARIANCE))
         return HistogramRelease(self.name, self.epsilon, values[tree.leaves], tree, values, eps, self.consistency,
-                                noise_scales=plan.scales)
+                                noise_scales=meas.scales, private=meas.private, secure=meas.secure,
+                                noise_variances=meas.variances, ledger=_ledger_entry(meas, label))
 
-    def _record(self, plan: _Plan) -> None:
-        super()._record(plan)
+    def _record(self, plan: _Plan, release: HistogramRelease) -> None:
+        super()._record(plan, release)
         self.tree_, self.eps_per_node_, self.privacy_loss_ = plan.tree, plan.eps_per_node, plan.loss
 
 
 class LUEDPTree(_TreeMethod):
     """LUE-DPTree (seed 004, Algorithm 3.8): any interval tree, per-node budgets minimising the
-    expected range error (CNCP + CNP + NPBD), Laplace noise ``Lap(1 / eps_x)`` per node, and the
-    O(n) BLUE under consistency (PA_BLUE + CRC).  Privacy: every root-to-leaf path sums to at most
-    ``epsilon`` exactly (Conclusion 3.4, certified bound), checked before noise is drawn.
+    expected range error (CNCP + CNP + NPBD), Laplace noise ``Lap(1 / eps_x)`` per node (exact
+    discrete Laplace by default), and the O(n) BLUE under consistency (PA_BLUE + CRC).  Privacy: the
+    certified loss of the measured node intervals at these scales is at most ``epsilon`` (every
+    root-to-leaf path sums to at most ``epsilon``, Conclusion 3.4), checked before noise is drawn.
 
     ``tree``: ``"sc"`` (Struct-Construct, Algorithm 3.1; ``k=None`` chooses the branching in
     ``[2, upper]``), ``"kary"`` (balanced, ``k`` default 2), or a networkx graph / IntervalTree.
@@ -338,7 +462,7 @@ class LUEDPTree(_TreeMethod):
     ranges (nodes no listed query uses get the probability floor ``1e-9 * max p``, so every node is
     still measured).  ``eps_per_node``: your own budgets (one per node, breadth-first, all > 0)
     instead of the optimised ones; refused before any charge unless every root-to-leaf path sums to
-    at most ``epsilon`` exactly.
+    at most ``epsilon`` exactly.  ``secure=False``: float noise (an explicit opt-out).
     """
 
     name = "lue-dptree"
@@ -355,8 +479,9 @@ class LUEDPTree(_TreeMethod):
         eps_per_node: Any = None,
         consistency: bool = True,
         accountant: Accountant | None = None,
+        secure: bool = True,
     ) -> None:
-        super().__init__(epsilon, accountant)
+        super().__init__(epsilon, accountant, secure=secure)
         if isinstance(tree, str) and tree not in ("sc", "kary"):
             raise SparseDPError(f"tree must be 'sc', 'kary' or a graph, got {tree!r}")
         self.tree_spec = tree if isinstance(tree, str) else as_interval_tree(tree)
@@ -373,6 +498,9 @@ class LUEDPTree(_TreeMethod):
         if self.tree_spec == "kary":
             return kary_layout(n, 2 if self.k is None else self.k)
         return self.tree_spec  # type: ignore[return-value]
+
+    def _user_budgets(self) -> bool:
+        return self.budget is not None
 
     def _budgets(self, tree: IntervalTree) -> np.ndarray:
         if self.budget is not None:
@@ -392,8 +520,9 @@ class Boost(_TreeMethod):
 
     name = "boost"
 
-    def __init__(self, epsilon: float, k: int = 2, accountant: Accountant | None = None) -> None:
-        super().__init__(epsilon, accountant)
+    def __init__(self, epsilon: float, k: int = 2, accountant: Accountant | None = None, *,
+                 secure: bool = True) -> None:
+        super().__init__(epsilon, accountant, secure=secure)
         self.k = k
 
     def _tree(self, n: int) -> IntervalTree:
@@ -418,42 +547,54 @@ class Privelet(TreePublisher):
     ``Lap(Delta_1 / eps)``, ``Delta_1`` the max column L1 norm of the Haar strategy
     (``log2 n + 1`` for powers of two), inverted exactly (``sparsedp.strategies.haar``).
 
-    Measured through a :class:`~sparsedp.mechanism.MatrixMechanism` built for each release with this
-    publisher's accountant: it calibrates from the matrix's entries and charges the accountant itself
-    (once); no mechanism is kept that could release again for free."""
+    Measured through a :class:`~sparsedp.mechanism.MatrixMechanism` (the one measurement path,
+    calibrated from the matrix's entries) built for each release with this publisher's accountant and
+    ``secure`` flag; it charges the accountant itself (once); no mechanism is kept that could release
+    again for free.  With exact noise the Haar entries must be integers for the grid to be exact (``n``
+    a power of two); otherwise the path bounds the rounding (each touched row can move one more grid
+    unit), so the noise is larger.  The estimate is ``H^-1 y = H^T diag(1 / ||h_i||^2) y`` (the rows
+    are orthogonal; for a square invertible strategy this is the GLS estimate whatever the variances)."""
 
     name = "privelet"
-    _charges_itself = True
 
     def _prepare(self, x: np.ndarray) -> _Plan:
-        mech = MatrixMechanism(wl.identity(x.size), st.haar(x.size), epsilon=self.epsilon, accountant=self.accountant)
-        return _Plan(scales=np.full(mech.M.shape[0], mech.noise_scale()), mechanism=mech)
+        mech = MatrixMechanism(wl.identity(x.size), st.haar(x.size), epsilon=self.epsilon, accountant=self.accountant,
+                               secure=self.secure)
+        return _Plan(mechanism=mech)
 
-    def _publish(self, x: np.ndarray, plan: _Plan, gen: np.random.Generator) -> HistogramRelease:
-        assert plan.mechanism is not None
-        rel = plan.mechanism.run(x, rng=gen)  # validates, then charges the accountant, then draws
-        strategy = sp.csr_matrix(rel.measurement.strategy.tosparse())
-        return HistogramRelease(self.name, self.epsilon, np.asarray(rel.x_hat, dtype=np.float64),
-                                noise_scales=np.asarray(rel.measurement.scales, dtype=np.float64), strategy=strategy)
+    def _publish(self, x: np.ndarray, plan: _Plan, rng: Any) -> HistogramRelease:
+        mech = plan.mechanism
+        assert mech is not None
+        meas = mech.measure(x, rng=rng)  # validates, then charges the accountant, then draws
+        H = sp.csr_matrix(meas.strategy.tosparse())
+        norms = np.asarray(H.multiply(H).sum(axis=1), dtype=np.float64).ravel()
+        x_hat = np.asarray(H.T @ (meas.y / norms), dtype=np.float64)
+        return HistogramRelease(self.name, self.epsilon, x_hat, noise_scales=np.asarray(meas.scales, dtype=np.float64),
+                                strategy=H, private=meas.private, secure=meas.secure, noise_variances=meas.variances,
+                                ledger=_ledger_entry(meas, f"MatrixMechanism({mech.M.name})"))
 
-    def _record(self, plan: _Plan) -> None:
-        super()._record(plan)
+    def _record(self, plan: _Plan, release: HistogramRelease) -> None:
+        super()._record(plan, release)
         assert plan.mechanism is not None
         self.sensitivity_ = plan.mechanism.sensitivity
 
 
 class Dwork(TreePublisher):
-    """Dwork et al. (2006): ``x_i + Lap(1 / eps)`` on every bin (sensitivity 1, ``b`` rounded up)."""
+    """Dwork et al. (2006): ``x_i + Lap(1 / eps)`` on every bin (the identity, ``Delta_1 = 1``, ``b``
+    rounded up), through the measurement path; exact discrete Laplace (integer output) by default."""
 
     name = "dwork"
 
     def _prepare(self, x: np.ndarray) -> _Plan:
-        b = laplace_scale(1.0, self.epsilon)  # rounded up: 1 / b <= epsilon exactly
-        return _Plan(scales=np.full(x.size, b))
+        return _Plan(measurement=_calibrate(self.name, st.identity(x.size), self.epsilon, self.secure))
 
-    def _publish(self, x: np.ndarray, plan: _Plan, gen: np.random.Generator) -> HistogramRelease:
-        return HistogramRelease(self.name, self.epsilon, x + laplace(plan.scales, rng=gen), noise_scales=plan.scales,
-                                strategy=sp.identity(x.size, format="csr"))
+    def _publish(self, x: np.ndarray, plan: _Plan, rng: Any) -> HistogramRelease:
+        assert plan.measurement is not None
+        label = self._label(x)
+        meas = plan.measurement.measure(x, accountant=self.accountant, rng=rng, label=label)
+        return HistogramRelease(self.name, self.epsilon, meas.y, noise_scales=meas.scales,
+                                strategy=sp.identity(x.size, format="csr"), private=meas.private,
+                                secure=meas.secure, noise_variances=meas.variances, ledger=_ledger_entry(meas, label))
 
 
 PUBLISHERS = {"lue": LUEDPTree, "boost": Boost, "boost-un": BoostUN, "privelet": Privelet, "dwork": Dwork}
