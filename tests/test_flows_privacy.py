@@ -2,7 +2,9 @@
 calibrates for, validates before it charges, and the CLI's noise is not reproducible by default."""
 
 import json
+import re
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,8 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as hst
 
 from sparsedp import Accountant, SparseDPError, flows
+from sparsedp.audit import audit
 from sparsedp.cli import main
 from sparsedp.flows import Trips, flow_counts, random_trips, release_flows, road_grid
+from sparsedp.flows import release as release_mod
+from sparsedp.measure import plan_measurement
 
 
 def drop(trips: Trips, i: int) -> Trips:
@@ -299,3 +304,115 @@ def test_cli_evaluation_mode_reports_rmse_and_is_not_private(tmp_path, capsys):
 def test_cli_data_seed_changes_the_city_not_the_privacy(tmp_path):
     a, _ = run_cli(tmp_path, "a", "--data-seed", "1")
     assert a["private"] is True and a["data_seed"] == 1
+
+
+# --------------------------------------------------------------------------------------------------
+# (issue 13) the one measurement path: identity strategy, unit = L + 2, exact noise by default
+# --------------------------------------------------------------------------------------------------
+
+NOISE_CALL = re.compile(r"laplace\(|gaussian\(|discrete_laplace|discrete_gaussian|noise\.noise|_noise\.noise")
+
+
+def test_issue13_no_noise_sampler_is_called_in_flows():
+    root = Path(flows.__file__).parent
+    hits = [f"{f.name}:{i}" for f in sorted(root.glob("*.py"))
+            for i, line in enumerate(f.read_text().splitlines(), 1) if NOISE_CALL.search(line)]
+    assert hits == []
+
+
+def duplicate(trips: Trips, i: int) -> Trips:
+    """The neighbouring trip set with one more trip: a copy of trip ``i``."""
+    a, b = trips.edge_ptr[i], trips.edge_ptr[i + 1]
+    ids = np.concatenate([trips.edge_ids, trips.edge_ids[a:b]])
+    ptr = np.append(trips.edge_ptr, trips.edge_ptr[-1] + (b - a))
+    return Trips(np.append(trips.origins, trips.origins[i]), np.append(trips.ends, trips.ends[i]), ptr, ids,
+                 trips.max_edges)
+
+
+def small_city():
+    road = road_grid(4, 4, seed=0)
+    return road, random_trips(road, 20, seed=1, max_edges=3)
+
+
+def test_issue13_release_is_the_plan_measurement_with_unit_L_plus_2():
+    road, trips = small_city()
+    for fixed, unit in ((False, 5), (True, 3)):
+        prep = release_mod._prepare(road, trips, 0.5, "auto", fixed, 1e-8, None, True)
+        assert prep.unit == unit and prep.plan.sensitivity == unit  # identity (Delta_1 = 1) times unit
+        assert prep.plan.scales[0] == unit / 0.5 and prep.plan.cost.epsilon == 0.5
+        rel = release_flows(road, trips, epsilon=0.5, rng=7, fixed_endpoints=fixed)
+        np.testing.assert_array_equal(rel.noisy, prep.plan.measure(prep.truth, rng=7).y)
+
+
+def test_issue13_default_is_exact_noise_and_float_is_an_opt_out():
+    road, trips = small_city()
+    acc = Accountant(epsilon=2.0)
+    rel = release_flows(road, trips, epsilon=0.5, accountant=acc)
+    assert rel.secure and rel.private and np.array_equal(rel.noisy, np.round(rel.noisy))
+    (entry,) = acc.ledger
+    assert entry.secure and entry.private and entry.cost.epsilon == 0.5 and entry.rows == rel.noisy.size
+    assert entry.sensitivity == 5 and entry.label == "traffic flows (L = 3)"
+    seeded = release_flows(road, trips, epsilon=0.5, accountant=acc, rng=1, secure=False)
+    assert not seeded.secure and not seeded.private and not np.array_equal(seeded.noisy, np.round(seeded.noisy))
+    assert not acc.ledger[1].secure and acc.ledger[1].private is False
+
+
+def test_issue13_exact_noise_variance_matches_the_measurement():
+    road, trips = small_city()
+    prep = release_mod._prepare(road, trips, 10.0, "auto", False, 1e-8, None, True)  # scale 0.5
+    rng = np.random.default_rng(3)
+    z = np.concatenate([prep.plan.measure(prep.truth, rng=rng).y - prep.truth for _ in range(300)])
+    rel = release_flows(road, trips, epsilon=10.0, rng=0)
+    assert rel.scale == 0.5
+    assert np.mean(z**2) == pytest.approx(rel.noise_variance, rel=0.1)
+    assert rel.noise_variance < 0.8 * 2 * rel.scale**2  # the discrete variance, not 2 b^2
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"epsilon": 0.0}, {"epsilon": float("nan")}, {"max_edges": 0}, {"method": "magic"}, {"tol": -1.0},
+    {"rng": "seed"}, {"secure": "yes"}, {"epsilon": 1.5},  # the last one overspends the accountant
+])
+def test_issue13_bad_input_records_nothing_in_the_ledger(kwargs):
+    road, trips = small_city()
+    acc = Accountant(epsilon=1.0)
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    args = {"epsilon": 1.0, "rng": rng, "accountant": acc, **kwargs}
+    with pytest.raises(SparseDPError):
+        release_flows(road, trips, **args)
+    assert acc.ledger == () and acc.spent_exact == 0 and rng.bit_generator.state == state
+
+
+def _flow_audit_setup():
+    road = road_grid(2, 2, seed=0)
+    trips = random_trips(road, 5, seed=1, max_edges=1)
+    other = duplicate(trips, 0)  # one more trip: +1 on one edge, one start and one end (L + 2 = 3)
+    a = release_mod._prepare(road, trips, 1.0, "auto", False, 1e-8, None, True)
+    b = release_mod._prepare(road, other, 1.0, "auto", False, 1e-8, None, True)
+    np.testing.assert_array_equal(a.plan.scales, b.plan.scales)
+    touched = np.flatnonzero(b.truth != a.truth)
+    assert touched.size == 3 and np.all(b.truth[touched] - a.truth[touched] == 1)
+    base = a.truth[touched]
+    return a, b, lambda y: [float(np.min(y[touched] - base))]  # the orthant event: ratio e^loss
+
+
+def test_issue13_audit_flows():
+    a, b, stat = _flow_audit_setup()
+    good = audit(lambda x, g: stat(a.plan.measure(x, rng=g).y), a.truth, b.truth, trials=2000, rng=1)
+    assert good.epsilon_lower <= 1.0
+
+
+def test_issue13_audit_detects_a_broken_copy_with_halved_scales():
+    a, b, stat = _flow_audit_setup()
+    broken = plan_measurement(a.plan.strategy, scales=a.plan.scales / 2)  # as if calibrated to (L + 2) / 2
+    bad = audit(lambda x, g: stat(broken.measure(x, rng=g).y), a.truth, b.truth, trials=2000, rng=1)
+    assert bad.epsilon_lower > 1.0, bad
+
+
+def test_issue13_cli_defaults_to_exact_noise(tmp_path, capsys):
+    data, _ = run_cli(tmp_path, "d")
+    assert data["secure"] is True and data["private"] is True and data["noise"] == "exact discrete Laplace"
+    assert "exact discrete Laplace" in capsys.readouterr().out
+    data, _ = run_cli(tmp_path, "f", "--float-noise")
+    assert data["secure"] is False
+    assert not bool(np.load(tmp_path / "f.npz")["secure"]) and bool(np.load(tmp_path / "d.npz")["secure"])

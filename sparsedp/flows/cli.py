@@ -1,4 +1,9 @@
-"""``sparsedp flows``: DP traffic flows on a synthetic city, made consistent by flow conservation."""
+"""``sparsedp flows``: DP traffic flows on a synthetic city, made consistent by flow conservation.
+
+The noise is exact discrete Laplace from OS entropy by default; ``--float-noise`` draws float64
+Laplace noise instead (leaks through its low bits: for experiments), ``--seed`` makes the noise
+reproducible and the release NOT private.  The JSON records ``secure`` and ``private``.
+"""
 
 from __future__ import annotations
 
@@ -36,9 +41,12 @@ def _flows(args: argparse.Namespace) -> int:
                          origins=args.origins, radius=args.radius)
     generated = time.perf_counter() - t0
     rel = release_flows(road, trips, epsilon=args.epsilon, method=args.method, fixed_endpoints=args.fixed_endpoints,
-                        rng=args.seed, tol=args.tol, keep_truth=args.evaluate, max_edges=args.max_trip_edges)
+                        rng=args.seed, tol=args.tol, keep_truth=args.evaluate, max_edges=args.max_trip_edges,
+                        secure=not args.float_noise)
     out = {
-        "private": private,
+        "private": private and rel.private,
+        "secure": rel.secure,
+        "noise": "exact discrete Laplace" if rel.secure else "float Laplace (--float-noise)",
         "noise_seed": args.seed,
         "data_seed": args.data_seed,
         "nodes": road.nodes,
@@ -61,7 +69,8 @@ def _flows(args: argparse.Namespace) -> int:
     city = "Helsinki (OpenStreetMap, ODbL)" if args.network == "helsinki" else f"grid {args.grid[0]}x{args.grid[1]}"
     print(f"city {city}: {road.nodes} intersections, {road.edges} street segments, {trips.count} trips"
           f" (cut to <= {rel.max_edges} edges each by the release)")
-    print(f"epsilon {rel.epsilon}: one trip changes the counts by <= {rel.sensitivity} in L1, Laplace scale {rel.scale:g}")
+    print(f"epsilon {rel.epsilon}: one trip changes the counts by <= {rel.sensitivity} in L1, Laplace scale {rel.scale:g} "
+          f"({out['noise']})")
     print(f"solver {rel.solve.solver} ({rel.solve.method}: {rel.solve.reason})")
     print(f"{rel.solve.iterations} iterations, {rel.solve.seconds:.2f} s, residual max|Cx-b| = {rel.solve.residual:.2e}")
     if args.evaluate:
@@ -73,7 +82,7 @@ def _flows(args: argparse.Namespace) -> int:
         Path(args.json).write_text(json.dumps(out, indent=2))
         print(f"wrote {args.json}")
     if args.out:
-        np.savez_compressed(args.out, x=rel.consistent, private=np.array(private))
+        np.savez_compressed(args.out, x=rel.consistent, private=np.array(out["private"]), secure=np.array(rel.secure))
         print(f"wrote {args.out}")
     return 0
 
@@ -85,8 +94,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Generate a perturbed grid city with one-way streets and random trips routed on "
         "shortest paths, release the counts [edge flows, trip starts, trip ends] with Laplace noise "
         "calibrated to one trip (trips truncated to L edges: sensitivity L + 2) and project them onto "
-        "flow conservation.  The noise comes from OS entropy; --seed makes it reproducible and the "
-        "release NOT private.  Comparisons with the true counts appear only with --evaluate (also not private).",
+        "flow conservation.  The noise is exact discrete Laplace from OS entropy (--float-noise: float64 "
+        "Laplace, for experiments); --seed makes it reproducible and the release NOT private.  Comparisons "
+        "with the true counts appear only with --evaluate (also not private).",
     )
     p.add_argument("--grid", nargs=2, type=int, metavar=("ROWS", "COLS"), default=(50, 50), help="city grid size (default 50 50)")
     p.add_argument("--network", choices=("grid", "helsinki"), default="grid",
@@ -104,10 +114,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--tol", type=float, default=1e-8, help="stop when max|Cx - b| <= tol (default %(default)s)")
     p.add_argument("--seed", type=int, default=None,
                    help="seed the privacy noise (reproducible, NOT private; default: OS entropy)")
+    p.add_argument("--float-noise", action="store_true",
+                   help="float64 Laplace noise instead of the default exact discrete Laplace (leaks through its "
+                   "low bits, Mironov 2012: for experiments only)")
     p.add_argument("--data-seed", type=int, default=0, help="seed of the synthetic city and trips (default %(default)s)")
     p.add_argument("--evaluate", action="store_true",
                    help="evaluation mode: also report the RMSE against the true counts (the output is NOT private)")
     p.add_argument("--json", default=None, help="write the summary as JSON to this file (key 'private' says "
                    "whether it is a private release; 'evaluation' only with --evaluate)")
-    p.add_argument("--out", default=None, help="write the consistent release to this .npz file (keys x, private)")
+    p.add_argument("--out", default=None, help="write the consistent release to this .npz file (keys x, private, secure)")
     p.set_defaults(func=_flows)

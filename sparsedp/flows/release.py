@@ -5,12 +5,21 @@ against the road network (:func:`~sparsedp.flows.trips.check_trips`) and cut to 
 edges (:func:`~sparsedp.flows.trips.truncate_trips`; ``L`` = the ``max_edges`` argument, default
 the trips' claimed ``max_edges``, which is therefore only a default and never trusted).  One
 truncated trip's contribution to the measured counts ``[edge flows, starts, ends]``
-(:func:`~sparsedp.flows.trips.trip_contributions`) has L1 norm at most ``L + 2``, so Laplace noise
-of scale ``b = (L + 2) / epsilon`` (rounded up) on every count makes the release ``epsilon``-DP:
-``max_trip sum_i |c_i| / b <= epsilon``.  The projection onto flow conservation is post-processing.
-With ``fixed_endpoints=True`` the start and end counts are treated as public invariants (released
-exactly, as a census publishes invariants: they are *not* protected); only the edge flows are
-measured, with ``Delta_1 = L`` and scale ``L / epsilon``.
+(:func:`~sparsedp.flows.trips.trip_contributions`) has L1 norm at most ``L + 2``.
+
+One measurement path (issue 13): the counts are measured with the identity strategy through
+:func:`sparsedp.measure.plan_measurement` with ``unit = L + 2`` (one trip changes the count vector
+by at most ``L + 2`` in L1), so ``Delta_1 = L + 2`` and every count gets Laplace noise of scale
+``b = (L + 2) / epsilon`` (rounded up): ``max_trip sum_i |c_i| / b <= epsilon``.  The path
+validates, charges the accountant (with a ledger entry), then draws; nothing here calls a noise
+sampler.  The projection onto flow conservation is post-processing.  With ``fixed_endpoints=True``
+the start and end counts are treated as public invariants (released exactly, as a census publishes
+invariants: they are *not* protected); only the edge flows are measured, with ``unit = L``.
+
+Noise is exact by default (``secure=True``): discrete Laplace on the integer grid -- the counts are
+integers, so the grid is exact and the noisy counts are integers.  ``secure=False`` draws float64
+Laplace noise, which leaks through its low bits (Mironov, CCS 2012): an explicit opt-out for
+experiments.
 
 Order of work (issue 19): validate everything (budget, bound, trips, method, tolerance, generator),
 then charge the accountant, then draw the noise; the projection falls back to the direct solver
@@ -24,10 +33,10 @@ from typing import Any
 
 import numpy as np
 
-from ..calibration import laplace_scale
+from .. import strategies as st
 from ..errors import SparseDPError
-from ..noise import as_generator, laplace
-from ..privacy import Accountant, PrivacyCost
+from ..measure import MeasurementPlan, plan_measurement
+from ..privacy import Accountant
 from ..validation import check_epsilon, check_magnitude, check_positive
 from .conservation import FlowSystem, conservation_system
 from .network import RoadNetwork
@@ -43,7 +52,9 @@ class FlowRelease:
 
     ``max_edges`` is the bound ``L`` the release enforced (every trip was cut to it),
     ``sensitivity`` the L1 norm bound of one truncated trip's contribution (``L + 2``, or ``L`` with
-    fixed end points), ``scale`` the Laplace scale of every measured count (:attr:`scales`).
+    fixed end points: the ``unit`` of the measurement), ``scale`` the Laplace scale of every measured
+    count (:attr:`scales`), ``noise_variance`` its actual variance (exact discrete-Laplace variance
+    when ``secure``).  ``private`` is ``False`` when the noise came from a seed.
     """
 
     noisy: np.ndarray
@@ -55,11 +66,19 @@ class FlowRelease:
     fixed_endpoints: bool
     solve: FlowSolve
     max_edges: int
+    secure: bool = True
+    private: bool = True
+    noise_variance: float = float("nan")
 
     @property
     def scales(self) -> np.ndarray:
         """The Laplace scale of each measured count (all equal to :attr:`scale`)."""
         return np.full(self.noisy.size, self.scale)
+
+    @property
+    def variances(self) -> np.ndarray:
+        """The noise variance of each measured count (all equal to :attr:`noise_variance`)."""
+        return np.full(self.noisy.size, self.noise_variance)
 
     def rmse(self) -> tuple[float, float]:
         """Root mean squared error of the noisy and the consistent release against the truth
@@ -84,7 +103,8 @@ def _bound(trips: Trips, max_edges: Any) -> int:
 
 
 def _measured(road: RoadNetwork, trips: Trips, L: int, fixed_endpoints: bool) -> tuple[np.ndarray, FlowSystem, int]:
-    """The true counts the release measures, the conservation system and ``Delta_1``."""
+    """The true counts the release measures, the conservation system and the L1 bound of one
+    trip's change of them (the measurement's ``unit``: ``L + 2``, or ``L`` with fixed end points)."""
     counts = flow_counts(road, truncate_trips(road, check_trips(road, trips), L))
     check_magnitude(counts, "flow counts")
     E, V = road.edges, road.nodes
@@ -118,26 +138,55 @@ def release_flows(
     tol: float = 1e-8,
     keep_truth: bool = False,
     max_edges: int | None = None,
+    secure: bool = True,
 ) -> FlowRelease:
-    """Truncate every trip to ``L = max_edges`` edges (default ``trips.max_edges``), count, add
-    Laplace noise of scale ``(L + 2) / epsilon`` (``L / epsilon`` with ``fixed_endpoints``) and
-    project onto flow conservation.
+    """Truncate every trip to ``L = max_edges`` edges (default ``trips.max_edges``), count, measure
+    the counts with Laplace noise of scale ``(L + 2) / epsilon`` (``L / epsilon`` with
+    ``fixed_endpoints``) through the measurement path, and project onto flow conservation.
+
+    ``secure`` (default True): exact discrete Laplace noise (integer noisy counts); ``False``: float64
+    Laplace noise, an explicit opt-out for experiments.  ``rng=None`` draws the noise from OS
+    entropy; a seed makes it reproducible (not private: ``private=False``).
 
     Raises before anything is charged or drawn: :class:`InvalidPrivacyParameterError` for an
     ``epsilon`` outside ``[1e-9, 1e6]`` (or a bool, a string), :class:`SparseDPError` without a bound
     ``L`` or with one that is not an integer in ``[1, 2^31]``, :class:`ShapeError` for trips that are
-    not walks on ``road``, and for an unknown or unavailable ``method``, a bad ``tol`` or ``rng``.
-    ``rng=None`` draws the noise from OS entropy; a seed makes it reproducible (not private).
+    not walks on ``road``, and for an unknown or unavailable ``method``, a bad ``tol``, ``secure`` or
+    ``rng``.
     """
+    prep = _prepare(road, trips, epsilon, method, fixed_endpoints, tol, max_edges, secure)
+    # validates the counts and the generator, then charges the accountant, then draws
+    meas = prep.plan.measure(prep.truth, accountant=accountant, rng=rng, label=f"traffic flows (L = {prep.L})")
+    solved = _project_after_draw(meas.y, prep.system, prep.how, prep.reason, prep.tol)
+    return FlowRelease(meas.y, solved.x, prep.truth if keep_truth else None, prep.unit, float(meas.scales[0]),
+                       prep.epsilon, bool(fixed_endpoints), solved, prep.L, meas.secure, meas.private,
+                       float(meas.variances[0]))
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """What :func:`release_flows` measures, checked before any charge (the tests audit ``plan``)."""
+
+    plan: MeasurementPlan  # identity strategy, unit = L + 2 (or L), epsilon
+    truth: np.ndarray  # the true counts (the data; never released)
+    system: FlowSystem
+    epsilon: float
+    L: int
+    unit: int
+    how: str
+    reason: str
+    tol: float
+
+
+def _prepare(road: RoadNetwork, trips: Trips, epsilon: Any, method: Any, fixed_endpoints: Any, tol: Any,
+             max_edges: Any, secure: Any) -> _Prepared:
+    """Every check of :func:`release_flows`, the true counts and the calibrated measurement plan."""
     eps = check_epsilon(epsilon, "epsilon")
     L = _bound(trips, max_edges)
     tol = check_positive(tol, "tol")
-    gen = as_generator(rng)
-    truth, system, sens = _measured(road, trips, L, bool(fixed_endpoints))
-    scale = laplace_scale(sens, eps)
+    if not isinstance(secure, (bool, np.bool_)):
+        raise SparseDPError(f"secure must be True or False, got {secure!r}")
+    truth, system, unit = _measured(road, trips, L, bool(fixed_endpoints))
     how, reason = check_method(system, method)
-    if accountant is not None:  # every check is done: charge, then draw
-        accountant.spend(PrivacyCost(epsilon=eps), label=f"traffic flows (L = {L})")
-    noisy = truth + laplace(scale, size=truth.size, rng=gen)
-    solved = _project_after_draw(noisy, system, how, reason, tol)
-    return FlowRelease(noisy, solved.x, truth if keep_truth else None, sens, scale, eps, bool(fixed_endpoints), solved, L)
+    plan = plan_measurement(st.identity(truth.size), epsilon=eps, unit=unit, noise="laplace", secure=bool(secure))
+    return _Prepared(plan, truth, system, eps, L, unit, how, reason, tol)
