@@ -46,7 +46,8 @@ def test_noise_calibration_and_variance():
     h = rel.layout.levels
     assert rel.sensitivity == 5 * h and rel.scale == pytest.approx(5 * h / 0.5)
     z = rel.noisy - rel.truth
-    var = laplace_variance(rel.scale)
+    var = rel.variance  # exact discrete Laplace (the default): within 1e-4 of 2 b^2 at this scale
+    assert rel.secure and var == pytest.approx(laplace_variance(rel.scale), rel=1e-4)
     # 5 * 1023 samples: the sample variance of Laplace noise has relative sd ~ sqrt(5 / N) ~ 3 %
     assert np.var(z) == pytest.approx(var, rel=0.15)
     assert abs(np.mean(z)) < 4 * np.sqrt(var / z.size)

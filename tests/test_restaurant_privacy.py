@@ -1,23 +1,33 @@
 """Privacy of the restaurant release (issue 19 #4, #8): the data are validated before the charge,
 the sensitivity is the measured matrix's, and the CLI's noise is not reproducible by default."""
 
+import importlib
 import json
+import re
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
 from sparsedp import Accountant, InputBoundError, SparseDPError
+from sparsedp.audit import audit
 from sparsedp.cli import main
 from sparsedp.consistency import (
     COMBOS,
     RestaurantSales,
+    check_sales,
     restaurant,
     restaurant_layout,
     restaurant_release,
     restaurant_sensitivity,
 )
+from sparsedp.consistency import cli as rcli_mod
+from sparsedp.consistency.restaurant import restaurant_plan, restaurant_rows
+from sparsedp.measure import plan_measurement
+
+restaurant_mod = importlib.import_module("sparsedp.consistency.restaurant")  # the attribute is the function
 
 
 def sales_with(orders=None, sales=None, days=8):
@@ -185,3 +195,118 @@ def test_cli_plot_without_evaluation_has_no_truth_panel(tmp_path, monkeypatch):
     png = tmp_path / "p.png"
     assert main(["restaurant", "--days", "16", "--plot", str(png)]) == 0
     assert panels == [False] and png.stat().st_size > 1000
+
+
+# --------------------------------------------------------------------------------------------------
+# (issue 13) the one measurement path: item sales per tree node, unit = 5, exact noise by default
+# --------------------------------------------------------------------------------------------------
+
+NOISE_CALL = re.compile(r"laplace\(|gaussian\(|discrete_laplace|discrete_gaussian|noise\.noise|_noise\.noise")
+
+
+def test_issue13_no_noise_sampler_is_called_in_the_restaurant():
+    for mod in (restaurant_mod, rcli_mod):
+        text = Path(mod.__file__).read_text()
+        assert [line for line in text.splitlines() if NOISE_CALL.search(line)] == []
+    assert "plan_measurement" in Path(restaurant_mod.__file__).read_text()
+
+
+@pytest.mark.parametrize("days", [1, 2, 3, 5, 8, 13])
+def test_issue13_measured_rows_and_sensitivity_against_the_explicit_kron(days):
+    """The plan measures the item sales with IntervalRows == (A (x) I_5) up to its column order;
+    on the orders that is A (x) COMBOS^T, whose exact Delta_1 is the plan's (unit 5 x coverage h)."""
+    lay = restaurant_layout(days)
+    rows = restaurant_rows(lay)
+    j = np.arange(5 * days)  # item-major column j = i T + t is day-major column 5 t + i
+    Q = sp.csr_matrix((np.ones(5 * days), ((j % days) * 5 + j // days, j)))
+    np.testing.assert_array_equal(rows.tosparse().toarray(), (sp.kron(lay.matrix(), sp.identity(5)) @ Q).toarray())
+    plan = restaurant_plan(lay, 1.0)
+    M = measured_matrix(days).tocsc()
+    exact = max(sum((Fraction(abs(float(v))) for v in M.data[M.indptr[j]:M.indptr[j + 1]]), Fraction(0))
+                for j in range(M.shape[1]))
+    assert Fraction(plan.sensitivity) == exact == Fraction(restaurant_sensitivity(lay)) == 5 * lay.levels
+    assert plan.cost.epsilon == 1.0 and Fraction(float(plan.scales[0])) >= exact
+    data = restaurant(days, seed=2)
+    np.testing.assert_array_equal(rows.matvec(data.sales.T.ravel()), M @ data.orders.ravel())
+
+
+def test_issue13_release_is_the_plan_measurement():
+    data = restaurant(8, seed=3)
+    rel = restaurant_release(sales=data, epsilon=0.5, seed=11, evaluate=False)
+    plan = restaurant_plan(restaurant_layout(8), 0.5)
+    np.testing.assert_array_equal(rel.noisy, plan.measure(data.sales.T.ravel(), rng=np.random.default_rng(11)).y)
+
+
+def test_issue13_default_is_exact_noise_and_float_is_an_opt_out():
+    acc = Accountant(epsilon=2.0)
+    rel = restaurant_release(16, epsilon=0.5, accountant=acc, evaluate=False)
+    assert rel.secure and rel.private and np.array_equal(rel.noisy, np.round(rel.noisy))
+    (entry,) = acc.ledger
+    assert entry.secure and entry.private and entry.cost.epsilon == 0.5 and entry.sensitivity == 5 * 5
+    assert entry.rows == rel.noisy.size == 5 * rel.layout.nodes and entry.columns == 5 * 16
+    flt = restaurant_release(16, epsilon=0.5, accountant=acc, seed=1, secure=False, evaluate=False)
+    assert not flt.secure and not flt.private and not np.array_equal(flt.noisy, np.round(flt.noisy))
+    assert acc.ledger[1].secure is False and acc.ledger[1].private is False
+
+
+def test_issue13_exact_noise_variance_matches_the_measurement():
+    lay = restaurant_layout(4)  # 3 levels: Delta_1 = 15; epsilon 30 gives scale 0.5
+    data = restaurant(4, seed=4)
+    rel = restaurant_release(sales=data, epsilon=30.0, seed=0, evaluate=False)
+    assert rel.scale == 0.5
+    plan = restaurant_plan(lay, 30.0)
+    rng = np.random.default_rng(5)
+    items = data.sales.T.ravel()
+    z = np.concatenate([plan.measure(items, rng=rng).y - rel.truth for _ in range(300)])
+    assert np.mean(z**2) == pytest.approx(rel.variance, rel=0.1)
+    assert rel.variance < 0.8 * 2 * rel.scale**2  # the exact discrete variance, not 2 b^2
+
+
+@pytest.mark.parametrize("name,sales,error", list(bad_sales()), ids=[n for n, _, _ in bad_sales()])
+def test_issue13_bad_sales_record_nothing_in_the_ledger(name, sales, error):
+    acc = Accountant(epsilon=1.0)
+    with pytest.raises(error):
+        restaurant_release(sales=sales, epsilon=0.5, seed=0, accountant=acc)
+    assert acc.ledger == ()
+
+
+@pytest.mark.parametrize("kwargs", [{"epsilon": 0.0}, {"epsilon": 2.0}, {"secure": "yes"}, {"seed": "x"},
+                                    {"method": "magic"}, {"tol": 0.0}])
+def test_issue13_bad_parameters_record_nothing_in_the_ledger(kwargs):
+    acc = Accountant(epsilon=1.0)
+    with pytest.raises(SparseDPError):
+        restaurant_release(**{"days": 8, "epsilon": 0.5, "accountant": acc, **kwargs})
+    assert acc.ledger == ()
+
+
+def _restaurant_audit_setup():
+    one = RestaurantSales(np.array([[3, 2, 1]]), np.array([[3, 2, 1]]) @ COMBOS)
+    more = RestaurantSales(np.array([[3, 3, 1]]), np.array([[3, 3, 1]]) @ COMBOS)  # one more combo 1
+    plan = restaurant_plan(restaurant_layout(1), 1.0)
+    x0, x1 = check_sales(one).sales.T.ravel(), check_sales(more).sales.T.ravel()
+    d = (x1 - x0).astype(float)  # (0, 2, 2, 1, 0): L1 norm 5 (the plan's unit)
+    touched = np.flatnonzero(d)
+    # orthant event {y_i >= x0_i + d_i on every touched item}: probability ratio e^loss
+    return plan, x0, x1, lambda y: [float(np.min(y[touched] - x0[touched] - d[touched]))]
+
+
+def test_issue13_audit_restaurant():
+    plan, x0, x1, stat = _restaurant_audit_setup()
+    good = audit(lambda x, g: stat(plan.measure(x, rng=g).y), x0, x1, trials=2000, rng=1)
+    assert good.epsilon_lower <= 1.0
+
+
+def test_issue13_audit_detects_a_broken_copy_with_halved_scales():
+    plan, x0, x1, stat = _restaurant_audit_setup()
+    broken = plan_measurement(plan.strategy, scales=plan.scales / 2)  # as if Delta_1 were 5h / 2
+    bad = audit(lambda x, g: stat(broken.measure(x, rng=g).y), x0, x1, trials=2000, rng=1)
+    assert bad.epsilon_lower > 1.0, bad
+
+
+def test_issue13_cli_defaults_to_exact_noise(tmp_path, capsys):
+    data, _ = run_cli(tmp_path, "d")
+    assert data["secure"] is True and data["private"] is True and data["noise"] == "exact discrete Laplace"
+    assert "exact discrete Laplace" in capsys.readouterr().out
+    data, _ = run_cli(tmp_path, "f", "--float-noise")
+    assert data["secure"] is False and data["private"] is True
+    assert not bool(np.load(tmp_path / "f.npz")["secure"]) and bool(np.load(tmp_path / "d.npz")["secure"])

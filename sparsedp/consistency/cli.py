@@ -1,4 +1,9 @@
-"""``sparsedp restaurant``: seed 002's restaurant release from the command line."""
+"""``sparsedp restaurant``: seed 002's restaurant release from the command line.
+
+The noise is exact discrete Laplace from OS entropy by default; ``--float-noise`` draws float64
+Laplace noise instead (leaks through its low bits: for experiments), ``--seed`` makes the noise
+reproducible and the release NOT private.  The JSON records ``secure`` and ``private``.
+"""
 
 from __future__ import annotations
 
@@ -73,12 +78,16 @@ def _run(args: argparse.Namespace) -> int:
             executor=args.executor,
             callback=progress,
             evaluate=args.evaluate,
+            secure=not args.float_noise,
         )
     finally:
         progress.close()
     res = rel.result
+    noise = "exact discrete Laplace" if rel.secure else "float Laplace (--float-noise)"
     summary: dict[str, Any] = {
-        "private": private,
+        "private": private and rel.private,
+        "secure": rel.secure,
+        "noise": noise,
         "noise_seed": args.seed,
         "data_seed": args.data_seed,
         "days": rel.sales.days,
@@ -97,7 +106,7 @@ def _run(args: argparse.Namespace) -> int:
     }
     print(
         f"restaurant: {summary['days']} days, {summary['variables']} variables, {summary['constraints']} constraints\n"
-        f"epsilon {rel.epsilon:g}, Delta_1 = 5h = {rel.sensitivity:g}, Laplace scale {rel.scale:g}\n"
+        f"epsilon {rel.epsilon:g}, Delta_1 = 5h = {rel.sensitivity:g}, Laplace scale {rel.scale:g} ({noise})\n"
         f"method {res.method}: {res.iterations} iterations, {res.seconds:.3f} s, residual max|Cx-b| = {res.residual:.2e} "
         f"(relative {res.relative_residual:.1e})"
         f"{'' if res.converged else ' (NOT converged)'}"
@@ -110,7 +119,7 @@ def _run(args: argparse.Namespace) -> int:
         with open(args.json, "w") as fh:
             json.dump(summary, fh, indent=2)
     if args.out:
-        np.savez(args.out, x=res.x, private=np.array(private))
+        np.savez(args.out, x=res.x, private=np.array(summary["private"]), secure=np.array(rel.secure))
     if args.plot:
         _plot(res.history, args.plot, res.method, args.evaluate)
     return 0
@@ -147,14 +156,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Generate the restaurant's sales (5 items sold in 3 combos), release each item's "
         "binary tree over the days with Laplace noise (Delta_1 = 5h, one order), and make the release "
         "consistent (parent = sum of children; every node's 5 counts in the span of the combos).  The noise "
-        "comes from OS entropy; --seed makes it reproducible and the release NOT private.  Comparisons with "
-        "the true sales appear only with --evaluate (also not private).",
+        "is exact discrete Laplace from OS entropy (--float-noise: float64 Laplace, for experiments); --seed "
+        "makes it reproducible and the release NOT private.  Comparisons with the true sales appear only "
+        "with --evaluate (also not private).",
     )
     p.add_argument("--days", type=int, default=1024, help="number of days T (default %(default)s)")
     p.add_argument("--epsilon", type=float, default=1.0, help="privacy budget epsilon (default %(default)s)")
     p.add_argument("--method", choices=METHODS, default="auto", help="consistency solver (default %(default)s)")
     p.add_argument("--seed", type=int, default=None,
                    help="seed the privacy noise (reproducible, NOT private; default: OS entropy)")
+    p.add_argument("--float-noise", action="store_true",
+                   help="float64 Laplace noise instead of the default exact discrete Laplace (leaks through its "
+                   "low bits, Mironov 2012: for experiments only)")
     p.add_argument("--data-seed", type=int, default=0, help="seed of the synthetic sales (default %(default)s)")
     p.add_argument("--evaluate", action="store_true",
                    help="evaluation mode: also report the RMSE against the true sales, in the output, the JSON "
@@ -169,7 +182,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="where block projections run; 'dask' starts a LocalCluster (default %(default)s)")
     p.add_argument("--json", metavar="FILE", help="write the summary (private, days, variables, constraints, method, "
                    "seconds, iterations, residual, ...; 'evaluation' only with --evaluate) as JSON")
-    p.add_argument("--out", metavar="FILE.npz", help="write the released vector (numpy .npz, keys 'x', 'private')")
+    p.add_argument("--out", metavar="FILE.npz", help="write the released vector (numpy .npz, keys 'x', 'private', "
+                   "'secure')")
     p.add_argument("--plot", metavar="FILE.png", help="draw the convergence curve (with --evaluate also the error "
                    "against the truth; needs matplotlib, the 'plot' extra)")
     p.set_defaults(func=_run)

@@ -5,19 +5,27 @@ Items (cola, burger, wings, fries, nuggets); combos ``[2,1,1,0,1]``, ``[0,2,2,1,
 (:func:`sparsedp.strategies.hierarchical`, ``h`` levels).  The released vector is node-major:
 ``x.reshape(nodes, 5)[u, i]`` is item ``i`` at tree node ``u`` (strategy row order, root first).
 
-Privacy (event level, one order).  The data are the orders ``orders[t, k]`` (combo ``k`` on day
-``t``); what is measured is ``M vec(orders)`` with ``M = A (x) COMBOS^T`` (``A`` the tree's
-node x day matrix, node-major output): the item sales ``orders @ COMBOS`` summed over every tree
-node.  One order adds one combo ``c_k`` to one day ``t`` and changes the measurements by column
-``(t, k)`` of ``M``, whose L1 norm is ``||A[:, t]||_1 ||c_k||_1``; so ``Delta_1 = max_t ||A[:, t]||_1
-max_k ||c_k||_1 = 5 h`` (seed 002 sec. 7: ``Delta_1 = c h``), computed from ``A``'s entries by
-:func:`restaurant_sensitivity` and checked against the explicit ``M`` in the tests.  Laplace noise
-of scale ``b = Delta_1 / epsilon`` (rounded up) on every node of every item tree is therefore
-``epsilon``-DP.  The release measures sales derived from the orders: given ``sales`` must equal
-``orders @ COMBOS`` (else the one-order bound would not hold for what is measured), orders must be
-non-negative integers and every tree node at most ``2^50`` (:data:`~sparsedp.validation.MAX_MAGNITUDE`);
-all of it is checked before the budget is charged.  Making the release consistent is
-post-processing and costs no privacy.
+Privacy (event level, one order): one measurement path (issue 13).  The data are the orders
+``orders[t, k]`` (combo ``k`` on day ``t``); the release measures the item sales ``s = orders @
+COMBOS`` per tree node through :func:`sparsedp.measure.plan_measurement` (``.measure``), which
+validates, charges the accountant (with a ledger entry), then draws -- nothing here calls a noise
+sampler.  What is measured is ``A_items s`` with ``s`` the item-major sales vector
+(``s[i T + t]`` = item ``i`` on day ``t``) and ``A_items = IntervalRows`` with one row per (tree
+node ``u``, item ``i``), node-major, ``1`` on ``[i T + lo_u, i T + hi_u)`` -- the same matrix as
+``A (x) I_5`` up to the order of its columns (``A`` the tree's node x day matrix), computed by
+prefix sums in ``O(T)`` memory, never formed.  Its ``Delta_1`` is the exact integer coverage ``h``
+(every item-day lies in one node per level).  One order adds one combo ``c_k`` to one day, so it
+changes ``s`` by a vector of L1 norm ``||c_k||_1 <= 5`` (:data:`ORDER_L1` ``= max_k ||c_k||_1``):
+the plan's ``unit = 5`` gives ``Delta_1 = 5 h`` (seed 002 sec. 7: ``Delta_1 = c h``), the same as
+the orders' map ``A (x) COMBOS^T`` (:func:`restaurant_sensitivity`, checked against its explicit
+entries in the tests), and the scale ``b = 5 h / epsilon`` rounded up on every node of every item
+tree.  The bound is enforced on the data, not promised: given ``sales`` must equal ``orders @
+COMBOS`` for non-negative integer orders (:func:`check_sales`), and every tree node must be at most
+``2^50`` (:data:`~sparsedp.validation.MAX_MAGNITUDE`); all of it is checked before the budget is
+charged.  Noise is exact discrete Laplace by default (``secure=True``: the counts are integers, so
+the grid is exact and the noisy node values are integers); ``secure=False`` draws float64 Laplace
+noise, which leaks through its low bits (Mironov, CCS 2012), an explicit opt-out for experiments.
+Making the release consistent is post-processing and costs no privacy.
 
 Consistency.  Two families: each item's tree (parent = sum of children) and the combos (every day's
 5-vector lies in the span of the combos, ``B v_t = 0``).  ``combos_at="leaves"`` (default) is the
@@ -34,21 +42,22 @@ from __future__ import annotations
 import importlib.util
 import numbers
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ..calibration import laplace_scale, sensitivity_bound
+from ..calibration import sensitivity_bound
 from ..errors import ShapeError, SparseDPError
 from ..executors import get_executor
-from ..noise import as_generator, laplace
-from ..privacy import Accountant, PrivacyCost
+from ..intervals import IntervalRows
+from ..measure import MeasurementPlan, plan_measurement
+from ..noise import as_generator
+from ..privacy import Accountant
 from ..strategies import TreeLayout
 from ..validation import (
     check_counts,
     check_epsilon,
-    check_magnitude,
     check_positive,
     check_vector,
 )
@@ -59,13 +68,16 @@ from .solvers import GENERIC_MAX_BYTES, METHODS, ConsistencyResult, solve
 __all__ = [
     "COMBOS",
     "ITEMS",
+    "ORDER_L1",
     "RestaurantRelease",
     "RestaurantSales",
     "check_sales",
     "restaurant",
     "restaurant_constraints",
     "restaurant_layout",
+    "restaurant_plan",
     "restaurant_release",
+    "restaurant_rows",
     "restaurant_sensitivity",
     "restaurant_tree_values",
 ]
@@ -73,6 +85,8 @@ __all__ = [
 ITEMS = ("cola", "burger", "wings", "fries", "nuggets")
 COMBOS = np.array([[2, 1, 1, 0, 1], [0, 2, 2, 1, 0], [1, 1, 0, 1, 1]], dtype=np.int64)
 MEAN_ORDERS = (40.0, 25.0, 30.0)
+#: ``max_k ||c_k||_1``: the L1 change of the item sales caused by one order (5).
+ORDER_L1 = int(np.abs(COMBOS).sum(axis=1).max())
 
 
 @dataclass(frozen=True)
@@ -103,8 +117,10 @@ def restaurant_layout(days: int) -> TreeLayout:
 
 
 def restaurant_tree_values(sales: np.ndarray, layout: TreeLayout) -> np.ndarray:
-    """Exact tree-node values of every item, node-major and flattened: ``(A sales).ravel()``."""
-    return np.asarray(layout.matrix() @ np.asarray(sales, dtype=np.float64)).ravel()
+    """Exact tree-node values of every item, node-major and flattened: ``(A sales).ravel()``, by
+    :func:`restaurant_rows` (prefix sums) on the item-major sales."""
+    items = np.ascontiguousarray(np.asarray(sales, dtype=np.float64).T).ravel()
+    return restaurant_rows(layout).matvec(items)
 
 
 def restaurant_constraints(
@@ -136,19 +152,49 @@ def restaurant_constraints(
 
 
 def restaurant_sensitivity(layout: TreeLayout) -> float:
-    """``Delta_1`` of the measured map ``orders -> node-major tree values``, ``M = A (x) COMBOS^T``.
+    """``Delta_1`` of the map ``orders -> node-major tree values``, ``M = A (x) COMBOS^T``.
 
     Column ``(t, k)`` of ``M`` has L1 norm ``||A[:, t]||_1 ||c_k||_1`` (the Kronecker product's
     entries are the products), so ``Delta_1 = max_t ||A[:, t]||_1 max_k ||c_k||_1``; the first
     factor is computed from the entries of ``layout.matrix()`` (:func:`sensitivity_bound`, exact
-    for this 0/1 matrix), which is ``h`` for the balanced binary tree: ``Delta_1 = 5 h``.
+    for this 0/1 matrix), which is ``h`` for the balanced binary tree: ``Delta_1 = 5 h``.  The
+    release's plan (:func:`restaurant_plan`) reaches the same value from :func:`restaurant_rows`
+    (its exact coverage ``h``) times ``unit = 5``; the tests check both against ``M``'s entries.
     """
-    return _sensitivity(layout.matrix())
+    return float(sensitivity_bound(layout.matrix(), 1) * ORDER_L1)
 
 
-def _sensitivity(A: Any) -> float:
-    """``max_t ||A[:, t]||_1 max_k ||c_k||_1`` from the entries of the tree matrix ``A``."""
-    return float(sensitivity_bound(A, 1) * int(COMBOS.sum(axis=1).max()))
+def _layout_intervals(layout: TreeLayout) -> tuple[np.ndarray, np.ndarray]:
+    """Every tree node's day interval ``[lo_u, hi_u)``, in strategy row order (root first)."""
+    starts = [layout.leaf_starts[level] for level in reversed(range(layout.levels))]
+    return np.concatenate([s[:-1] for s in starts]), np.concatenate([s[1:] for s in starts])
+
+
+def restaurant_rows(layout: TreeLayout) -> IntervalRows:
+    """The measured matrix: one row per (tree node ``u``, item ``i``), node-major (row
+    ``5 u + i``), ``1`` on the item-major sales columns ``[i T + lo_u, i T + hi_u)``.
+
+    Applied to ``sales.T.ravel()`` it gives the node-major tree values
+    (:func:`restaurant_tree_values`) by exact int64 prefix sums, in ``O(T)`` time and memory."""
+    lo, hi = _layout_intervals(layout)
+    p, T = len(ITEMS), layout.n
+    off = T * np.arange(p, dtype=np.int64)
+    return IntervalRows(p * T, (lo[:, None] + off).ravel(), (hi[:, None] + off).ravel(),
+                        name=f"restaurant item trees ({T} days)")
+
+
+def restaurant_plan(layout: TreeLayout, epsilon: float, secure: bool = True) -> MeasurementPlan:
+    """The calibrated measurement of the release: :func:`restaurant_rows` with ``unit = 5``
+    (:data:`ORDER_L1`), ``Delta_1 = 5 h``, homoscedastic Laplace ``b = 5 h / epsilon`` rounded up
+    (exact discrete Laplace unless ``secure=False``).  Nothing is charged or drawn."""
+    return plan_measurement(restaurant_rows(layout), epsilon=epsilon, unit=ORDER_L1, noise="laplace",
+                            secure=_check_secure(secure))
+
+
+def _check_secure(secure: Any) -> bool:
+    if not isinstance(secure, (bool, np.bool_)):
+        raise SparseDPError(f"secure must be True or False, got {secure!r}")
+    return bool(secure)
 
 
 def check_sales(sales: RestaurantSales, days: int | None = None) -> RestaurantSales:
@@ -186,14 +232,16 @@ def check_sales(sales: RestaurantSales, days: int | None = None) -> RestaurantSa
 class RestaurantRelease:
     """A consistent DP release of the restaurant's item trees (vectors node-major, length 5 x nodes).
 
-    Only ``x`` (and ``noisy``) are the release.  ``sales`` and ``truth`` are the data, and
-    ``rmse_noisy`` / ``rmse_consistent`` (``None`` unless ``evaluate=True``) compare the release
-    with them: evaluation only, not private.
+    Only ``x`` (and ``noisy``) are the release.  ``sales`` and ``truth`` (the exact node values,
+    computed on first use) are the data, and ``rmse_noisy`` / ``rmse_consistent`` (``None`` unless
+    ``evaluate=True``) compare the release with them: evaluation only, not private.  ``scale`` is
+    the Laplace scale of every measured value (data units), ``variance`` its actual noise variance
+    (the exact discrete-Laplace variance when ``secure``); ``private`` is ``False`` when the noise
+    came from a seed.
     """
 
     sales: RestaurantSales
     layout: TreeLayout
-    truth: np.ndarray
     noisy: np.ndarray
     result: ConsistencyResult
     epsilon: float
@@ -201,10 +249,22 @@ class RestaurantRelease:
     scale: float
     rmse_noisy: float | None
     rmse_consistent: float | None
+    secure: bool = True
+    private: bool = True
+    variance: float = float("nan")
+    _truth: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @property
     def x(self) -> np.ndarray:
         return self.result.x
+
+    @property
+    def truth(self) -> np.ndarray:
+        """The exact node values ``(A sales).ravel()`` (the data; for evaluation only)."""
+        if self._truth is None:
+            object.__setattr__(self, "_truth", restaurant_tree_values(self.sales.sales, self.layout))
+        assert self._truth is not None
+        return self._truth
 
 
 def _check_solver_args(method: Any, max_sweeps: Any, executor: Any, callback: Any) -> int:
@@ -248,16 +308,18 @@ def restaurant_release(
     accountant: Accountant | None = None,
     callback: Callable[[int, np.ndarray, float], Any] | None = None,
     evaluate: bool = True,
+    secure: bool = True,
 ) -> RestaurantRelease:
-    """Measure every item tree with ``Lap(Delta_1 / epsilon)`` noise (``Delta_1 = 5 h``) and make it
-    consistent.
+    """Measure every item tree with Laplace noise of scale ``Delta_1 / epsilon`` (``Delta_1 = 5 h``)
+    through the measurement path (:func:`restaurant_plan`) and make it consistent.
 
     ``sales`` (e.g. from :func:`restaurant`; validated by :func:`check_sales`) or ``days`` (then
     synthetic ``restaurant(days, seed)``).  ``seed`` drives the noise, and the synthetic data when
     ``sales`` is not given; ``None`` (default) is OS entropy, an int is reproducible and NOT
-    private.  ``evaluate`` (default True, for experiments) compares the release with the truth
-    (``rmse_*``, the solver's error history); pass ``False`` for a release that reads the truth only
-    to measure it.
+    private.  ``secure`` (default True): exact discrete Laplace noise (integer noisy values);
+    ``secure=False``: float64 Laplace noise, an explicit opt-out for experiments.  ``evaluate``
+    (default True, for experiments) compares the release with the truth (``rmse_*``, the solver's
+    error history); pass ``False`` for a release that reads the truth only to measure it.
 
     Order (issue 19): every input and parameter is checked (:class:`InvalidPrivacyParameterError`,
     :class:`ShapeError`, :class:`InputBoundError`, :class:`SparseDPError`), then ``accountant`` is
@@ -268,6 +330,7 @@ def restaurant_release(
         raise ShapeError("give days or sales")
     tol = check_positive(tol, "tol")
     sweeps = _check_solver_args(method, max_sweeps, executor, callback)
+    secure = _check_secure(secure)
     rng = as_generator(seed)
     if sales is not None:
         sales = check_sales(sales, days)
@@ -276,31 +339,32 @@ def restaurant_release(
     constraints = restaurant_constraints(T, combos_at)
     if method == "generic":
         _check_generic_size(constraints, len(ITEMS) * layout.nodes)
-    A = layout.matrix()  # the tree matrix that is measured (and whose entries give Delta_1)
-    delta = _sensitivity(A)
-    scale = laplace_scale(delta, eps)
-    cost = PrivacyCost(epsilon=eps)
+    plan = restaurant_plan(layout, eps, secure)
     if sales is None:
         if accountant is not None:
-            accountant.check(cost)  # an over-budget call must not move the generator either
+            accountant.check(plan.cost)  # an over-budget call must not move the generator either
         sales = restaurant(T, rng)
-    truth = np.asarray(A @ np.asarray(sales.sales, dtype=np.float64)).ravel()  # = restaurant_tree_values
-    check_magnitude(truth, "tree node values")
-    if accountant is not None:  # every check is done: spend, then draw
-        accountant.spend(cost, label=f"restaurant({T} days)")
-    noisy = truth + laplace(scale, truth.size, rng)
+    items = np.ascontiguousarray(sales.sales.T).ravel()  # item-major: s[i T + t]
+    # validates (counts, 2^50 on every node), then charges the accountant, then draws
+    meas = plan.measure(items, accountant=accountant, rng=None if seed is None else rng,
+                        label=f"restaurant({T} days)")
+    noisy = meas.y
+    truth = plan.measured.matvec(items) if evaluate else None  # = restaurant_tree_values(sales.sales, layout)
     res = solve(noisy, constraints, method=method, tol=tol, max_sweeps=sweeps, executor=executor, callback=callback,
-                truth=truth if evaluate else None)
+                truth=truth)
     rmse = (lambda a: float(np.sqrt(np.mean((a - truth) ** 2)))) if evaluate else (lambda a: None)
     return RestaurantRelease(
         sales=sales,
         layout=layout,
-        truth=truth,
         noisy=noisy,
         result=res,
         epsilon=eps,
-        sensitivity=delta,
-        scale=scale,
+        sensitivity=float(meas.sensitivity),
+        scale=float(meas.scales[0]),
         rmse_noisy=rmse(noisy),
         rmse_consistent=rmse(res.x),
+        secure=meas.secure,
+        private=meas.private,
+        variance=float(meas.variances[0]),
+        _truth=truth,
     )
