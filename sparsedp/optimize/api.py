@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 
 from ..accuracy import ErrorReport
-from ..calibration import sensitivity_bound
+from ..measure import plan_measurement
 from ..errors import ShapeError, SparseDPError
-from ..operators import SparseOperator, aslinearoperator
+from ..operators import Operator, SparseOperator, aslinearoperator
 from ..validation import check_positive
 from .calibrate import noise_model
 from .candidate import Candidate, Trial
@@ -58,7 +58,7 @@ class OptimizedStrategy:
     candidate tried, in order; ``seconds``: wall time.
     """
 
-    strategy: SparseOperator
+    strategy: Operator
     family: str
     name: str
     error: ErrorReport
@@ -81,6 +81,13 @@ class OptimizedStrategy:
         """The best template in the history (``None`` if none was scored)."""
         temps = [t for t in self.history if t.family == "templates"]
         return min(temps, key=lambda t: t.error) if temps else None
+
+
+def _sensitivity(strategy: Operator, noise: str) -> float:
+    """``Delta_p`` as the mechanism's calibration computes it."""
+    if noise == "laplace":
+        return float(plan_measurement(strategy, epsilon=1.0, noise="laplace", secure=False).sensitivity)
+    return float(plan_measurement(strategy, rho=1.0, noise="gaussian", secure=False).sensitivity)
 
 
 def _check_family(family: Any) -> str:
@@ -158,7 +165,7 @@ def optimize(
         name=best.name,
         error=report,
         noise=model.kind,
-        sensitivity=sensitivity_bound(best.strategy.tosparse(), model.p),
+        sensitivity=_sensitivity(best.strategy, model.kind),
         history=tuple(c.trial() for c in cands),
         seconds=time.perf_counter() - t_start,
     )

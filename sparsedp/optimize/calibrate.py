@@ -10,9 +10,8 @@ largest column L2 norm).  A strategy with ``Delta = 1`` has homoscedastic noise 
 and the expected total squared error of the GLS workload answers is ``Var * tr((M^T M)^+ W^T W)``.
 At another budget the error scales as ``1 / epsilon^2`` (Laplace) or ``1 / rho`` (Gaussian).  It
 does not depend on the scale of ``M``: :class:`~sparsedp.mechanism.MatrixMechanism` calibrates the
-noise from the entries it measures (the certified
-:func:`~sparsedp.calibration.sensitivity_bound`), and :func:`unit_variance` reproduces that
-calibration.
+noise from the entries it measures (:func:`sparsedp.measure.plan_measurement`), and
+:func:`unit_variance` takes the variance from that same calibration.
 
 **Integer strategies.**  The mechanism's default exact noise (``secure=True``) measures ``M x`` on a
 grid; for a matrix whose entries are not integer multiples of the grid, rounding can move every
@@ -34,9 +33,9 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from ..calibration import gaussian_sigma, laplace_scale, sensitivity_bound
 from ..errors import SparseDPError
-from ..operators import SparseOperator
+from ..measure import plan_measurement
+from ..operators import Operator
 
 __all__ = ["NoiseModel", "noise_model", "unit_variance", "INTEGER_BITS", "integer_weights", "integer_pidentity"]
 
@@ -70,20 +69,24 @@ def noise_model(kind: str) -> NoiseModel:
     raise SparseDPError(f"noise must be 'laplace' or 'gaussian', got {kind!r}")
 
 
-def unit_variance(strategy: SparseOperator, model: NoiseModel) -> float:
+def unit_variance(strategy: Operator, model: NoiseModel) -> float:
     """The per-row noise variance of ``strategy`` at ``epsilon = 1`` (Laplace) or ``rho = 1``
-    (Gaussian): the certified sensitivity of its entries, the scale rounded up, as
-    :class:`~sparsedp.mechanism.MatrixMechanism` calibrates float noise (its exact noise on an
-    integer matrix has the variance of the discrete distribution with the same scale, smaller by a
-    relative ``O(Delta^-2)``, ``< 1e-9`` here)."""
-    delta = sensitivity_bound(strategy.tosparse(), model.p)
-    if delta == 0:
-        raise SparseDPError("the strategy has no non-zero entry")
-    if model.kind == "laplace":
-        b = laplace_scale(delta, 1.0)
-        return 2.0 * b * b
-    s = gaussian_sigma(delta, 1.0)
-    return s * s
+    (Gaussian), taken from :func:`sparsedp.measure.plan_measurement` -- the calibration
+    :class:`~sparsedp.mechanism.MatrixMechanism` applies (certified sensitivity of the measured
+    entries, scale rounded up) -- with float noise (``secure=False``): ``2 b^2`` or ``sigma^2``.
+    The exact (discrete) noise of the default mechanism has the variance of the discrete
+    distribution with the same scale, smaller by a relative ``O(scale^-2)``: ``< 1e-9`` for the
+    integer strategies here, larger for 0/1 templates with few levels (``1.84`` instead of ``2`` at
+    ``Delta = 1``)."""
+    plan = (
+        plan_measurement(strategy, epsilon=1.0, noise="laplace", secure=False)
+        if model.kind == "laplace"
+        else plan_measurement(strategy, rho=1.0, noise="gaussian", secure=False)
+    )
+    var = plan.variances()
+    if var.size == 0 or not np.all(var == var[0]):  # pragma: no cover - homoscedastic by construction
+        raise SparseDPError("expected homoscedastic noise")
+    return float(var[0])
 
 
 def integer_weights(shares: np.ndarray, paths: sp.spmatrix, model: NoiseModel) -> np.ndarray:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..operators import SparseOperator
+from ..operators import Operator
 
 __all__ = ["Candidate", "Trial"]
 
@@ -29,7 +29,7 @@ class Candidate:
 
     family: str
     name: str
-    strategy: SparseOperator
+    strategy: Operator
     total: float
     method: str
     seconds: float

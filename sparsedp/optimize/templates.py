@@ -23,14 +23,14 @@ from .candidate import Candidate
 from .gram import Gram
 from .params import node_to_level
 from .tree_spectral import BlockTraces, CompleteTree, level_error
-from .weighted_tree import CLOSED_FORM_WORKLOADS, TreeObjective
+from .weighted_tree import CLOSED_FORM_WORKLOADS, TreeObjective, row_weights
 
 __all__ = ["TEMPLATE_BRANCHINGS", "template_strategies", "score_template", "template_candidates", "tree_error"]
 
 TEMPLATE_BRANCHINGS = (2, 4, 8, 16, 32, 64)
 
 
-def template_strategies(n: int) -> list[tuple[str, SparseOperator]]:
+def template_strategies(n: int) -> list[tuple[str, Operator]]:
     """``identity``, ``hierarchical(k)`` for ``k`` in :data:`TEMPLATE_BRANCHINGS` (``k <= n``),
     ``haar`` and ``fenwick`` over ``n`` cells."""
     out = [("identity", st.identity(n))]
@@ -81,7 +81,7 @@ def tree_error(
 
 
 def score_template(
-    name: str, M: SparseOperator, W: Operator, gram: Gram, traces: BlockTraces, model: NoiseModel
+    name: str, M: Operator, W: Operator, gram: Gram, traces: BlockTraces, model: NoiseModel
 ) -> Candidate:
     """One template's exact error at unit budget (the template itself is returned as built: an
     integer matrix except Haar for ``n`` not a power of two)."""
@@ -90,7 +90,7 @@ def score_template(
     n = M.shape[1]
     if M.structure == "tree":
         layout = M.meta["layout"]
-        w = M.row_weights if M.row_weights is not None else np.ones(M.shape[0])
+        w = row_weights(M)
         a = w * w / var
         k = int(layout.child_starts[0][1] - layout.child_starts[0][0]) if layout.levels > 1 else 0
         L = _power_of(n, k) if k >= 2 else None

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..operators import Operator, SparseOperator, scale_rows
+from ..intervals import IntervalRows
+from ..operators import Operator
 from ..strategies import TreeLayout
 from ..tree_estimator import layout_plan, tree_impulse_norms, two_pass
 from .gram import Gram, workload_rows
 
-__all__ = ["TreeObjective", "tree_strategy", "CLOSED_FORM_WORKLOADS"]
+__all__ = ["TreeObjective", "tree_strategy", "row_weights", "CLOSED_FORM_WORKLOADS"]
 
 CLOSED_FORM_WORKLOADS = ("prefix", "all_ranges", "identity", "total")
 
@@ -91,8 +92,20 @@ class TreeObjective:
         return total, grad
 
 
-def tree_strategy(layout: TreeLayout, weights: np.ndarray, name: str) -> SparseOperator:
-    """``diag(w) T`` for the tree's node-by-leaf matrix ``T``: a structured (``tree``) strategy that
-    :class:`~sparsedp.mechanism.MatrixMechanism` reconstructs with the two-pass GLS."""
-    base = SparseOperator(layout.matrix(), name=name, structure="tree", meta={"layout": layout})
-    return scale_rows(base, np.asarray(weights, dtype=np.float64), name=name)
+def tree_strategy(layout: TreeLayout, weights: np.ndarray, name: str) -> IntervalRows:
+    """``diag(w) T`` for the tree's node-by-leaf matrix ``T``, as the implicit
+    :class:`~sparsedp.intervals.IntervalRows` (rows root first, the layout in ``meta``): measured
+    and calibrated in ``O(nodes + n)`` and reconstructed with the two-pass GLS by
+    :class:`~sparsedp.mechanism.MatrixMechanism`."""
+    lo, hi = layout.intervals()
+    w = np.asarray(weights, dtype=np.float64)
+    return IntervalRows(layout.n, lo, hi, w, name=name, structure="tree", meta={"layout": layout})
+
+
+def row_weights(strategy: Operator) -> np.ndarray:
+    """The row weights of a tree strategy (``IntervalRows`` weights, ``diag(w) T``'s ``w``, or 1)."""
+    if isinstance(strategy, IntervalRows):
+        return np.asarray(strategy.weights, dtype=np.float64)
+    if getattr(strategy, "row_weights", None) is not None:
+        return np.asarray(strategy.row_weights, dtype=np.float64)
+    return np.ones(strategy.shape[0])
