@@ -26,6 +26,7 @@ from sparsedp.calibration import laplace_loss
 from sparsedp.cli import main
 from sparsedp.measure import plan_measurement
 from sparsedp.mechanism import MatrixMechanism
+from sparsedp.release_file import load_release_file
 from sparsedp.trees import (
     Boost,
     BoostUN,
@@ -478,8 +479,7 @@ def test_cli_noise_from_os_entropy_unless_seeded(tmp_path, capsys):
     seeded = tmp_path / "s.npz"
     assert main(["histogram", str(data), "--epsilon", "1", "--seed", "3", "--out", str(seeded)]) == 0
     assert "NOT private" in capsys.readouterr().out
-    with np.load(seeded) as f:
-        assert not bool(f["private"])
+    assert not load_release_file(seeded).private
     assert not load_release(seeded).private
     assert main(["query", str(seeded), "0", "3"]) == 0
     assert "not private" in capsys.readouterr().err
@@ -508,8 +508,7 @@ def test_issue13_default_is_exact_noise_with_a_ledger(cls):
     (entry,) = acc.ledger
     assert entry.secure and entry.private is False and entry.cost.epsilon == 0.7 and entry.noise == "laplace"
     assert entry.rows == rel.noise_scales.size and entry.columns == X.size
-    for field in ("label", "cost", "rows", "columns", "secure", "private", "sensitivity", "scale_min", "scale_max"):
-        assert getattr(rel.ledger, field) == getattr(entry, field)
+    assert rel.ledger == entry  # the measurement's own record, the one the accountant keeps
     float_pub = cls(0.7, secure=False).fit(X, rng=5)
     assert not float_pub.release_.secure and not float_pub.release_.ledger.secure
     if cls is Dwork:  # the measured values themselves: on the integer grid, unlike float noise
@@ -640,3 +639,29 @@ def test_issue13_cli_defaults_to_exact_noise(tmp_path, capsys):
     assert not rel.secure and not rel.ledger.secure and rel.ledger.cost.epsilon == 1.0
     assert main(["query", str(out), "0", "3"]) == 0
     assert "float noise" in capsys.readouterr().err
+    assert main(["ledger", str(out)]) == 0  # one release file format: the ledger travels with it
+    printed = capsys.readouterr().out
+    assert "histogram release" in printed and "dwork(37 bins)" in printed and "float laplace" in printed
+
+
+def test_issue13_release_file_round_trip_keeps_the_ledger(tmp_path):
+    acc = Accountant(epsilon=1.0)
+    pub = LUEDPTree(0.5, accountant=acc).fit(X)
+    path = pub.release_.save(tmp_path / "r.npz")
+    rf = load_release_file(path)
+    assert rf.kind == "histogram" and rf.private and rf.description["secure"] is True
+    assert rf.ledger[0]["label"] == acc.ledger[0].label and rf.epsilon == 0.5
+    assert "estimate" in rf.arrays and not any("count" in k for k in rf.arrays)  # never the data
+    back = load_release(path)
+    assert back.ledger == acc.ledger[0] and back.secure and back.private
+    np.testing.assert_array_equal(back.estimate, pub.release_.estimate)
+    np.testing.assert_array_equal(back.noise_variances, pub.release_.noise_variances)
+
+
+def test_issue13_older_histogram_files_still_load(tmp_path):
+    path = tmp_path / "old.npz"
+    np.savez_compressed(path, method=np.array("dwork"), epsilon=np.array(1.0), estimate=np.arange(4.0),
+                        consistent=np.array(True), private=np.array(False))
+    rel = load_release(path)
+    assert rel.method == "dwork" and not rel.private and not rel.secure and rel.ledger is None
+    assert rel.range(0, 3) == 6.0

@@ -53,8 +53,6 @@ raw noisy node counts by the vectorised canonical decomposition instead (the err
 
 from __future__ import annotations
 
-import json
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,9 +69,10 @@ from ..errors import (
     SparseDPError,
 )
 from ..intervals import IntervalRows
-from ..measure import Measurement, MeasurementPlan, plan_measurement
+from ..measure import MeasurementPlan, plan_measurement
 from ..mechanism import MatrixMechanism
 from ..privacy import Accountant, LedgerEntry, PrivacyCost
+from ..release_file import load_release_file, save_release
 from ..strategies import _interval_rows
 from ..validation import MAX_MAGNITUDE, check_counts, check_epsilon, check_vector
 from .blue import blue
@@ -110,8 +109,8 @@ class HistogramRelease:
     ``noise_scales`` (the Laplace scale ``b_i`` of every row, in data units, as the measurement path
     used them) and ``noise_variances`` (their actual variances: exact discrete-Laplace variances when
     ``secure``); the privacy loss of the release is ``max_j sum_i |A_ij| / b_i``.  ``ledger`` is the
-    measurement's :class:`~sparsedp.privacy.LedgerEntry` (what, sensitivity, noise, scales, epsilon,
-    secure, private, time).  ``private`` is ``False`` when the noise came from a seed given for
+    measurement's :class:`~sparsedp.privacy.LedgerEntry` (``Measurement.entry``, the record the
+    accountant keeps: what, sensitivity, noise, scales, epsilon, secure, private, time).  ``private`` is ``False`` when the noise came from a seed given for
     reproducibility (then the output is not a private release); ``secure`` is ``False`` for float
     noise (``secure=False``)."""
 
@@ -162,61 +161,72 @@ class HistogramRelease:
         """Answer to the inclusive 0-based range ``[lo, hi]``."""
         return float(self.ranges(np.array([[lo, hi]]))[0])
 
-    def save(self, path: str | Path) -> None:
-        """Write the release as ``.npz`` (only released, private quantities, the ``private`` and
-        ``secure`` flags and the ledger entry as JSON)."""
-        arrays: dict[str, Any] = {
-            "method": np.array(self.method),
-            "epsilon": np.array(self.epsilon),
-            "estimate": self.estimate,
-            "consistent": np.array(self.consistent),
-            "private": np.array(bool(self.private)),
-            "secure": np.array(bool(self.secure)),
-        }
+    def save(self, path: str | Path) -> Path:
+        """Write the release as a sparsedp release file (:mod:`sparsedp.release_file`: the released
+        arrays, a JSON description with ``method``, ``epsilon``, ``consistent`` and ``secure``, the
+        ledger entry of the measurement and the ``private`` flag; never the data).  ``sparsedp
+        ledger FILE`` prints its ledger."""
+        arrays: dict[str, Any] = {"estimate": self.estimate}
         if self.noise_scales is not None:
             arrays["noise_scales"] = self.noise_scales
         if self.noise_variances is not None:
             arrays["noise_variances"] = self.noise_variances
-        if self.ledger is not None:
-            arrays["ledger"] = np.array(json.dumps(self.ledger.as_dict()))
         if self.tree is not None:
             t = self.tree
             arrays.update(lo=t.lo, hi=t.hi, parent=t.parent, child_start=t.child_start, level_start=t.level_start,
                           node_values=self.node_values, eps_per_node=self.eps_per_node)
-        np.savez_compressed(path, **arrays)
+        description = {"method": self.method, "epsilon": self.epsilon, "consistent": bool(self.consistent),
+                       "secure": bool(self.secure)}
+        return save_release(path, "histogram", arrays, ledger=[self.ledger] if self.ledger is not None else [],
+                            description=description, private=bool(self.private))
 
 
-def _entry_from_json(text: str) -> LedgerEntry:
-    """A :class:`LedgerEntry` from :meth:`LedgerEntry.as_dict` JSON."""
-    d = json.loads(text)
+def _entry_from_dict(d: dict) -> LedgerEntry:
+    """A :class:`LedgerEntry` from its :meth:`LedgerEntry.as_dict` form."""
+    d = dict(d)
     cost = PrivacyCost(epsilon=d.pop("epsilon", 0.0), rho=d.pop("rho", 0.0))
     fields = set(LedgerEntry.__dataclass_fields__) - {"cost"}
     return LedgerEntry(cost=cost, **{k: v for k, v in d.items() if k in fields})
 
 
-def load_release(path: str | Path) -> HistogramRelease:
-    """Read a release written by :meth:`HistogramRelease.save` (its tree is validated again)."""
+def _read_arrays(path: str | Path) -> tuple[dict[str, Any], dict[str, Any], LedgerEntry | None, bool]:
+    """``(arrays, description, ledger entry, private)`` of a release file, or of the older
+    histogram ``.npz`` layout (description fields stored as arrays)."""
     try:
         with np.load(path, allow_pickle=False) as f:
-            data = {k: f[k] for k in f.files}
+            names = set(f.files)
     except (OSError, ValueError) as exc:
         raise SparseDPError(f"cannot read release {path}: {exc}") from exc
-    if "estimate" not in data:
+    if "__sparsedp__" in names:
+        rf = load_release_file(path)
+        if rf.kind != "histogram":
+            raise SparseDPError(f"{path} is a {rf.kind!r} release, not a histogram")
+        try:
+            entry = _entry_from_dict(rf.ledger[0]) if rf.ledger else None
+        except (ValueError, TypeError) as exc:
+            raise SparseDPError(f"{path}: unreadable ledger entry: {exc}") from exc
+        return dict(rf.arrays), dict(rf.description), entry, rf.private
+    with np.load(path, allow_pickle=False) as f:
+        data = {k: f[k] for k in f.files}
+    desc = {k: data.pop(k).item() for k in ("method", "epsilon", "consistent", "private") if k in data}
+    desc.setdefault("secure", False)  # files written before exact noise was the default
+    return data, desc, None, bool(desc.pop("private", True))
+
+
+def load_release(path: str | Path) -> HistogramRelease:
+    """Read a release written by :meth:`HistogramRelease.save` (its tree is validated again)."""
+    data, desc, ledger, private = _read_arrays(path)
+    if "estimate" not in data or "method" not in desc:
         raise SparseDPError(f"{path} is not a sparsedp histogram release")
     tree = None
     if "lo" in data:
         tree = IntervalTree(int(data["hi"][0]), data["lo"], data["hi"], data["parent"],
                             data["child_start"], data["level_start"])
-    try:
-        ledger = _entry_from_json(str(data["ledger"])) if "ledger" in data else None
-    except (ValueError, TypeError) as exc:
-        raise SparseDPError(f"{path}: unreadable ledger entry: {exc}") from exc
     return HistogramRelease(
-        method=str(data["method"]), epsilon=float(data["epsilon"]), estimate=data["estimate"], tree=tree,
-        node_values=data.get("node_values"), eps_per_node=data.get("eps_per_node"), consistent=bool(data["consistent"]),
-        noise_scales=data.get("noise_scales"), private=bool(data["private"]) if "private" in data else True,
-        secure=bool(data["secure"]) if "secure" in data else False, noise_variances=data.get("noise_variances"),
-        ledger=ledger,
+        method=str(desc["method"]), epsilon=float(desc["epsilon"]), estimate=data["estimate"], tree=tree,
+        node_values=data.get("node_values"), eps_per_node=data.get("eps_per_node"),
+        consistent=bool(desc.get("consistent", True)), noise_scales=data.get("noise_scales"), private=private,
+        secure=bool(desc.get("secure", False)), noise_variances=data.get("noise_variances"), ledger=ledger,
     )
 
 
@@ -239,23 +249,6 @@ def node_counts(tree: IntervalTree, x: Any) -> np.ndarray:
             "float rounding, not noise, decides the output"
         )
     return (cs[t.hi] - cs[t.lo]).astype(np.float64)
-
-
-def _ledger_entry(meas: Measurement, label: str) -> LedgerEntry:
-    """The ledger entry of a measurement (the fields the measurement path records when it charges)."""
-    return LedgerEntry(
-        label=label,
-        cost=meas.cost,
-        rows=int(meas.y.size),
-        columns=int(meas.strategy.shape[1]),
-        noise=meas.noise,
-        secure=meas.secure,
-        private=meas.private,
-        sensitivity=meas.sensitivity,
-        scale_min=float(meas.scales.min()),
-        scale_max=float(meas.scales.max()),
-        time=time.time(),
-    )
 
 
 def _check_secure(secure: Any) -> bool:
@@ -442,7 +435,7 @@ class _TreeMethod(TreePublisher):
             values = blue(tree, meas.y, variances=np.maximum(meas.variances, MIN_VARIANCE))
         return HistogramRelease(self.name, self.epsilon, values[tree.leaves], tree, values, eps, self.consistency,
                                 noise_scales=meas.scales, private=meas.private, secure=meas.secure,
-                                noise_variances=meas.variances, ledger=_ledger_entry(meas, label))
+                                noise_variances=meas.variances, ledger=meas.entry)
 
     def _record(self, plan: _Plan, release: HistogramRelease) -> None:
         super()._record(plan, release)
@@ -571,7 +564,7 @@ class Privelet(TreePublisher):
         x_hat = np.asarray(H.T @ (meas.y / norms), dtype=np.float64)
         return HistogramRelease(self.name, self.epsilon, x_hat, noise_scales=np.asarray(meas.scales, dtype=np.float64),
                                 strategy=H, private=meas.private, secure=meas.secure, noise_variances=meas.variances,
-                                ledger=_ledger_entry(meas, f"MatrixMechanism({mech.M.name})"))
+                                ledger=meas.entry)
 
     def _record(self, plan: _Plan, release: HistogramRelease) -> None:
         super()._record(plan, release)
@@ -594,7 +587,7 @@ class Dwork(TreePublisher):
         meas = plan.measurement.measure(x, accountant=self.accountant, rng=rng, label=label)
         return HistogramRelease(self.name, self.epsilon, meas.y, noise_scales=meas.scales,
                                 strategy=sp.identity(x.size, format="csr"), private=meas.private,
-                                secure=meas.secure, noise_variances=meas.variances, ledger=_ledger_entry(meas, label))
+                                secure=meas.secure, noise_variances=meas.variances, ledger=meas.entry)
 
 
 PUBLISHERS = {"lue": LUEDPTree, "boost": Boost, "boost-un": BoostUN, "privelet": Privelet, "dwork": Dwork}
