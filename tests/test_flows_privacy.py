@@ -17,6 +17,7 @@ from sparsedp.cli import main
 from sparsedp.flows import Trips, flow_counts, random_trips, release_flows, road_grid
 from sparsedp.flows import release as release_mod
 from sparsedp.measure import plan_measurement
+from sparsedp.release_file import load_release_file
 
 
 def drop(trips: Trips, i: int) -> Trips:
@@ -351,7 +352,7 @@ def test_issue13_default_is_exact_noise_and_float_is_an_opt_out():
     assert rel.secure and rel.private and np.array_equal(rel.noisy, np.round(rel.noisy))
     (entry,) = acc.ledger
     assert entry.secure and entry.private and entry.cost.epsilon == 0.5 and entry.rows == rel.noisy.size
-    assert entry.sensitivity == 5 and entry.label == "traffic flows (L = 3)"
+    assert entry.sensitivity == 5 and entry.label == "traffic flows (L = 3)" and rel.ledger == entry
     seeded = release_flows(road, trips, epsilon=0.5, accountant=acc, rng=1, secure=False)
     assert not seeded.secure and not seeded.private and not np.array_equal(seeded.noisy, np.round(seeded.noisy))
     assert not acc.ledger[1].secure and acc.ledger[1].private is False
@@ -415,4 +416,9 @@ def test_issue13_cli_defaults_to_exact_noise(tmp_path, capsys):
     assert "exact discrete Laplace" in capsys.readouterr().out
     data, _ = run_cli(tmp_path, "f", "--float-noise")
     assert data["secure"] is False
-    assert not bool(np.load(tmp_path / "f.npz")["secure"]) and bool(np.load(tmp_path / "d.npz")["secure"])
+    d, f = load_release_file(tmp_path / "d.npz"), load_release_file(tmp_path / "f.npz")
+    assert d.kind == "flows" and d.description["secure"] is True and f.description["secure"] is False
+    assert d.private and d.ledger[0]["secure"] is True and f.ledger[0]["secure"] is False
+    assert d.ledger[0]["label"] == "traffic flows (L = 5)" and d.epsilon == 1.0
+    assert main(["ledger", str(tmp_path / "d.npz")]) == 0
+    assert "exact laplace" in capsys.readouterr().out

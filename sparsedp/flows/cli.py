@@ -2,7 +2,9 @@
 
 The noise is exact discrete Laplace from OS entropy by default; ``--float-noise`` draws float64
 Laplace noise instead (leaks through its low bits: for experiments), ``--seed`` makes the noise
-reproducible and the release NOT private.  The JSON records ``secure`` and ``private``.
+reproducible and the release NOT private.  The JSON records ``secure`` and ``private``; ``--out``
+writes a sparsedp release file (consistent flows ``x``, description, the measurement's ledger entry;
+``sparsedp ledger FILE`` prints it).
 """
 
 from __future__ import annotations
@@ -13,8 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
+from ..release_file import save_release
 from .network import road_grid
 from .osm import helsinki_roads
 from .release import release_flows
@@ -82,7 +83,10 @@ def _flows(args: argparse.Namespace) -> int:
         Path(args.json).write_text(json.dumps(out, indent=2))
         print(f"wrote {args.json}")
     if args.out:
-        np.savez_compressed(args.out, x=rel.consistent, private=np.array(out["private"]), secure=np.array(rel.secure))
+        desc = {k: out[k] for k in ("secure", "noise", "epsilon", "max_trip_edges", "sensitivity", "laplace_scale",
+                                    "fixed_endpoints", "nodes", "edges", "variables", "noise_seed", "data_seed")}
+        save_release(args.out, "flows", {"x": rel.consistent}, ledger=[rel.ledger] if rel.ledger else [],
+                     description=desc, private=out["private"])
         print(f"wrote {args.out}")
     return 0
 
@@ -122,5 +126,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="evaluation mode: also report the RMSE against the true counts (the output is NOT private)")
     p.add_argument("--json", default=None, help="write the summary as JSON to this file (key 'private' says "
                    "whether it is a private release; 'evaluation' only with --evaluate)")
-    p.add_argument("--out", default=None, help="write the consistent release to this .npz file (keys x, private, secure)")
+    p.add_argument("--out", default=None, help="write the consistent release to this sparsedp release file (.npz: "
+                   "array x, the description and the ledger; 'sparsedp ledger FILE' prints it)")
     p.set_defaults(func=_flows)

@@ -28,7 +28,7 @@ rather than fail after the draw.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -36,7 +36,7 @@ import numpy as np
 from .. import strategies as st
 from ..errors import SparseDPError
 from ..measure import MeasurementPlan, plan_measurement
-from ..privacy import Accountant
+from ..privacy import Accountant, LedgerEntry
 from ..validation import check_epsilon, check_magnitude, check_positive
 from .conservation import FlowSystem, conservation_system
 from .network import RoadNetwork
@@ -54,7 +54,8 @@ class FlowRelease:
     ``sensitivity`` the L1 norm bound of one truncated trip's contribution (``L + 2``, or ``L`` with
     fixed end points: the ``unit`` of the measurement), ``scale`` the Laplace scale of every measured
     count (:attr:`scales`), ``noise_variance`` its actual variance (exact discrete-Laplace variance
-    when ``secure``).  ``private`` is ``False`` when the noise came from a seed.
+    when ``secure``).  ``private`` is ``False`` when the noise came from a seed; ``ledger`` is the
+    measurement's :class:`~sparsedp.privacy.LedgerEntry` (the record the accountant keeps).
     """
 
     noisy: np.ndarray
@@ -69,6 +70,7 @@ class FlowRelease:
     secure: bool = True
     private: bool = True
     noise_variance: float = float("nan")
+    ledger: LedgerEntry | None = field(default=None, compare=False)  # the measurement's ledger entry
 
     @property
     def scales(self) -> np.ndarray:
@@ -160,7 +162,7 @@ def release_flows(
     solved = _project_after_draw(meas.y, prep.system, prep.how, prep.reason, prep.tol)
     return FlowRelease(meas.y, solved.x, prep.truth if keep_truth else None, prep.unit, float(meas.scales[0]),
                        prep.epsilon, bool(fixed_endpoints), solved, prep.L, meas.secure, meas.private,
-                       float(meas.variances[0]))
+                       float(meas.variances[0]), meas.entry)
 
 
 @dataclass(frozen=True)
