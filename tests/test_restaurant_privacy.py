@@ -26,6 +26,7 @@ from sparsedp.consistency import (
 from sparsedp.consistency import cli as rcli_mod
 from sparsedp.consistency.restaurant import restaurant_plan, restaurant_rows
 from sparsedp.measure import plan_measurement
+from sparsedp.release_file import load_release_file
 
 restaurant_mod = importlib.import_module("sparsedp.consistency.restaurant")  # the attribute is the function
 
@@ -243,7 +244,7 @@ def test_issue13_default_is_exact_noise_and_float_is_an_opt_out():
     assert rel.secure and rel.private and np.array_equal(rel.noisy, np.round(rel.noisy))
     (entry,) = acc.ledger
     assert entry.secure and entry.private and entry.cost.epsilon == 0.5 and entry.sensitivity == 5 * 5
-    assert entry.rows == rel.noisy.size == 5 * rel.layout.nodes and entry.columns == 5 * 16
+    assert entry.rows == rel.noisy.size == 5 * rel.layout.nodes and entry.columns == 5 * 16 and rel.ledger == entry
     flt = restaurant_release(16, epsilon=0.5, accountant=acc, seed=1, secure=False, evaluate=False)
     assert not flt.secure and not flt.private and not np.array_equal(flt.noisy, np.round(flt.noisy))
     assert acc.ledger[1].secure is False and acc.ledger[1].private is False
@@ -309,4 +310,9 @@ def test_issue13_cli_defaults_to_exact_noise(tmp_path, capsys):
     assert "exact discrete Laplace" in capsys.readouterr().out
     data, _ = run_cli(tmp_path, "f", "--float-noise")
     assert data["secure"] is False and data["private"] is True
-    assert not bool(np.load(tmp_path / "f.npz")["secure"]) and bool(np.load(tmp_path / "d.npz")["secure"])
+    d, f = load_release_file(tmp_path / "d.npz"), load_release_file(tmp_path / "f.npz")
+    assert d.kind == "restaurant" and d.description["secure"] is True and f.description["secure"] is False
+    assert d.private and d.ledger[0]["secure"] is True and f.ledger[0]["secure"] is False
+    assert d.ledger[0]["label"] == "restaurant(16 days)" and d.epsilon == 1.0
+    assert main(["ledger", str(tmp_path / "d.npz")]) == 0
+    assert "exact laplace" in capsys.readouterr().out

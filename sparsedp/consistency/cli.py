@@ -2,7 +2,9 @@
 
 The noise is exact discrete Laplace from OS entropy by default; ``--float-noise`` draws float64
 Laplace noise instead (leaks through its low bits: for experiments), ``--seed`` makes the noise
-reproducible and the release NOT private.  The JSON records ``secure`` and ``private``.
+reproducible and the release NOT private.  The JSON records ``secure`` and ``private``; ``--out``
+writes a sparsedp release file (the consistent vector ``x``, description, the measurement's ledger
+entry; ``sparsedp ledger FILE`` prints it).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SparseDPError
+from ..release_file import save_release
 from .restaurant import restaurant, restaurant_release
 from .solvers import METHODS
 
@@ -119,7 +122,10 @@ def _run(args: argparse.Namespace) -> int:
         with open(args.json, "w") as fh:
             json.dump(summary, fh, indent=2)
     if args.out:
-        np.savez(args.out, x=res.x, private=np.array(summary["private"]), secure=np.array(rel.secure))
+        desc = {k: summary[k] for k in ("secure", "noise", "days", "epsilon", "sensitivity", "laplace_scale", "method",
+                                        "noise_seed", "data_seed")}
+        save_release(args.out, "restaurant", {"x": res.x}, ledger=[rel.ledger] if rel.ledger else [],
+                     description=desc, private=summary["private"])
     if args.plot:
         _plot(res.history, args.plot, res.method, args.evaluate)
     return 0
@@ -182,8 +188,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="where block projections run; 'dask' starts a LocalCluster (default %(default)s)")
     p.add_argument("--json", metavar="FILE", help="write the summary (private, days, variables, constraints, method, "
                    "seconds, iterations, residual, ...; 'evaluation' only with --evaluate) as JSON")
-    p.add_argument("--out", metavar="FILE.npz", help="write the released vector (numpy .npz, keys 'x', 'private', "
-                   "'secure')")
+    p.add_argument("--out", metavar="FILE.npz", help="write the released vector as a sparsedp release file (array "
+                   "'x', the description and the ledger; 'sparsedp ledger FILE' prints it)")
     p.add_argument("--plot", metavar="FILE.png", help="draw the convergence curve (with --evaluate also the error "
                    "against the truth; needs matplotlib, the 'plot' extra)")
     p.set_defaults(func=_run)

@@ -53,7 +53,7 @@ from ..executors import get_executor
 from ..intervals import IntervalRows
 from ..measure import MeasurementPlan, plan_measurement
 from ..noise import as_generator
-from ..privacy import Accountant
+from ..privacy import Accountant, LedgerEntry
 from ..strategies import TreeLayout
 from ..validation import (
     check_counts,
@@ -237,7 +237,7 @@ class RestaurantRelease:
     ``evaluate=True``) compare the release with them: evaluation only, not private.  ``scale`` is
     the Laplace scale of every measured value (data units), ``variance`` its actual noise variance
     (the exact discrete-Laplace variance when ``secure``); ``private`` is ``False`` when the noise
-    came from a seed.
+    came from a seed; ``ledger`` is the measurement's :class:`~sparsedp.privacy.LedgerEntry`.
     """
 
     sales: RestaurantSales
@@ -252,6 +252,7 @@ class RestaurantRelease:
     secure: bool = True
     private: bool = True
     variance: float = float("nan")
+    ledger: LedgerEntry | None = field(default=None, compare=False)  # the measurement's ledger entry
     _truth: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -366,5 +367,6 @@ def restaurant_release(
         secure=meas.secure,
         private=meas.private,
         variance=float(meas.variances[0]),
+        ledger=meas.entry,
         _truth=truth,
     )
