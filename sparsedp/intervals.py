@@ -37,6 +37,20 @@ __all__ = ["IntervalRows"]
 _INT_BUDGET = 2.0**61  # the exact int64 sums stay below 2^62 (positive and negative parts)
 
 
+def _exact_int_bincount(index: np.ndarray, values: np.ndarray, length: int) -> np.ndarray:
+    """``sum of values[k] over index[k] == j`` in exact int64 for non-negative ``values < 2^63``:
+    ``bincount`` in three 21-bit digits (each float64 digit sum stays below 2^53 for fewer than
+    2^32 terms), recombined in int64."""
+    if index.size >= 2**32:
+        raise SparseDPError("too many intervals for an exact coverage")
+    out = np.zeros(length, dtype=np.int64)
+    mask = (1 << 21) - 1
+    for k in range(3):
+        digit = ((values >> (21 * k)) & mask).astype(np.float64)
+        out += np.bincount(index, weights=digit, minlength=length).astype(np.int64) << (21 * k)
+    return out
+
+
 class IntervalRows(Operator):
     """Rows ``w_i 1[lo_i, hi_i)`` over ``n`` columns (see the module docstring).
 
@@ -88,9 +102,8 @@ class IntervalRows(Operator):
 
     def _rmatvec(self, y: np.ndarray) -> np.ndarray:
         t = self.weights * np.ravel(y)
-        d = np.zeros(self.shape[1] + 1)
-        np.add.at(d, self.lo, t)
-        np.add.at(d, self.hi, -t)
+        m = self.shape[1] + 1
+        d = np.bincount(self.lo, weights=t, minlength=m) - np.bincount(self.hi, weights=t, minlength=m)
         return np.cumsum(d[:-1])
 
     def _matmat(self, X: np.ndarray) -> np.ndarray:
@@ -110,9 +123,8 @@ class IntervalRows(Operator):
     def column_norms(self, p: int = 1) -> np.ndarray:
         """Column ``p``-norms from the coverage (float arithmetic; for analytics, not calibration)."""
         t = np.abs(self.weights) if p == 1 else self.weights**2
-        d = np.zeros(self.shape[1] + 1)
-        np.add.at(d, self.lo, t)
-        np.add.at(d, self.hi, -t)
+        m = self.shape[1] + 1
+        d = np.bincount(self.lo, weights=t, minlength=m) - np.bincount(self.hi, weights=t, minlength=m)
         cov = np.cumsum(d[:-1])
         return cov if p == 1 else np.sqrt(np.maximum(cov, 0.0))
 
@@ -144,8 +156,6 @@ class IntervalRows(Operator):
         # values below 2^53 are converted to integers without rounding after the ceil
         scaled = np.ldexp(t, shift)
         T = np.ceil(scaled).astype(np.int64)
-        d = np.zeros(self.shape[1] + 1, dtype=np.int64)
-        np.add.at(d, self.lo, T)
-        np.add.at(d, self.hi, -T)
+        d = _exact_int_bincount(self.lo, T, self.shape[1] + 1) - _exact_int_bincount(self.hi, T, self.shape[1] + 1)
         cov = int(np.cumsum(d[:-1]).max())
         return math.ldexp(math.nextafter(float(cov), math.inf) if float(cov) < cov else float(cov), -shift)

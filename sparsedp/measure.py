@@ -100,8 +100,26 @@ class MeasurementPlan:
         return self._variances.copy()
 
     @cached_property
+    def _uniform(self) -> float | None:
+        """The one scale every row has, if so (homoscedastic plans skip per-row work)."""
+        s = self.unit_scales
+        return float(s[0]) if s.size and float(s.min()) == float(s.max()) else None
+
+    def _unit_noise(self, rows: int | None = None, sl: slice | np.ndarray | None = None) -> Any:
+        """The sampler's scale argument: a scalar for homoscedastic plans, else per-row scales."""
+        if self._uniform is not None:
+            return self._uniform
+        return self.unit_scales if sl is None else self.unit_scales[sl]
+
+    @cached_property
     def _variances(self) -> np.ndarray:
         s = self.unit_scales
+        if self._uniform is not None:
+            one = self._variance_of(np.array([self._uniform]))[0]
+            return np.full(s.size, one)
+        return self._variance_of(s)
+
+    def _variance_of(self, s: np.ndarray) -> np.ndarray:
         if not self.secure:
             return 2.0 * s * s if self.noise == "laplace" else s * s
         f = _noise.discrete_laplace_variance if self.noise == "laplace" else _noise.discrete_gaussian_variance
@@ -170,10 +188,10 @@ class MeasurementPlan:
         seeded, gen = _generator(rng)
         entry = self._charge(accountant, label, seeded, n)
         if self.secure:
-            k = _noise.noise(self.noise, self.unit_scales, size=self.rows, rng=gen, secure=True)
-            y = self.grid * (cells + k)
+            k = _noise.noise(self.noise, self._unit_noise(), size=self.rows, rng=gen, secure=True)
+            y = self.grid * (cells + k) if self.grid != 1.0 else cells + k
         else:
-            y = exact + _noise.noise(self.noise, self.unit_scales, size=self.rows, rng=gen, secure=False)
+            y = exact + _noise.noise(self.noise, self._unit_noise(), size=self.rows, rng=gen, secure=False)
         return Measurement(
             y=np.asarray(y, dtype=np.float64),
             strategy=self.strategy,
@@ -217,7 +235,8 @@ class NoiseStream:
         start = max(end, self._next)
         stop = min(self.plan.rows, max(upto, start + self._chunk))
         p = self.plan
-        z = _noise.noise(p.noise, p.unit_scales[start:stop], size=stop - start, rng=self._gen, secure=p.secure)
+        z = _noise.noise(p.noise, p._unit_noise(sl=slice(start, stop)), size=stop - start, rng=self._gen,
+                         secure=p.secure)
         z = p.grid * z if p.secure else z
         keep = self._buf[max(self._next - self._buf_start, 0):] if end > self._next else np.zeros(0)
         self._buf = np.concatenate([keep, z])
@@ -325,11 +344,12 @@ def _interval_calibration(
     grid_exact = True
     unit = op
     if secure:
-        w = op.weights / g
+        w = op.weights / g if g != 1.0 else op.weights
         grid_exact = bool(np.all(w == np.round(w)))
         if not grid_exact:
             w = np.ceil(np.abs(w)) + 1.0
-        unit = IntervalRows(op.shape[1], op.lo, op.hi, w)
+        if w is not op.weights:  # g == 1 with integer weights: the operator itself, not a copy
+            unit = IntervalRows(op.shape[1], op.lo, op.hi, w)
     sens = _interval_sensitivity(unit, p)
     data_sens = sens if unit is op else _interval_sensitivity(op, p)
     loss = float("nan")

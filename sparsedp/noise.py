@@ -711,7 +711,7 @@ class _LaplacePlan:
 
 
 _PLAN_CACHE: OrderedDict[tuple, Any] = OrderedDict()
-_PLAN_CACHE_SIZE = 32
+_PLAN_CACHE_SIZE = 256  # about 0.55 MB per heavy plan; LUE-DPTree budgets use ~200 scales
 _PLAN_LOCK = threading.Lock()
 _LIGHT_BELOW = 4096  # fewer draws than this with one scale: use small tables (cheap to build)
 
