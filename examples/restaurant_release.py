@@ -29,7 +29,8 @@ from sparsedp.consistency import (
 days = int(sys.argv[1]) if len(sys.argv) > 1 else 365
 sales = restaurant(days, seed=7)  # synthetic orders and item sales (the secret data)
 budget = sparsedp.Accountant(epsilon=1.0)
-rel = restaurant_release(sales=sales, epsilon=1.0, accountant=budget)  # exact noise from OS entropy
+rel = restaurant_release(sales=sales, epsilon=1.0, accountant=budget,  # exact noise from OS entropy
+                         evaluate=True)  # evaluation mode: also compare with the truth (not private)
 res = rel.result
 print(f"{days} days, {rel.noisy.size} released counts, Delta_1 = 5h = {rel.sensitivity:g}, "
       f"{'exact discrete' if rel.secure else 'float'} Laplace scale {rel.scale:g}")

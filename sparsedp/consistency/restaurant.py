@@ -303,12 +303,12 @@ def restaurant_release(
     seed: Any = None,
     sales: RestaurantSales | None = None,
     combos_at: str = "leaves",
-    tol: float = 1e-10,
+    tol: float | None = None,
     max_sweeps: int = 100_000,
     executor: Any = None,
     accountant: Accountant | None = None,
     callback: Callable[[int, np.ndarray, float], Any] | None = None,
-    evaluate: bool = True,
+    evaluate: bool = False,
     secure: bool = True,
 ) -> RestaurantRelease:
     """Measure every item tree with Laplace noise of scale ``Delta_1 / epsilon`` (``Delta_1 = 5 h``)
@@ -318,9 +318,10 @@ def restaurant_release(
     synthetic ``restaurant(days, seed)``).  ``seed`` drives the noise, and the synthetic data when
     ``sales`` is not given; ``None`` (default) is OS entropy, an int is reproducible and NOT
     private.  ``secure`` (default True): exact discrete Laplace noise (integer noisy values);
-    ``secure=False``: float64 Laplace noise, an explicit opt-out for experiments.  ``evaluate``
-    (default True, for experiments) compares the release with the truth (``rmse_*``, the solver's
-    error history); pass ``False`` for a release that reads the truth only to measure it.
+    ``secure=False``: float64 Laplace noise, an explicit opt-out for experiments.  ``evaluate=True``
+    (an evaluation mode for experiments, off by default) compares the release with the truth
+    (``rmse_*``, the solver's error history): those numbers are not private.  ``tol`` is passed to
+    :func:`~sparsedp.consistency.solve` (``None``: its default, ``max(1e-10, the float64 floor)``).
 
     Order (issue 19): every input and parameter is checked (:class:`InvalidPrivacyParameterError`,
     :class:`ShapeError`, :class:`InputBoundError`, :class:`SparseDPError`), then ``accountant`` is
@@ -329,7 +330,7 @@ def restaurant_release(
     eps = check_epsilon(epsilon, "epsilon")
     if sales is None and days is None:
         raise ShapeError("give days or sales")
-    tol = check_positive(tol, "tol")
+    tol = None if tol is None else check_positive(tol, "tol")
     sweeps = _check_solver_args(method, max_sweeps, executor, callback)
     secure = _check_secure(secure)
     rng = as_generator(seed)
