@@ -242,7 +242,13 @@ def haar(n: int) -> SparseOperator:
     details = left + right
     M = sp.vstack([sp.csr_matrix(np.ones((1, n))), details], format="csr")
     row_sq = np.concatenate(([float(n)], nl * (nr / top) ** 2 + nr * (nl / top) ** 2))
-    return SparseOperator(M, name=f"haar({n})", structure="haar", meta={"row_sq_norms": row_sq})
+    # The same rows as integers times a per-row factor: |R| 1_L - |L| 1_R = top * row.  Exact noise
+    # measures the integer rows (an exact grid) with per-row scales, then rescales (sparsedp.measure).
+    int_rows = sp.vstack([sp.csr_matrix(np.ones((1, n))),
+                          _interval_rows(lo, mid, n, nr) + _interval_rows(mid, hi, n, -nl)], format="csr")
+    factors = np.concatenate(([1.0], 1.0 / top))
+    return SparseOperator(M, name=f"haar({n})", structure="haar",
+                          meta={"row_sq_norms": row_sq, "integer_rows": (int_rows, factors)})
 
 
 def weighted(M: Any, w: Any) -> SparseOperator:

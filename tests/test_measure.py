@@ -151,3 +151,26 @@ def test_tiny_exact_noise_has_a_positive_reported_variance():
     # 1/variance, so the plan reports at least 1e-200 (an overstatement)
     plan = plan_measurement(st.haar(8), epsilon=1e6)
     assert np.all(plan.variances() > 0)
+
+
+@pytest.mark.parametrize("n", [37, 20, 64])
+def test_haar_exact_noise_uses_the_integer_rows(n):
+    # Haar rows for n not a power of two are not integers: the inexact-grid rule added one unit per
+    # touched row (2.2x the noise at n = 37); the integer form measures |R| 1_L - |L| 1_R exactly
+    H = st.haar(n)
+    exact = plan_measurement(H, epsilon=1.0, secure=True)
+    flt = plan_measurement(H, epsilon=1.0, secure=False)
+    assert exact.row_factors is not None
+    np.testing.assert_allclose(exact.scales, flt.scales, rtol=1e-9)
+    Hint = exact.measured.tosparse()
+    assert _exact_l1(Hint, exact.unit_scales) <= Fraction(1)
+    ys = np.array([exact.measure(np.arange(n), rng=i).y for i in range(3000)])
+    np.testing.assert_allclose(ys.mean(axis=0), H.matvec(np.arange(n)), atol=0.3 * np.sqrt(exact.variances()).max())
+    np.testing.assert_allclose(ys.var(axis=0).mean(), exact.variances().mean(), rtol=0.1)
+
+
+def _exact_l1(A, scales) -> Fraction:
+    A = sp.csc_matrix(A)
+    return max(sum((abs(Fraction(float(v))) / Fraction(float(scales[i])) for v, i in
+                    zip(A.data[A.indptr[j]:A.indptr[j + 1]], A.indices[A.indptr[j]:A.indptr[j + 1]])), Fraction(0))
+               for j in range(A.shape[1]))
