@@ -202,17 +202,30 @@ def test_consistency_engine_family_matches_flow_solvers(fixed):
         np.testing.assert_allclose(res.x, ref, atol=1e-6)
 
 
-def test_flow_family_from_networkx_uses_its_edge_order():
+def test_flow_family_from_networkx_uses_edge_ids_and_labels():
+    # issue 20 #1: variables follow labels (node i, edge id e), never insertion order
     from sparsedp.consistency import FlowConservation, solve
 
     road = road_grid(5, 5, seed=6)
     G = road.to_networkx()
-    ids = np.array([G[u][v]["id"] for u, v in G.edges])  # networkx edge order -> road edge id
     trips = random_trips(road, 80, seed=7, max_edges=4)
     x = flow_counts(road, trips)
-    E = road.edges
     noisy = x + np.random.default_rng(3).laplace(0, 3, x.size)
     ref = project(noisy, conservation_system(road), None, "direct").x
-    order = np.concatenate([ids, np.arange(E, x.size)])
-    res = solve(noisy[order], FlowConservation(G), method="direct")
-    np.testing.assert_allclose(res.x, ref[order], atol=1e-8)
+    shuffled = nx.DiGraph()
+    rng = np.random.default_rng(0)
+    shuffled.add_nodes_from(rng.permutation(road.nodes).tolist())
+    edges = list(G.edges(data=True))
+    shuffled.add_edges_from(edges[i] for i in rng.permutation(len(edges)))
+    for graph in (G, shuffled):
+        res = solve(noisy, FlowConservation(graph), method="direct")
+        np.testing.assert_allclose(res.x, ref, atol=1e-8)
+    for u, v in shuffled.edges:
+        del shuffled[u][v]["id"]  # without ids: edges sorted by (tail, head), again order-free
+    a, _ = from_networkx(shuffled)
+    b, _ = from_networkx(nx.DiGraph(sorted(shuffled.edges)))
+    np.testing.assert_array_equal(a.tails, b.tails) and np.testing.assert_array_equal(a.heads, b.heads)
+    with pytest.raises(ShapeError, match="nodes="):
+        from_networkx(nx.DiGraph([("a", "b")]))
+    road2, order = from_networkx(nx.DiGraph([("a", "b")]), nodes=["b", "a"])
+    assert order == ["b", "a"] and road2.tails.tolist() == [1] and road2.heads.tolist() == [0]

@@ -92,18 +92,48 @@ class RoadNetwork:
         return G
 
 
-def from_networkx(G: Any, weight: str = "length") -> tuple[RoadNetwork, list]:
+def from_networkx(G: Any, weight: str = "length", nodes: Any = None) -> tuple[RoadNetwork, list]:
     """A :class:`RoadNetwork` from a directed networkx graph, and the node list (index -> node).
+
+    Variables follow labels, never the order the graph was built in (a graph built in another
+    order gives the same network):
+
+    * node ``i``: with integer labels ``0..V-1`` the label itself; otherwise ``nodes`` (a list of
+      the nodes, index -> node, or a mapping node -> index) is required;
+    * edge ``e``: the ``id`` attribute when every edge has one (``0..E-1``, as
+      :meth:`RoadNetwork.to_networkx` writes), else edges sorted by ``(tail index, head index)``.
 
     Edge lengths come from the ``weight`` attribute (1 where absent).
     """
-    nodes = list(G.nodes())
-    index = {node: i for i, node in enumerate(nodes)}
+    labels = list(G.nodes())
+    V = len(labels)
+    if nodes is not None:
+        index = dict(nodes) if isinstance(nodes, dict) else {u: i for i, u in enumerate(nodes)}
+        if sorted(index.values()) != list(range(V)) or set(index) != set(labels):
+            raise ShapeError(f"nodes must map the graph's {V} nodes one to one onto 0..{V - 1}")
+    elif all(isinstance(u, (int, np.integer)) and not isinstance(u, bool) for u in labels) and \
+            sorted(int(u) for u in labels) == list(range(V)):
+        index = {u: int(u) for u in labels}
+    else:
+        raise ShapeError(
+            "node labels are not the integers 0..V-1: pass nodes=[...] (index -> node) or a mapping "
+            "node -> index; insertion order is never used as a numbering"
+        )
+    order = [None] * V
+    for u, i in index.items():
+        order[i] = u
     edges = list(G.edges(data=True))
     tails = np.array([index[u] for u, _, _ in edges], dtype=np.int64)
     heads = np.array([index[v] for _, v, _ in edges], dtype=np.int64)
     lengths = np.array([float(d.get(weight, 1.0)) for _, _, d in edges])
-    return RoadNetwork(len(nodes), tails, heads, lengths), nodes
+    if edges and all("id" in d for _, _, d in edges):
+        ids = np.array([int(d["id"]) for _, _, d in edges], dtype=np.int64)
+        if not np.array_equal(np.sort(ids), np.arange(len(edges))):
+            raise ShapeError("edge ids must be 0..E-1, each once")
+        perm = np.argsort(ids)
+    else:
+        perm = np.lexsort((heads, tails))
+    return RoadNetwork(V, tails[perm], heads[perm], lengths[perm]), order
 
 
 def road_grid(rows: int, cols: int, seed: int | None = 0, one_way: float = 0.5, jitter: float = 0.2) -> RoadNetwork:
