@@ -41,3 +41,20 @@ def test_not_a_release_file(tmp_path, capsys):
     assert main(["ledger", str(tmp_path / "plain.npz")]) == 2
     with pytest.raises(SparseDPError):
         save_release(tmp_path / "bad.npz", "x", {"a": np.array([object()])})
+
+
+def test_flows_and_restaurant_releases_save_in_the_one_format(tmp_path):
+    from sparsedp.consistency import restaurant, restaurant_release
+    from sparsedp.flows import random_trips, release_flows, road_grid
+
+    road = road_grid(4, 4, seed=0)
+    trips = random_trips(road, 30, seed=1, max_edges=4)
+    acc = Accountant(epsilon=2.0)
+    fl = release_flows(road, trips, epsilon=1.0, accountant=acc)
+    back = load_release_file(fl.save(tmp_path / "f.npz"))
+    assert back.kind == "flows" and back.epsilon == 1.0 and back.ledger[0] == acc.ledger[0].as_dict()
+    rel = restaurant_release(sales=restaurant(16, seed=0), epsilon=1.0, accountant=acc)
+    back = load_release_file(rel.save(tmp_path / "r.npz"))
+    assert back.kind == "restaurant" and back.private and back.description["days"] == 16
+    ev = restaurant_release(sales=restaurant(16, seed=0), epsilon=1.0, evaluate=True)
+    assert load_release_file(ev.save(tmp_path / "e.npz")).private is False

@@ -255,6 +255,19 @@ class RestaurantRelease:
     ledger: LedgerEntry | None = field(default=None, compare=False)  # the measurement's ledger entry
     _truth: np.ndarray | None = field(default=None, repr=False, compare=False)
 
+    def save(self, path: Any, description: dict | None = None) -> Any:
+        """Write the consistent release (node-major, 5 items per node), the noisy counts' variance
+        and the ledger as a release file (:mod:`sparsedp.release_file`; never the sales)."""
+        from ..release_file import save_release
+
+        desc = {"days": int(self.layout.n), "epsilon": self.epsilon, "sensitivity": self.sensitivity,
+                "laplace_scale": self.scale, "secure": self.secure, "method": self.result.method,
+                "noise_variance": self.variance}
+        desc.update(description or {})
+        private = self.private and self.rmse_noisy is None  # evaluation numbers are not private
+        return save_release(path, "restaurant", {"x": self.result.x}, ledger=[self.ledger] if self.ledger else [],
+                            description=desc, private=private)
+
     @property
     def x(self) -> np.ndarray:
         return self.result.x

@@ -72,6 +72,18 @@ class FlowRelease:
     noise_variance: float = float("nan")
     ledger: LedgerEntry | None = field(default=None, compare=False)  # the measurement's ledger entry
 
+    def save(self, path: Any, description: dict | None = None) -> Any:
+        """Write the consistent flows, their noise variance and the ledger as a release file
+        (:mod:`sparsedp.release_file`; never the trips or the true counts)."""
+        from ..release_file import save_release
+
+        desc = {"epsilon": self.epsilon, "max_trip_edges": self.max_edges, "sensitivity": self.sensitivity,
+                "laplace_scale": self.scale, "secure": self.secure, "fixed_endpoints": self.fixed_endpoints,
+                "noise_variance": self.noise_variance}
+        desc.update(description or {})
+        return save_release(path, "flows", {"x": self.consistent}, ledger=[self.ledger] if self.ledger else [],
+                            description=desc, private=self.private)
+
     @property
     def scales(self) -> np.ndarray:
         """The Laplace scale of each measured count (all equal to :attr:`scale`)."""
