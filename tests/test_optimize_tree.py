@@ -142,3 +142,17 @@ def test_collapse_and_radices():
 def test_tree_gram_reused():
     g = Gram(wl.prefix(N))
     assert TreeObjective(LAYOUTS[0], wl.prefix(N), g).mode == "closed"
+
+
+@pytest.mark.parametrize("workload", ["prefix", "all_ranges", "identity", "total"])
+@pytest.mark.parametrize(
+    "layout",
+    [TreeLayout.balanced(37, 3), CompleteTree(96, (2, 3, 4, 4)).layout(), TreeLayout.balanced(100, 7)],
+    ids=["k3-incomplete", "complete-mixed", "k7-incomplete"],
+)
+def test_impulse_norms_equal_the_reference_closed_form(workload, layout):
+    from sparsedp.optimize.impulse import ImpulseNorms
+    from sparsedp.tree_estimator import tree_impulse_norms
+
+    v = RNG.uniform(0.5, 2.0, layout.nodes)
+    np.testing.assert_allclose(ImpulseNorms(layout, workload)(v), tree_impulse_norms(layout, v, workload), rtol=1e-12)

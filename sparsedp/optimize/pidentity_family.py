@@ -10,7 +10,7 @@ from ..operators import Operator
 from .calibrate import NoiseModel, integer_pidentity, unit_variance
 from .candidate import Candidate
 from .gram import Gram
-from .pidentity import PIdentityObjective, default_p, pidentity_strategy
+from .pidentity import DENSE_SCORE_MAX_N, PIdentityObjective, default_p, dense_trace, pidentity_strategy
 from .search import Deadline, lbfgs
 
 __all__ = ["pidentity_candidates", "PIDENTITY_MAX_N"]
@@ -49,10 +49,13 @@ def pidentity_candidates(
         a, B = integer_pidentity(d, theta * d[None, :], model)
         name = f"p-identity(p={p})"
         M = pidentity_strategy(a, B, name)
-        f, *_ = obj.trace(B / a[None, :], 1.0 / a)  # the integer matrix is [I; B/a] diag(a)
+        if n <= DENSE_SCORE_MAX_N:
+            f, method = dense_trace(np.vstack([np.diag(a), B]), gram), "pidentity-qr"
+        else:  # the integer matrix is [I; B/a] diag(a)
+            f, method = obj.trace(B / a[None, :], 1.0 / a)[0], "pidentity-woodbury"
         total = unit_variance(M, model) * f
         note = f"start {r}: {res.evaluations} evaluations, {res.stopped}"
-        out.append(Candidate("pidentity", name, M, float(total), "pidentity-woodbury", time.perf_counter() - t0, note))
+        out.append(Candidate("pidentity", name, M, float(total), method, time.perf_counter() - t0, note))
         if deadline is not None and deadline.expired():
             break
     return out

@@ -48,28 +48,34 @@ def lbfgs(
     fun: Callable[[np.ndarray], tuple[float, np.ndarray]],
     x0: np.ndarray,
     *,
-    bounds: tuple[float | None, float | None] | None = None,
+    bounds: tuple[float | np.ndarray | None, float | np.ndarray | None] | None = None,
     deadline: Deadline | None = None,
     maxiter: int = 1000,
     ftol: float = 1e-12,
     gtol: float = 1e-12,
     maxcor: int = 10,
+    reserve: float = 0.0,
 ) -> SearchResult:
     """Minimise ``fun`` (value and exact gradient) from ``x0`` by scipy's L-BFGS-B.
 
-    ``bounds`` applies one ``(lo, hi)`` to every coordinate.  The best evaluated point is returned
-    even when the deadline interrupts the search (checked before each evaluation, after the first).
-    A non-finite value is reported to the line search as a very large one.
+    ``bounds``: ``(lo, hi)``, scalars for every coordinate or arrays.  The best evaluated point is returned
+    even when the deadline interrupts the search: before each evaluation after the first, the
+    search stops if less than ``1 + reserve`` times the last evaluation's duration is left (so an
+    evaluation never overruns the deadline and ``reserve`` evaluations' time is kept for the
+    caller).  A non-finite value is reported to the line search as a very large one.
     """
     x0 = np.asarray(x0, dtype=np.float64)
     best: list = [math.inf, x0.copy()]
     count = [0]
+    last = [0.0]
 
     def wrapped(x: np.ndarray) -> tuple[float, np.ndarray]:
-        if count[0] and deadline is not None and deadline.expired():
+        if count[0] and deadline is not None and deadline.remaining() < (1.0 + reserve) * last[0]:
             raise _OutOfTime
         count[0] += 1
+        t0 = time.perf_counter()
         f, g = fun(x)
+        last[0] = time.perf_counter() - t0
         if not (math.isfinite(f) and np.all(np.isfinite(g))):
             return 1e300, np.zeros_like(x)
         if f < best[0]:
@@ -80,7 +86,7 @@ def lbfgs(
     if bounds is not None:
         lo = -np.inf if bounds[0] is None else bounds[0]
         hi = np.inf if bounds[1] is None else bounds[1]
-        bnds = Bounds(np.full(x0.size, lo), np.full(x0.size, hi))
+        bnds = Bounds(np.broadcast_to(lo, x0.shape).astype(float), np.broadcast_to(hi, x0.shape).astype(float))
     try:
         res = minimize(
             wrapped,

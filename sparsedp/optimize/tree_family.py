@@ -11,8 +11,8 @@
    complete trees have a wide flat level): k-ary layouts for ``k`` in (2, 4, 8, 16), on the exact
    evaluator of :mod:`~sparsedp.optimize.weighted_tree`.
 3. **Per-node refinement** of the best tree by the top-down budget split
-   (:class:`~sparsedp.optimize.params.NodeSplit`), on the same exact evaluator, when one evaluation
-   is cheap enough for the time left (or ``per_node=True``).
+   (:class:`~sparsedp.optimize.params.NodeSplit`), on the same exact evaluator, until the time
+   limit (:data:`PER_NODE_SECONDS` without one) or convergence; ``per_node=False`` skips it.
 
 Every candidate is rounded to an integer strategy with ``Delta <= 2^k``
 (:mod:`~sparsedp.optimize.calibrate`) and its error recomputed exactly on the returned weights.
@@ -46,6 +46,9 @@ from .weighted_tree import TreeObjective, tree_strategy
 __all__ = ["tree_candidates", "fit_levels", "fit_nodes"]
 
 _EMBED_BRANCHINGS = (2, 3, 4, 5, 8, 16, 32, 64)
+
+#: Time given to the per-node refinement when ``optimize`` has no time limit.
+PER_NODE_SECONDS = 20.0
 
 
 def _is_power(s: int, k: int) -> bool:
@@ -95,16 +98,37 @@ def fit_nodes(
     obj: TreeObjective, model: NoiseModel, q0: np.ndarray, deadline: Deadline | None = None, maxiter: int = 300
 ) -> tuple[np.ndarray, float, int]:
     """Per-node shares (top-down split) from per-node start shares ``q0``; returns
-    ``(shares, error, evaluations)``."""
-    split = NodeSplit(obj.layout)
+    ``(shares, error, evaluations)``.
 
-    def fun(x: np.ndarray) -> tuple[float, np.ndarray]:
+    Diagonal preconditioning: the search runs on ``y_u = c_u s_u`` with ``c_u`` the square root of
+    the number of leaves below ``u`` (normalised to at most 1).  A node's effect on the error
+    grows with its subtree, so the raw gradient spans orders of magnitude across levels; with this
+    scaling L-BFGS-B reaches the optimum in ~25 evaluations where the raw parameters need ~100
+    (prefix, ``n = 2^16``).
+    """
+    split = NodeSplit(obj.layout)
+    lo, hi = obj.layout.intervals()
+    c = np.sqrt((hi - lo)[: split.inner].astype(np.float64))
+    c /= c.max() if c.size else 1.0
+
+    def fun(y: np.ndarray) -> tuple[float, np.ndarray]:
+        x = y / c
         q = split.shares(x)
         E, dEa = obj(precision(q, model))
-        return E, split.pullback(x, precision_pullback(q, dEa, model))
+        return E, split.pullback(x, precision_pullback(q, dEa, model)) / c
 
-    res = lbfgs(fun, split.start(q0), bounds=split.bounds, deadline=deadline, maxiter=maxiter, ftol=1e-13, gtol=1e-12)
-    return split.shares(res.x), res.fun, res.evaluations
+    lo_b, hi_b = split.bounds
+    res = lbfgs(
+        fun,
+        split.start(q0) * c,
+        bounds=(lo_b * c, hi_b * c),
+        deadline=deadline,
+        maxiter=maxiter,
+        ftol=1e-13,
+        gtol=1e-12,
+        reserve=1.0,
+    )
+    return split.shares(res.x / c), res.fun, res.evaluations
 
 
 def _finish(
@@ -180,29 +204,15 @@ def tree_candidates(
             if best_level is None or cand.total < best_level[0]:
                 best_level = (cand.total, layout, level_to_node(layout, q), None, name)
 
-    # 3. per-node refinement of the best per-level tree
+    # 3. per-node refinement of the best per-level tree, within the time left (keeping time for
+    #    one more evaluation: the exact score of the result); without a time limit, 20 s at most
     if best_level is not None and per_node is not False and not (deadline is not None and deadline.expired()):
         _, layout, q_nodes, _, name = best_level
         obj = TreeObjective(layout, W, gram)
         t0 = time.perf_counter()
-        obj(precision(q_nodes, model))
-        once = time.perf_counter() - t0
-        budget = deadline.remaining() if deadline is not None else np.inf
-        affordable = once * 20 < budget if np.isfinite(budget) else once < 0.5
-        if per_node or affordable:
-            maxiter = 300 if not np.isfinite(budget) else int(max(5, min(300, budget / max(once, 1e-9))))
-            q, _, evals = fit_nodes(obj, model, q_nodes, deadline, maxiter=maxiter)
-            cand = _finish(
-                f"refined from {name} ({evals} evaluations)",
-                name.replace("per-level", "per-node"),
-                layout,
-                q,
-                W,
-                gram,
-                traces,
-                model,
-                None,
-                t0,
-            )
-            out.append(cand)
+        node_deadline = deadline if deadline is not None and deadline.end is not None else Deadline(PER_NODE_SECONDS)
+        q, E, evals = fit_nodes(obj, model, q_nodes, node_deadline, maxiter=300)
+        if evals > 1:
+            note = f"refined from {name} ({evals} evaluations)"
+            out.append(_finish(note, name.replace("per-level", "per-node"), layout, q, W, gram, traces, model, None, t0))
     return out

