@@ -92,3 +92,17 @@ def test_integer_tree_weights_keep_every_path(noise):
     T = layout.matrix()
     paths = T.T @ (w if noise == "laplace" else w * w)
     assert paths.max() <= model.scale ** model.p and paths.min() >= (1 - 1e-4) * model.scale ** model.p
+
+
+def test_score_is_stable_for_a_low_rank_workload():
+    # three ranges: p-Identity nearly answers them exactly and the Woodbury form tr(X) - <A, Y>
+    # cancels (f / tr(X) ~ 1e-8); the returned score comes from a QR of the returned matrix
+    W = wl.range_queries(300, [(0, 5), (3, 250), (10, 299)])
+    model = noise_model("laplace")
+    g = Gram(W)
+    (cand,) = pidentity_candidates(W, g, model, maxiter=400, rng=np.random.default_rng(0))
+    A = cand.strategy.toarray()
+    Wd = W.toarray()
+    dense = unit_variance(cand.strategy, model) * np.trace(Wd @ np.linalg.solve(A.T @ A, Wd.T))
+    assert cand.method == "pidentity-qr"
+    assert cand.total == pytest.approx(dense, rel=1e-9)

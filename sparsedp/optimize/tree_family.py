@@ -208,6 +208,11 @@ def tree_candidates(
     #    one more evaluation: the exact score of the result); without a time limit, 20 s at most
     if best_level is not None and per_node is not False and not (deadline is not None and deadline.expired()):
         _, layout, q_nodes, _, name = best_level
+        # levels the workload does not need get shares ~1e-16 (e.g. leaves under weekly totals);
+        # lift every share to at least 1e-6 (paths still sum to 1) so the evaluator's precision
+        # ratios stay within ~1e12 and the split has something to move
+        floor = 1e-6
+        q_nodes = (1.0 - layout.levels * floor) * q_nodes + floor
         obj = TreeObjective(layout, W, gram)
         t0 = time.perf_counter()
         node_deadline = deadline if deadline is not None and deadline.end is not None else Deadline(PER_NODE_SECONDS)
