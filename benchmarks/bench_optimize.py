@@ -25,15 +25,14 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from sparsedp import MatrixMechanism, expected_error  # noqa: E402
-from sparsedp import workloads as wl  # noqa: E402
-from sparsedp.optimize import optimize  # noqa: E402
+from sparsedp import MatrixMechanism, expected_error
+from sparsedp import workloads as wl
+from sparsedp.optimize import optimize
 
 #: HDMM p-Identity, total squared error at eps = 1 (issue 11's table).
 HDMM = {("prefix", 256): 1.404e4, ("all_ranges", 256): 2.146e6, ("prefix", 1024): 9.461e4, ("all_ranges", 1024): 6.447e7}

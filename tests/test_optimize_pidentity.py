@@ -8,9 +8,18 @@ import pytest
 from sparsedp import expected_error
 from sparsedp import workloads as wl
 from sparsedp.calibration import sensitivity_bound
-from sparsedp.optimize.calibrate import integer_pidentity, integer_weights, noise_model, unit_variance
+from sparsedp.optimize.calibrate import (
+    integer_pidentity,
+    integer_weights,
+    noise_model,
+    unit_variance,
+)
 from sparsedp.optimize.gram import Gram
-from sparsedp.optimize.pidentity import PIdentityObjective, default_p, pidentity_strategy
+from sparsedp.optimize.pidentity import (
+    PIdentityObjective,
+    default_p,
+    pidentity_strategy,
+)
 from sparsedp.optimize.pidentity_family import pidentity_candidates
 
 N, P = 20, 3
@@ -78,8 +87,8 @@ def test_integer_rounding_keeps_the_bound(noise):
 
 @pytest.mark.parametrize("noise", ["laplace", "gaussian"])
 def test_integer_tree_weights_keep_every_path(noise):
-    from sparsedp.strategies import TreeLayout
     from sparsedp.optimize.params import NodeSplit
+    from sparsedp.strategies import TreeLayout
 
     model = noise_model(noise)
     layout = TreeLayout.balanced(40, 3)

@@ -8,8 +8,22 @@ from sparsedp import workloads as wl
 from sparsedp.optimize.calibrate import noise_model
 from sparsedp.optimize.gram import Gram
 from sparsedp.optimize.level_search import LevelSearch
-from sparsedp.optimize.params import LevelShares, NodeSplit, level_to_node, node_to_level, precision, precision_pullback
-from sparsedp.optimize.tree_spectral import BlockTraces, CompleteTree, collapse, level_error, prime_factors, radix_orders
+from sparsedp.optimize.params import (
+    LevelShares,
+    NodeSplit,
+    level_to_node,
+    node_to_level,
+    precision,
+    precision_pullback,
+)
+from sparsedp.optimize.tree_spectral import (
+    BlockTraces,
+    CompleteTree,
+    collapse,
+    level_error,
+    prime_factors,
+    radix_orders,
+)
 from sparsedp.optimize.weighted_tree import TreeObjective, tree_strategy
 from sparsedp.strategies import TreeLayout
 

@@ -13,4 +13,4 @@ objective and gradient), :mod:`.templates`, :mod:`.tree_family`, :mod:`.pidentit
 from .api import FAMILIES, OptimizedStrategy, optimize
 from .candidate import Trial
 
-__all__ = ["optimize", "OptimizedStrategy", "Trial", "FAMILIES"]
+__all__ = ["FAMILIES", "OptimizedStrategy", "Trial", "optimize"]

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from ..accuracy import ErrorReport
-from ..measure import plan_measurement
 from ..errors import ShapeError, SparseDPError
+from ..measure import plan_measurement
 from ..operators import Operator, SparseOperator, aslinearoperator
 from ..validation import check_positive
 from .calibrate import noise_model
@@ -37,7 +37,7 @@ from .templates import template_candidates
 from .tree_family import tree_candidates
 from .tree_spectral import BlockTraces
 
-__all__ = ["OptimizedStrategy", "optimize", "FAMILIES"]
+__all__ = ["FAMILIES", "OptimizedStrategy", "optimize"]
 
 FAMILIES = ("auto", "templates", "tree", "pidentity")
 

@@ -37,7 +37,7 @@ from ..errors import SparseDPError
 from ..measure import plan_measurement
 from ..operators import Operator
 
-__all__ = ["NoiseModel", "noise_model", "unit_variance", "INTEGER_BITS", "integer_weights", "integer_pidentity"]
+__all__ = ["INTEGER_BITS", "NoiseModel", "integer_pidentity", "integer_weights", "noise_model", "unit_variance"]
 
 #: ``Delta`` of the integer strategies is ``2^k``: ``k = 20`` (Laplace), ``16`` (Gaussian).
 INTEGER_BITS = {"laplace": 20, "gaussian": 16}

@@ -63,9 +63,7 @@ class Gram:
         self._dense: np.ndarray | None = None
         self._sparse: sp.csr_matrix | None = None
         kind = self.W.structure
-        if isinstance(self.W, (PrefixWorkload, AllRangesWorkload)):
-            self.kind = kind
-        elif _is_identity(self.W) or _is_total(self.W):
+        if isinstance(self.W, (PrefixWorkload, AllRangesWorkload)) or _is_identity(self.W) or _is_total(self.W):
             self.kind = kind
         elif isinstance(self.W, SparseOperator):
             self.kind = "sparse"

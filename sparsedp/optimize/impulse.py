@@ -121,8 +121,8 @@ class ImpulseNorms:
             anc, uni = self.anc[lev], self.uniform[lev]
             N = lay.sizes[lev]
 
-            def spread(c: np.ndarray, a: int) -> np.ndarray:
-                """Per-ancestor (level ``a``) values for every impulse node (broadcastable)."""
+            def spread(c: np.ndarray, a: int, uni: dict = uni, anc: dict = anc) -> np.ndarray:
+                """Per-ancestor (level ``a``) values for every impulse node."""
                 m = uni[a]
                 return np.repeat(c, m) if m else c[anc[a]]
 

@@ -34,12 +34,12 @@ from .calibrate import NoiseModel
 __all__ = [
     "LevelShares",
     "NodeSplit",
-    "precision",
-    "precision_pullback",
-    "normalised",
-    "normalised_pullback",
     "level_to_node",
     "node_to_level",
+    "normalised",
+    "normalised_pullback",
+    "precision",
+    "precision_pullback",
 ]
 
 

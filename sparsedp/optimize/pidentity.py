@@ -37,7 +37,7 @@ from ..operators import SparseOperator
 from .calibrate import NoiseModel
 from .gram import Gram
 
-__all__ = ["PIdentityObjective", "pidentity_strategy", "default_p", "dense_trace", "DENSE_SCORE_MAX_N"]
+__all__ = ["DENSE_SCORE_MAX_N", "PIdentityObjective", "default_p", "dense_trace", "pidentity_strategy"]
 
 #: Largest ``n`` scored by the dense QR of :func:`dense_trace` (``O(n^3)``, ~1 s at 2048).
 DENSE_SCORE_MAX_N = 4096

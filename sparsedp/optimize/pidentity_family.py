@@ -10,10 +10,16 @@ from ..operators import Operator
 from .calibrate import NoiseModel, integer_pidentity, unit_variance
 from .candidate import Candidate
 from .gram import Gram
-from .pidentity import DENSE_SCORE_MAX_N, PIdentityObjective, default_p, dense_trace, pidentity_strategy
+from .pidentity import (
+    DENSE_SCORE_MAX_N,
+    PIdentityObjective,
+    default_p,
+    dense_trace,
+    pidentity_strategy,
+)
 from .search import Deadline, lbfgs
 
-__all__ = ["pidentity_candidates", "PIDENTITY_MAX_N"]
+__all__ = ["PIDENTITY_MAX_N", "pidentity_candidates"]
 
 #: Largest domain the dense p-Identity family is run on by ``family="auto"``.
 PIDENTITY_MAX_N = 8192

@@ -25,7 +25,7 @@ from .params import node_to_level
 from .tree_spectral import BlockTraces, CompleteTree, level_error
 from .weighted_tree import CLOSED_FORM_WORKLOADS, TreeObjective, row_weights
 
-__all__ = ["TEMPLATE_BRANCHINGS", "template_strategies", "score_template", "template_candidates", "tree_error"]
+__all__ = ["TEMPLATE_BRANCHINGS", "score_template", "template_candidates", "template_strategies", "tree_error"]
 
 TEMPLATE_BRANCHINGS = (2, 4, 8, 16, 32, 64)
 

@@ -29,6 +29,7 @@ from ..strategies import TreeLayout
 from .calibrate import NoiseModel, integer_weights, unit_variance
 from .candidate import Candidate
 from .gram import Gram
+from .level_search import LevelSearch
 from .params import (
     LevelShares,
     NodeSplit,
@@ -39,11 +40,16 @@ from .params import (
 )
 from .search import Deadline, lbfgs
 from .templates import tree_error
-from .level_search import LevelSearch
-from .tree_spectral import BlockTraces, CompleteTree, collapse, prime_factors, radix_orders
+from .tree_spectral import (
+    BlockTraces,
+    CompleteTree,
+    collapse,
+    prime_factors,
+    radix_orders,
+)
 from .weighted_tree import TreeObjective, tree_strategy
 
-__all__ = ["tree_candidates", "fit_levels", "fit_nodes"]
+__all__ = ["fit_levels", "fit_nodes", "tree_candidates"]
 
 _EMBED_BRANCHINGS = (2, 3, 4, 5, 8, 16, 32, 64)
 
@@ -216,7 +222,7 @@ def tree_candidates(
         obj = TreeObjective(layout, W, gram)
         t0 = time.perf_counter()
         node_deadline = deadline if deadline is not None and deadline.end is not None else Deadline(PER_NODE_SECONDS)
-        q, E, evals = fit_nodes(obj, model, q_nodes, node_deadline, maxiter=300)
+        q, _, evals = fit_nodes(obj, model, q_nodes, node_deadline, maxiter=300)
         if evals > 1:
             note = f"refined from {name} ({evals} evaluations)"
             out.append(_finish(note, name.replace("per-level", "per-node"), layout, q, W, gram, traces, model, None, t0))

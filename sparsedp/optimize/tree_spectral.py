@@ -41,7 +41,7 @@ from ..operators import Operator
 from ..strategies import TreeLayout
 from .gram import block_sq_norms
 
-__all__ = ["CompleteTree", "BlockTraces", "detail_traces", "level_error", "prime_factors", "radix_orders", "collapse"]
+__all__ = ["BlockTraces", "CompleteTree", "collapse", "detail_traces", "level_error", "prime_factors", "radix_orders"]
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from ..tree_estimator import layout_plan, two_pass
 from .gram import Gram, workload_rows
 from .impulse import ImpulseNorms
 
-__all__ = ["TreeObjective", "tree_strategy", "row_weights", "CLOSED_FORM_WORKLOADS"]
+__all__ = ["CLOSED_FORM_WORKLOADS", "TreeObjective", "row_weights", "tree_strategy"]
 
 CLOSED_FORM_WORKLOADS = ("prefix", "all_ranges", "identity", "total")
 
