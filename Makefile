@@ -2,6 +2,7 @@
 #   make demo   install what is missing, then run the main job on built-in data
 #   make test   install what is missing, then run the test suite
 # Second runs skip what is done (the venv and a stamp file record it).
+#   make docs   the documentation site in build/site (strict; runs the examples for the gallery)
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -9,7 +10,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.sparsedp-installed
 SUITESPARSE_HEADER := /usr/include/suitesparse/cholmod.h
 
-.PHONY: demo test install bench clean
+.PHONY: demo test install bench docs clean
 
 demo: $(STAMP)
 	$(PY) -m sparsedp demo
@@ -21,6 +22,9 @@ install: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_core.py
+
+docs: $(STAMP)
+	$(PY) docs/build.py
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -34,7 +38,7 @@ $(SUITESPARSE_HEADER):
 
 $(STAMP): pyproject.toml | $(PY) $(SUITESPARSE_HEADER)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install -e '.[cholmod,dev,plot,roads,io]'
+	$(PY) -m pip install -e '.[cholmod,dev,plot,roads,io,docs]'
 	touch $(STAMP)
 
 clean:
