@@ -66,15 +66,15 @@ class SolverProgress:
 
     ``done = log10(1 + 1/residual) / log10(1 + 1/tol)`` in ``[0, 1]`` (the share of the residual's
     decades gained towards ``tol``; it never moves back), shown in thousandths; the postfix carries the
-    iteration and the residual.  With ``tol`` not a finite positive number the bar just counts
-    iterations.  Call :meth:`close` (or use ``with``) when the solve returns.
+    iteration and the residual.  With ``tol`` ``None`` or not a finite positive number the bar just
+    counts iterations.  Call :meth:`close` (or use ``with``) when the solve returns.
     """
 
     STEPS = 1000
 
-    def __init__(self, tol: float, *, desc: str = "solve", disable: bool | None = None,
+    def __init__(self, tol: float | None, *, desc: str = "solve", disable: bool | None = None,
                  file: TextIO | None = None, delay: float = DELAY) -> None:
-        self.tol = float(tol)
+        self.tol = math.inf if tol is None else float(tol)
         self.bounded = math.isfinite(self.tol) and self.tol > 0
         self.bar = progress_bar(total=self.STEPS if self.bounded else None, desc=desc,
                                 unit="it" if not self.bounded else "", disable=disable, file=file, delay=delay,

@@ -93,8 +93,9 @@ def test_solver_bar_never_moves_back_and_shows_the_residual():
     assert "iteration 2, residual 1.00e+00" in out.getvalue() and p.iterations == 2
 
 
-def test_unbounded_tolerance_counts_iterations():
-    with SolverProgress(math.inf, disable=True) as p:
+@pytest.mark.parametrize("tol", [math.inf, None, 0.0])
+def test_unbounded_tolerance_counts_iterations(tol):
+    with SolverProgress(tol, disable=True) as p:
         for k in range(1, 6):
             p(k, None, 1.0 / k)
         assert p.steps == 5 and p.bar.total is None
