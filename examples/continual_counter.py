@@ -5,8 +5,11 @@ unknown when this month's total goes out.  The optimally weighted Fenwick counte
 monthly totals of ten years under one budget epsilon = 1, charged once to an Accountant when the
 counter is created, and its state survives a restart.  Each increment is a count of admissions (one
 patient adds 1 to one month): the counter refuses anything that is not a non-negative integer.  The
-seeds below make the run reproducible, which is for a demonstration only: a seeded run is NOT
-private (omit ``rng`` to draw the noise from operating-system entropy).
+noise is exact discrete Laplace noise (the default, ``secure=True``; ``secure=False`` would use
+float64 noise, which leaks through its low bits), drawn through the one measurement path
+(``sparsedp.measure``): the accountant's ledger records the measurement.  The seeds below make the run
+reproducible, which is for a demonstration only: a seeded run is NOT private (omit ``rng`` to draw the
+noise from operating-system entropy).
 
     python examples/continual_counter.py
 """
@@ -37,7 +40,7 @@ admissions[:3] = [531, 392, 426]  # the seed's Table 5.2
 
 budget = Accountant(epsilon=2 * EPS)  # two releases below, each of cost EPS
 counter = ContinualCounter(N, epsilon=EPS, rng=2026, accountant=budget)
-print(f"horizon {N} months, epsilon {EPS}: Laplace scale {counter.scale:.3f} "
+print(f"horizon {N} months, epsilon {EPS}: Laplace scale {counter.scale:.3f} / lambda_i per node, exact noise "
       f"(Delta_1(Sigma M) = {counter.sensitivity:.6f})")
 print("month  true total  published   std")
 published = []
@@ -72,3 +75,6 @@ gls_err = gls.run(admissions) - np.cumsum(admissions)
 print(f"GLS tree: expected per-step variance {gls_tree_error(N, EPS).mean:.1f}; "
       f"this run's mean squared error {np.mean(gls_err ** 2):.1f}")
 print(f"budget spent: {budget.spent} of {budget.total} ({len(budget.history)} releases)")
+for entry in budget.ledger:
+    print(f"  ledger: {entry.label}: {entry.rows} rows, {entry.noise}, secure={entry.secure}, "
+          f"private={entry.private}, epsilon={entry.cost.epsilon}")

@@ -13,6 +13,7 @@ from sparsedp.continual import (
     optimal_weights,
     weights_sensitivity,
 )
+from sparsedp.continual.fenwick import prefix_chain_sum
 from sparsedp.continual.weights import sqp_weights
 
 EPS = 1.0
@@ -143,6 +144,14 @@ def test_expected_error_validation():
         expected_error(2, [1.0, np.nan], epsilon=1)
 
 
+def close_to_analytic(exact, analytic, secure):
+    exact, analytic = np.atleast_1d(exact), np.atleast_1d(analytic)
+    if secure:
+        assert np.all(exact <= analytic * 1.0222) and np.all(exact >= analytic * 0.9)
+    else:
+        np.testing.assert_allclose(exact, analytic, rtol=1e-5)
+
+
 def run_counter(counter, x):
     out, z = [], []
     for a in x:
@@ -154,37 +163,49 @@ def run_counter(counter, x):
 @pytest.mark.parametrize("kw", [dict(epsilon=0.7), dict(rho=0.3, noise="gaussian"),
                                 dict(epsilon=1.0, weights="uniform")])
 @pytest.mark.parametrize("N", [1, 13, 64, 100])
-def test_counter_equals_batch_formula(N, kw):
+@pytest.mark.parametrize("secure", [True, False])
+def test_counter_equals_batch_formula(N, kw, secure):
     x = np.random.default_rng(N).integers(0, 9, N).astype(float)
-    c = ContinualCounter(N, rng=5, **kw)
+    c = ContinualCounter(N, rng=5, secure=secure, **kw)
     out, z = run_counter(c, x)
     M, B = fenwick_matrices(N)
-    norm = 2 if "rho" in kw else 1
-    lam = np.ones(N) if kw.get("weights") == "uniform" else optimal_weights(N, norm=norm)
-    batch = B @ ((lam * (M @ x) + z) / lam)
-    np.testing.assert_allclose(out, batch, rtol=1e-12, atol=1e-9)
-    np.testing.assert_allclose([c.last_variance], [c.expected_error().per_step[-1]], rtol=1e-12)
+    # the weighted node lambda_i x(node) + Lap(b) is measured as x(node) + z_i, z_i of scale b / lambda_i
+    np.testing.assert_allclose(out, B @ (M @ x + z), rtol=1e-12, atol=1e-9)
+    if secure:  # exact noise lives on the data's lattice: every output is an integer here
+        assert np.array_equal(out, np.round(out)) and np.array_equal(z, np.round(z))
+    np.testing.assert_allclose([c.last_variance], [prefix_chain_sum(c.plan.variances())[-1]], rtol=1e-12)
+    # the analytic float-noise formula, up to the scales' slack (2^-20); exact noise: the plan rounds
+    # scales up by < 2^(1/64) (variance < 2.2% more), and a discrete Laplace has variance below 2 t^2
+    close_to_analytic(c.last_variance, c.expected_error().per_step[-1], secure)
 
 
-def test_counter_noise_calibration_and_empirical_variance():
+@pytest.mark.parametrize("secure", [True, False])
+def test_counter_noise_calibration_and_empirical_variance(secure):
     N, R = 31, 6000
     rng = np.random.default_rng(11)
-    runs = np.array([ContinualCounter(N, epsilon=EPS, rng=rng).run(np.ones(N)) for _ in range(R)])
+    counters = [ContinualCounter(N, epsilon=EPS, rng=rng, secure=secure) for _ in range(R)]
+    runs = np.array([c.run(np.ones(N)) for c in counters])
     err = runs - np.arange(1, N + 1)
-    formula = expected_error(N, optimal_weights(N), epsilon=EPS).per_step
+    formula = prefix_chain_sum(counters[0].plan.variances())  # the plan's exact per-row variances
     np.testing.assert_array_less(np.abs(err.var(axis=0) / formula - 1), 0.10)
+    analytic = expected_error(N, optimal_weights(N), epsilon=EPS).per_step
+    close_to_analytic(formula, analytic, secure)
     c = ContinualCounter(N, epsilon=0.5)
     assert c.sensitivity == pytest.approx(1.0) and c.scale == pytest.approx(2.0)  # Lap(Delta_1 / eps)
     u = ContinualCounter(N, epsilon=0.5, weights="uniform")
     assert u.sensitivity == 5 and u.scale == 10  # floor(log2 31) + 1 = 5
 
 
-def test_counter_gaussian_empirical_variance():
+@pytest.mark.parametrize("secure", [True, False])
+def test_counter_gaussian_empirical_variance(secure):
     N, R = 20, 4000
     rng = np.random.default_rng(3)
-    runs = np.array([ContinualCounter(N, rho=0.5, rng=rng).run(np.zeros(N)) for _ in range(R)])
-    formula = expected_error(N, optimal_weights(N, norm=2), rho=0.5).per_step
+    counters = [ContinualCounter(N, rho=0.5, rng=rng, secure=secure) for _ in range(R)]
+    runs = np.array([c.run(np.zeros(N)) for c in counters])
+    formula = prefix_chain_sum(counters[0].plan.variances())
     np.testing.assert_array_less(np.abs(runs.var(axis=0) / formula - 1), 0.10)
+    analytic = expected_error(N, optimal_weights(N, norm=2), rho=0.5).per_step
+    close_to_analytic(formula, analytic, secure)
 
 
 def test_counter_refuses_step_n_plus_1_and_bad_input_before_noise():
@@ -233,9 +254,8 @@ def test_save_restore_keeps_published_noise(tmp_path):
     rest, z2 = run_counter(restored, x[20:])
     # the continuation is the batch formula with the published noise kept, fresh noise after
     M, B = fenwick_matrices(N)
-    lam = optimal_weights(N)
     z = np.concatenate([z1, z2])
-    np.testing.assert_allclose(np.concatenate([first, rest]), B @ ((lam * (M @ x) + z) / lam), atol=1e-9)
+    np.testing.assert_allclose(np.concatenate([first, rest]), B @ (M @ x + z), atol=1e-9)
     with pytest.raises(BudgetExceededError):
         restored.update(1.0)
     # resuming with the first run's seed does not replay its noise on later steps

@@ -23,9 +23,9 @@ from sparsedp.continual import (
 from sparsedp.continual.glstree import _node_variances, _total_and_grad, per_row
 
 
-def dense_gls(layout, lam, eps=1.0):
+def dense_gls(layout, lam, eps=1.0, v=None):
     """Dense reference: measured rows of M, node variances, G = (M^T P M)^{-1} M^T P."""
-    v = _node_variances(layout, lam, eps)
+    v = _node_variances(layout, lam, eps) if v is None else v
     measured = np.isfinite(v)
     M = layout.matrix().toarray()[measured]
     P = np.diag(1.0 / v[measured])
@@ -76,11 +76,12 @@ def test_mixed_layout_shapes_and_default_radices():
 
 
 @pytest.mark.parametrize("root", ["optimal", "unmeasured"])
-def test_brute_force_sensitivity_and_batch_equivalence(root):
+@pytest.mark.parametrize("secure", [True, False])
+def test_brute_force_sensitivity_and_batch_equivalence(root, secure):
     N, eps, seed = 30, 0.7, 11
     radices = (3, 5)
     lam = gls_tree_weights(N, radices) if root == "optimal" else np.array([0.4, 0.3, 0.3, 0.0])
-    c = GLSTreeCounter(N, eps, radices=radices, weights=lam, rng=seed)
+    c = GLSTreeCounter(N, eps, radices=radices, weights=lam, rng=seed, secure=secure)
     layout = c.layout
     assert lam.sum() == pytest.approx(1.0)
     # exact L1 sensitivity of Sigma M by brute force over the columns (= every step)
@@ -88,31 +89,41 @@ def test_brute_force_sensitivity_and_batch_equivalence(root):
     SM = rows[:, None] * layout.matrix().toarray()
     assert np.abs(SM).sum(axis=0).max() == pytest.approx(c.sensitivity)
     assert c.sensitivity == pytest.approx(1.0)
-    # the counter's outputs are the batch GLS release W G (M x + Sigma^{-1} z) for the same z
+    # the counter's outputs are the batch GLS release W G (M x + z) for the same z (sum units: the
+    # level-l node noise has scale b / lambda_l), weighted by the plan's node variances
     x = np.random.default_rng(3).integers(0, 5, N).astype(float)
     out = c.run(x)
-    z, _ = gls_noise_offsets(layout, c.lam, eps, rng=seed)
-    M, measured, _, G = dense_gls(layout, c.lam, eps)
-    y = M @ x + z[measured] / rows[measured]
+    z, _ = gls_noise_offsets(layout, c.lam, eps, rng=seed, secure=secure)
+    M, measured, _, G = dense_gls(layout, c.lam, eps, v=c.node_variances())
+    y = M @ x + z[measured]
     np.testing.assert_allclose(out, np.cumsum(G @ y), atol=1e-9)
+    if secure:
+        assert np.array_equal(z, np.round(z))  # exact noise on the counts' lattice
     with pytest.raises(BudgetExceededError):
         c.update(1.0)
 
 
-def test_empirical_variance_matches_formula():
+@pytest.mark.parametrize("secure", [True, False])
+def test_empirical_variance_matches_formula(secure):
     N, R = 26, 4000
     radices = (3, 3)
     lam = gls_tree_weights(N, radices)
     formula = gls_tree_error(N, 1.0, radices=radices, weights=lam).per_step
     rng = np.random.default_rng(5)
     x = np.ones(N)
-    runs = np.array([GLSTreeCounter(N, 1.0, radices=radices, weights=lam, rng=rng).run(x) for _ in range(R)])
+    runs = np.array([GLSTreeCounter(N, 1.0, radices=radices, weights=lam, rng=rng, secure=secure).run(x)
+                     for _ in range(R)])
     emp = (runs - np.cumsum(x)).var(axis=0)
-    np.testing.assert_array_less(np.abs(emp / formula - 1), 0.10)
-    c = GLSTreeCounter(N, 1.0, radices=radices, weights=lam, rng=0)
+    c = GLSTreeCounter(N, 1.0, radices=radices, weights=lam, rng=0, secure=secure)
+    exact = c.step_variances()  # from the plan's per-node variances (exact discrete ones when secure)
+    np.testing.assert_array_less(np.abs(emp / exact - 1), 0.10)
+    if secure:  # discrete Laplace variances are below 2 t^2; the plan rounds scales up by < 2^(1/64)
+        assert np.all(exact < formula * 1.0222) and np.all(exact > 0.9 * formula)
+    else:
+        np.testing.assert_allclose(exact, formula, rtol=1e-5)
     assert np.isnan(c.last_variance)
     c.run(x[:5])
-    assert c.last_variance == pytest.approx(formula[4])
+    assert c.last_variance == pytest.approx(exact[4])
 
 
 def test_optimal_weights_beat_uniform_and_negative_digits():
@@ -209,6 +220,8 @@ def test_gaussian_variant_sensitivity_gradient_and_variance():
     runs = np.array([GLSTreeCounter(N, rho=rho, radices=radices, weights=lam, rng=rng).run(np.ones(N))
                      for _ in range(3000)])
     emp = (runs - np.arange(1, N + 1)).var(axis=0)
-    np.testing.assert_array_less(np.abs(emp / formula - 1), 0.12)
+    exact = GLSTreeCounter(N, rho=rho, radices=radices, weights=lam, rng=0).step_variances()
+    np.testing.assert_array_less(np.abs(emp / exact - 1), 0.12)
+    np.testing.assert_allclose(exact, formula, rtol=0.03)  # discrete Gaussian, scales rounded up
     with pytest.raises(InvalidPrivacyParameterError):
         GLSTreeCounter(N, epsilon=1.0, rho=0.5)

@@ -210,22 +210,26 @@ def test_rho_charged_covers_the_loss_of_the_measured_matrix(name, n):
     assert loss >= Fraction(rho) * Fraction(999, 1000)
 
 
-def test_fenwick_measured_strategy_is_what_the_counter_measures():
+@pytest.mark.parametrize("secure", [True, False])
+def test_fenwick_measured_strategy_is_what_the_counter_measures(secure):
     n = 21
     x = np.random.default_rng(2).integers(0, 7, n).astype(float)
     for kw in (dict(epsilon=0.9), dict(rho=0.4), dict(epsilon=1.0, weights="uniform")):
-        c = ContinualCounter(n, rng=4, **kw)
+        c = ContinualCounter(n, rng=4, secure=secure, **kw)
         out, z = [], []
         for a in x:
             out.append(c.update(a))
             z.append(c.last_noise)
         M = c.measured_strategy()
-        lam = np.asarray(M.max(axis=1).todense()).ravel()  # one weight per row
         from sparsedp.continual import fenwick_matrices
 
-        _, B = fenwick_matrices(n)
-        np.testing.assert_allclose(out, B @ ((M @ x + np.array(z)) / lam), atol=1e-9)
-        np.testing.assert_array_equal(c.noise_scales(), np.full(n, c.scale))
+        M_N, B = fenwick_matrices(n)
+        assert (M != M_N).nnz == 0  # the 0/1 Fenwick nodes; the weights are per-row scales
+        np.testing.assert_allclose(out, B @ (M @ x + np.array(z)), atol=1e-9)
+        lam = c.weights_array()
+        b = c.noise_scales()
+        # b_i = scale / lambda_i (rounded up; exact noise: up again to 64 steps per octave)
+        assert np.all(b >= c.scale / lam) and np.all(b <= c.scale / lam * (1.0111 if secure else 1 + 1e-5))
 
 
 # ---- #6: the state file is secret, and a resume must repeat the parameters ------------------------

@@ -14,7 +14,11 @@
 * Every counter enforces an increment domain (``increments="counts"``: non-negative integers with a
   running sum ``<= 2^50``; ``"unit"``: reals in ``[0, 1]``), refusing anything else with
   :class:`~sparsedp.errors.InputBoundError` before the step; takes ``accountant=`` (charged once, at
-  creation, before any noise); and exposes ``measured_strategy()`` / ``noise_scales()`` for audits.
+  creation, before any noise, with the measurement's ledger entry); draws every noise value through
+  :func:`sparsedp.measure.plan_measurement` (its strategy's rows with per-row scales, the plan's
+  noise stream); uses exact discrete noise by default (``secure=True``; ``secure=False`` is the
+  explicit opt-out to float64 noise); and exposes ``measured_strategy()`` / ``noise_scales()`` and
+  ``plan`` for audits.
 * Beyond the seed: :class:`KaryCounter` (k-ary trees, optimal per-level weights, streaming BLUE),
   :class:`NegDigitCounter` (k-ary tree with negative digits, Andersson-Pagh-Torkamani 2024),
   :class:`SqrtCounter` (square-root factorisation, zCDP), :class:`BLTCounter` / :func:`fit_blt`.

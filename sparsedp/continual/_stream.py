@@ -1,5 +1,5 @@
-"""Shared plumbing of the online counters: the increment domain, the accountant charge, step
-bookkeeping, buffered noise draws and certified sensitivities.
+"""Shared plumbing of the online counters: the increment domain, the one measurement path (plan,
+charge, noise stream), step bookkeeping and certified sensitivities.
 
 **Increment domain** (``increments=``; issue 19 #7).  The guarantee of every counter is stated for
 neighbouring streams that differ in ONE step by at most 1.  The counter enforces a domain in which
@@ -16,49 +16,78 @@ drawn, the running sum is untouched):
   neighbours (issue 19 #3).  A record counted in ``k`` increments is protected at ``k epsilon``.
 * ``"unit"``: every increment is a real number in ``[0, 1]`` (a bounded contribution per step).  Any
   two streams that differ in one step are then at distance at most 1 there, so the relation holds
-  whatever the step's value is replaced by.
+  whatever the step's value is replaced by.  With exact noise (``secure=True``) each increment is
+  first rounded to the quantum ``q = 2^-10`` (:data:`UNIT_QUANTUM`; coarser only if the exact
+  sampler's scale limit requires it at a tiny budget): rounding is monotone, so ``[0, 1]`` maps onto
+  ``{0, q, .., 1}`` and neighbours still differ by at most 1, now on the lattice ``q Z`` the exact
+  noise lives on (discrete noise added to an off-lattice value would reveal it).
 
 Negative, fractional (for counts), non-finite or overflowing increments are refused, never clipped:
 clipping a count would silently change the data.
 
-**Accountant.**  A counter's whole stream is one release of cost ``epsilon`` (or ``rho``): the
-Laplace (Gaussian) mechanism on ``Sigma M x`` over all ``N`` steps.  A counter given
-``accountant=`` charges it once, in the constructor, after every parameter has been checked and the
-noise calibrated, and before the first noise value is drawn (the GLS-tree counter draws all its noise
-in the constructor; the others draw lazily).  Charging at creation makes the charge independent of
-the data and of how many steps are eventually used, and a refused budget refuses before anything is
-released.  A counter rebuilt from a saved state continues the release that was charged when it was
-created and charges nothing.
+**One measurement path** (issue 13).  Every counter is a strategy ``M`` (one row per noisy
+measurement, one column per step) with per-row noise scales, and draws its noise through
+:func:`sparsedp.measure.plan_measurement`: trees, Fenwick nodes and blocks are
+:class:`~sparsedp.intervals.IntervalRows` (0/1 rows, calibrated exactly in integers without the
+matrix), and a weighted row ``lambda_i x(I_i) + Lap(b)`` is measured as ``x(I_i) + Lap(b / lambda_i)``
+(per-row scales on a 0/1 strategy: exact noise needs no grid rounding).  The plan certifies the loss
+of those scales on those rows (``max_j sum_{i covers j} lambda_i / b``, or its Gaussian analogue)
+and the budget must cover it.  Since a counter's noise does not depend on the data (its release is
+"running sum + data-independent offset", :mod:`.adaptive`), it is drawn from the plan's
+:meth:`~sparsedp.measure.MeasurementPlan.noise_stream`: charged once, rows handed out once, in
+increasing order, drawn ahead in batches (:class:`RowNoise`).  Exact noise (``secure=True``) is the
+default: discrete Laplace / Gaussian on the lattice of the data; ``secure=False`` is the explicit
+opt-out to textbook float64 noise (leaks through its low bits, Mironov 2012; for experiments).
+Memory: the plan keeps ``O(N)`` per-row arrays (interval ends, scales and variances: about 50 bytes
+per row).
+
+**Accountant.**  A counter's whole stream is one release of cost ``epsilon`` (or ``rho``).  A
+counter given ``accountant=`` charges it once, in the constructor, through the plan's ledger entry,
+after every parameter has been checked and the noise calibrated, and before the first noise value is
+drawn.  Charging at creation makes the charge independent of the data and of how many steps are
+eventually used, and a refused budget refuses before anything is released.  A counter rebuilt from a
+saved state continues the release that was charged when it was created and charges nothing.
 """
 
 from __future__ import annotations
 
 import math
 from fractions import Fraction
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import scipy.sparse as sp
 
 from ..calibration import round_up
-from ..errors import BudgetExceededError, InputBoundError, NonFiniteInputError, SparseDPError
-from ..noise import as_generator
-from ..privacy import Accountant, PrivacyCost
+from ..errors import BudgetExceededError, InputBoundError, InvalidPrivacyParameterError, NonFiniteInputError, SparseDPError
+from ..intervals import IntervalRows
+from ..measure import MeasurementPlan, NoiseStream, plan_measurement
+from ..noise import MAX_DISCRETE_SCALE, discrete_gaussian_variance
+from ..privacy import Accountant, LedgerEntry, PrivacyCost
 from ..validation import MAX_MAGNITUDE
 from .fenwick import check_horizon
 
 __all__ = [
     "INCREMENTS",
     "MIN_RELATIVE_WEIGHT",
-    "BufferedNoise",
+    "UNIT_QUANTUM",
+    "SCALE_SLACK",
+    "RowNoise",
     "StreamingCounter",
     "check_increments",
     "check_accountant",
+    "check_secure",
     "exact_level_sensitivity",
     "certified_sum",
     "ceil_sqrt",
     "higham_gamma",
-    "level_strategy",
+    "plan_rows",
+    "measurable",
+    "row_variances",
+    "weighted_scales",
+    "fenwick_rows",
+    "identity_rows",
+    "completed_blocks",
 ]
 
 #: The increment domains a counter can enforce (see the module docstring).
@@ -66,6 +95,17 @@ INCREMENTS = ("counts", "unit")
 #: User-given weights are scaled to a largest weight of 1; a measured weight below this is refused
 #: (noise divided by it, and variances divided by its square, must stay finite at every budget).
 MIN_RELATIVE_WEIGHT = 1e-100
+#: With exact noise, ``increments="unit"`` are rounded to this quantum (a power of two: sums of
+#: its multiples below ``2^43`` are exact in float64).
+UNIT_QUANTUM = 2.0**-10
+#: Per-row scales ``b / lambda_i`` are widened by this factor: the plan's certified loss (exact
+#: integer coverage of upward-rounded fixed-point terms) is then ``<= epsilon`` although the
+#: weights are normalised to a sensitivity of exactly 1 (costs ``2^-19`` relative variance).
+SCALE_SLACK = 1.0 + 2.0**-20
+#: Plans with more distinct sampler scales than this draw all their noise at once (the exact
+#: sampler caches tables for 32 scales; per-batch draws would rebuild them).
+_FEW_SCALES = 24
+_BATCH = 1 << 16
 
 _U = 2.0**-53
 
@@ -133,74 +173,219 @@ def ceil_sqrt(value: float) -> float:
     return _ceil_sqrt(Fraction(float(value)))
 
 
-class BufferedNoise:
-    """Draws i.i.d. ``Lap(0, scale)`` or ``N(0, scale^2)`` from ``rng`` in chunks (fast scalar draws).
+def check_secure(secure: Any) -> bool:
+    """``secure`` as a bool (``True``: exact discrete noise; ``False``: float64 noise), else
+    :class:`SparseDPError` (a truthy string must not select a noise kind by accident)."""
+    if not isinstance(secure, (bool, np.bool_)):
+        raise SparseDPError(f"secure must be True (exact noise) or False (float noise), got {secure!r}")
+    return bool(secure)
 
-    Chunks of ``chunk`` values are drawn with one numpy call; a value is used once.  Unused buffered
-    values are never published and are discarded with the object.  Creating it draws nothing.
-    """
 
-    def __init__(self, kind: str, scale: float, rng: Any = None, chunk: int = 4096) -> None:
-        if kind not in ("laplace", "gaussian"):
-            raise SparseDPError(f"noise must be 'laplace' or 'gaussian', got {kind!r}")
-        if not (math.isfinite(scale) and scale > 0):
-            raise SparseDPError(f"noise scale must be finite and > 0, got {scale!r}")
-        self.kind, self.scale, self.chunk = kind, float(scale), int(chunk)
-        self._gen = as_generator(rng)
-        self._buf: list[float] = []
+def weighted_scales(base: float, lam: np.ndarray) -> np.ndarray:
+    """Per-row scales ``base / lambda_i`` (rounded up, widened by :data:`SCALE_SLACK`): measuring
+    ``x(I_i)`` with them is measuring ``lambda_i x(I_i)`` with scale ``base`` (see the module
+    docstring); rows with ``lambda_i = 0`` must be left out by the caller."""
+    lam = np.asarray(lam, dtype=np.float64)
+    return np.nextafter(np.nextafter(base / lam, np.inf) * SCALE_SLACK, np.inf)
 
-    def _refill(self) -> None:
-        if self.kind == "laplace":
-            vals = self._gen.laplace(0.0, self.scale, self.chunk)
-        else:
-            vals = self._gen.normal(0.0, self.scale, self.chunk)
-        self._buf = vals[::-1].tolist()  # pop() from the end returns them in draw order
+
+#: Levels whose noise scale is more than this factor above the best level's are left unmeasured.
+UNMEASURED_FACTOR = 2.0**30
+
+
+def measurable(level_scales: np.ndarray, secure: bool, grid: float) -> np.ndarray:
+    """Which levels of a weighted tree to measure: those whose per-row scale is at most
+    :data:`UNMEASURED_FACTOR` times the smallest (a level ``2^30`` times noisier carries ``2^-60`` of
+    the information) and, with exact noise, within 90% of the sampler's limit ``2^40`` grid units
+    (room for the plan's upward rounding); level 0 (the leaves) always.  Leaving rows out only
+    lowers the privacy loss; the estimators treat such a level as unmeasured."""
+    s = np.asarray(level_scales, dtype=np.float64)
+    keep = s <= float(s.min()) * UNMEASURED_FACTOR
+    if secure:
+        keep &= s / grid <= 0.9 * MAX_DISCRETE_SCALE
+    keep[0] = True
+    return keep
+
+
+def plan_rows(rows: Any, *, epsilon: float | None, rho: float | None, scales: Any = None, secure: bool,
+              grid: float = 1.0) -> MeasurementPlan:
+    """:func:`sparsedp.measure.plan_measurement` of a counter's strategy: Laplace with ``epsilon``
+    or Gaussian with ``rho``, homoscedastic (``scales=None``) or per-row ``scales`` whose certified
+    loss must be covered by the budget; ``grid`` is the data's lattice (exact noise only)."""
+    noise = "laplace" if rho is None else "gaussian"
+    return plan_measurement(rows, epsilon=epsilon, rho=rho, scales=scales, noise=noise, secure=secure,
+                            grid=grid if secure else 1.0)
+
+
+def row_variances(plan: MeasurementPlan) -> np.ndarray:
+    """Per-row noise variances of ``plan`` in data units (:meth:`MeasurementPlan.variances`), except
+    that an exact discrete Gaussian of scale ``t > 1000`` grid units gets ``t^2`` directly: its
+    variance is ``t^2 (1 - O(t^2 e^{-2 pi^2 t^2}))`` (Poisson summation), ``t^2`` in float64, and the
+    exact sum over ``|k| <= 40 t`` would allocate ``80 t`` floats (gigabytes at tiny budgets)."""
+    if not (plan.secure and plan.noise == "gaussian") or float(plan.unit_scales.max()) <= 1000.0:
+        return plan.variances()
+    uniq, inv = np.unique(plan.unit_scales, return_inverse=True)
+    unit = np.array([discrete_gaussian_variance(float(u)) if u <= 1000.0 else float(u) * float(u) for u in uniq])
+    return unit[inv] * plan.grid**2
+
+
+class RowNoise:
+    """The noise of a counter's plan, row by row, in increasing row order (each row at most once).
+
+    Wraps :meth:`MeasurementPlan.noise_stream <sparsedp.measure.MeasurementPlan.noise_stream>`
+    (which charges once, when it is opened) and hands out values from batches taken ahead: one
+    stream request per ``chunk`` rows, a list ``pop`` per row (``O(1)``).  The noise does not depend
+    on the data, so taking it early changes nothing; values taken but never used are never published
+    and are discarded with the object.  ``chunk``: ``_BATCH`` rows, or every row at once when the plan
+    has more than ``_FEW_SCALES`` distinct sampler scales (the FDA weights: about 380 at
+    ``N = 2^20`` after the plan's rounding; the exact sampler caches 32 tables, and per-batch draws
+    would rebuild them -- all at once costs 8 bytes per row)."""
+
+    def __init__(self, stream: NoiseStream, chunk: int) -> None:
+        self._stream = stream
+        self.rows = stream.plan.rows
+        self._chunk = max(1, int(chunk))
+        self._vals: list[float] = []  # reversed: pop() returns row self._row
+        self._row = 0
+
+    @staticmethod
+    def chunk_for(plan: MeasurementPlan) -> int:
+        """Rows per batch for ``plan`` (see the class docstring)."""
+        if plan.rows <= _BATCH or np.unique(plan.unit_scales).size > _FEW_SCALES:
+            return plan.rows
+        return _BATCH
+
+    @classmethod
+    def open(cls, plan: MeasurementPlan, accountant: Accountant | None, rng: Any, label: str) -> "RowNoise":
+        """Charge ``plan`` to ``accountant`` (with its ledger entry) and return its noise."""
+        chunk = cls.chunk_for(plan)
+        return cls(plan.noise_stream(accountant=accountant, rng=rng, label=label, chunk=chunk), chunk)
+
+    @property
+    def private(self) -> bool:
+        """False when the noise comes from a seeded (reproducible) generator."""
+        return bool(self._stream.private)
+
+    @property
+    def next_row(self) -> int:
+        return self._row
 
     def draw(self) -> float:
-        if not self._buf:
-            self._refill()
-        return self._buf.pop()
+        """The noise of the next row."""
+        if not self._vals:
+            stop = min(self.rows, self._row + self._chunk)
+            if stop <= self._row:
+                raise SparseDPError("every noise row of this counter has been used")
+            self._vals = self._stream.take(np.arange(self._row, stop))[::-1].tolist()
+        self._row += 1
+        return self._vals.pop()
 
+    def at(self, row: int) -> float:
+        """The noise of ``row`` (``>= next_row``; rows skipped are never drawn or published)."""
+        if row < self._row:
+            raise SparseDPError(f"noise row {row} was already used: a row's noise is drawn once")
+        self.skip_to(row)
+        return self.draw()
+
+    def skip_to(self, row: int) -> None:
+        """Discard the rows before ``row`` (a resumed counter continues at its saved step)."""
+        k = int(row) - self._row
+        if k <= 0:
+            return
+        if k < len(self._vals):
+            del self._vals[len(self._vals) - k:]
+        else:
+            self._vals = []
+        self._row = int(row)
+
+    def all(self) -> np.ndarray:
+        """The noise of every remaining row, as an array (counters that draw everything at once)."""
+        out = self._stream.take(np.arange(self._row, self.rows)) if self._row < self.rows else np.zeros(0)
+        self._vals, self._row = [], self.rows
+        return out
 
 class StreamingCounter:
     """Base of every online counter: ``update(a_t)`` -> noisy ``s_t``; refuses step ``horizon + 1``
     and increments outside the domain (module docstring).
 
-    Subclasses implement ``_step(a) -> float``, :meth:`measured_strategy` and :meth:`noise_scales`,
-    and call :meth:`_charge` once, before their first noise draw.  ``last_variance`` is the exact
-    variance of the last output (for subclasses that track it).
+    Subclasses implement ``_step(a) -> float`` and build their :class:`MeasurementPlan` with
+    :meth:`_make_plan`, then open its noise with :meth:`_open` (this charges the accountant) before
+    their first draw.  :meth:`measured_strategy` / :meth:`noise_scales` are the plan's explicit
+    matrix and per-row scales (what is audited); ``last_variance`` is the exact variance of the last
+    output (from the plan's per-row variances: exact discrete variances with ``secure=True``).
     """
 
     name = "counter"
     epsilon: float | None = None
     rho: float | None = None
 
-    def __init__(self, horizon: int, increments: str = "counts") -> None:
+    def __init__(self, horizon: int, increments: str = "counts", secure: bool = True) -> None:
         self.horizon = check_horizon(horizon)
         self.increments = check_increments(increments)
+        self.secure = check_secure(secure)
         self.t = 0
         self.last_variance = float("nan")
         self._total = 0.0  # the exact running sum of accepted increments (domain bookkeeping)
+        self.quantum: float | None = None  # the data lattice of exact noise (set by _make_plan)
+        self.plan: MeasurementPlan | None = None
+        self._noise: RowNoise | None = None
 
     # ---- privacy bookkeeping ----------------------------------------------------------------
     @property
     def privacy_cost(self) -> PrivacyCost:
-        """What the whole stream costs: ``PrivacyCost(epsilon=...)`` or ``PrivacyCost(rho=...)``."""
+        """What the whole stream costs (the plan's charge): ``PrivacyCost(epsilon=...)`` or ``(rho=...)``."""
+        if self.plan is not None:
+            return self.plan.cost
         return PrivacyCost(rho=self.rho) if self.rho is not None else PrivacyCost(epsilon=self.epsilon or 0.0)
 
-    def _charge(self, accountant: Accountant | None) -> None:
-        """Charge :attr:`privacy_cost` to ``accountant`` (once, before any noise is drawn)."""
-        if accountant is not None:
-            accountant.spend(self.privacy_cost, label=f"continual: {self.name} counter, horizon {self.horizon}")
+    @property
+    def private(self) -> bool:
+        """False when the noise comes from a seeded generator (reproducible, hence not private)."""
+        return self._noise is not None and self._noise.private
+
+    @property
+    def label(self) -> str:
+        return f"continual: {self.name} counter, horizon {self.horizon}"
+
+    def _make_plan(self, build: Callable[[float], MeasurementPlan]) -> MeasurementPlan:
+        """``build(grid)`` for the data's lattice, stored as :attr:`plan` (nothing charged or drawn).
+
+        Counts: grid 1.  ``increments="unit"`` with exact noise: grid :data:`UNIT_QUANTUM`, doubled
+        (up to 1) while the exact sampler refuses the scale (tiny budgets), and increments are
+        rounded to it (module docstring).  Float noise: no lattice."""
+        if not self.secure or self.increments == "counts":
+            self.plan = build(1.0)
+            self.quantum = 1.0 if self.secure else None
+            return self.plan
+        q = UNIT_QUANTUM
+        while True:
+            try:
+                self.plan = build(q)
+            except InvalidPrivacyParameterError:
+                if q >= 1.0:
+                    raise
+                q *= 2.0
+                continue
+            self.quantum = q
+            return self.plan
+
+    def _open(self, accountant: Accountant | None, rng: Any) -> None:
+        """Charge the plan (once, with its ledger entry) and open its noise; call once, after every
+        check and before the first draw."""
+        assert self.plan is not None
+        self._noise = RowNoise.open(self.plan, accountant, rng, self.label)
 
     def measured_strategy(self) -> sp.csr_matrix:
-        """The weighted strategy ``Sigma M`` the counter measures (one row per noisy measurement,
-        one column per step), built explicitly for audits (small horizons)."""
-        raise NotImplementedError  # pragma: no cover - every counter overrides it
+        """The strategy the counter measures (one row per noisy measurement, one column per step):
+        the plan's explicit matrix, built for audits (small horizons)."""
+        assert self.plan is not None
+        return self.plan.matrix
 
     def noise_scales(self) -> np.ndarray:
-        """Per-row noise scale of :meth:`measured_strategy`: Laplace ``b_i`` or Gaussian ``sigma_i``."""
-        raise NotImplementedError  # pragma: no cover
+        """Per-row noise scale of :meth:`measured_strategy` in data units: Laplace ``b_i`` or
+        Gaussian ``sigma_i`` (exact noise: ``grid t_i``, the sampler's scale on the data lattice)."""
+        assert self.plan is not None
+        return self.plan.scales.copy()
 
     # ---- the stream -------------------------------------------------------------------------
     def check_increment(self, a: Any) -> float:
@@ -235,6 +420,8 @@ class StreamingCounter:
                 f"{self.name}: the horizon of {self.horizon} steps is used up; step {self.t + 1} is refused"
             )
         value = self.check_increment(a)
+        if self.quantum is not None and self.quantum != 1.0:
+            value = self.quantum * round(value / self.quantum)  # onto the exact noise's lattice
         out = self._step(value)
         self.t += 1
         self._total += value
@@ -248,21 +435,33 @@ class StreamingCounter:
         raise NotImplementedError
 
 
-def level_strategy(N: int, level_blocks: list[tuple[int, float, bool]]) -> sp.csr_matrix:
-    """The explicit strategy of a counter that measures aligned blocks: for each ``(size, weight,
-    complete)`` one row per block ``[j size, (j + 1) size)`` of the (0-based) steps with entries
-    ``weight``; ``complete=True`` keeps the blocks that end within the horizon only, ``False`` also
-    the last one, cut at ``N``."""
-    rows, cols, vals = [], [], []
-    r = 0
-    for size, weight, complete in level_blocks:
-        blocks = N // size if complete else -(-N // size)
-        for j in range(blocks):
-            c = np.arange(j * size, min(N, (j + 1) * size))
-            rows.append(np.full(c.size, r))
-            cols.append(c)
-            vals.append(np.full(c.size, weight))
-            r += 1
-    if r == 0:
-        return sp.csr_matrix((0, N))
-    return sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(r, N))
+def fenwick_rows(N: int, name: str = "fenwick") -> IntervalRows:
+    """The Fenwick nodes as interval rows: row ``t - 1`` sums the steps ``(t - lowbit(t), t]``
+    (0-based columns ``[t - lowbit(t), t)``), i.e. :func:`sparsedp.continual.fenwick_matrices`' ``M_N``."""
+    t = np.arange(1, check_horizon(N) + 1, dtype=np.int64)
+    return IntervalRows(N, t - (t & -t), t, name=f"{name} nodes (N = {N})")
+
+
+def identity_rows(N: int, name: str = "naive") -> IntervalRows:
+    """One row per step (the identity)."""
+    t = np.arange(check_horizon(N), dtype=np.int64)
+    return IntervalRows(N, t, t + 1, name=f"{name} steps (N = {N})")
+
+
+def completed_blocks(N: int, k: int, levels: int, name: str = "tree") -> tuple[IntervalRows, np.ndarray]:
+    """The complete aligned blocks of ``k^l`` steps, ``l = 0 .. levels - 1``, in the order an online
+    tree measures them: at step ``t`` the leaf, then each block that ends at ``t`` from the smallest
+    up.  Returns the rows and each row's level."""
+    N = check_horizon(N)
+    t = np.arange(1, N + 1, dtype=np.int64)
+    top = np.zeros(N, dtype=np.int64)
+    size = 1
+    for _ in range(1, levels):
+        size *= k
+        top += (t % size == 0)  # k^l | t implies k^(l-1) | t: counting gives the valuation, capped
+    counts = top + 1
+    tt = np.repeat(t, counts)
+    first = np.cumsum(counts) - counts
+    level = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(first, counts)
+    lo = tt - np.power(np.int64(k), level)
+    return IntervalRows(N, lo, tt, name=f"{name} blocks (N = {N}, k = {k})"), level

@@ -13,10 +13,16 @@
   ``v_h = 1 / (1 / sigma^2 + 1 / (2 v_{h-1}))``, ``est_h = v_h (y / sigma^2 + (l + r) / (2 v_{h-1}))``;
   ``s~_t`` adds the subtree estimates of the digits of ``t``: ``Var = sum_{h in digits(t)} v_h``.
 
-Every counter takes ``increments=`` (the enforced increment domain) and ``accountant=`` (charged
-``epsilon`` once, in the constructor, before any noise is drawn): see :mod:`._stream`.  Scales are
-``Delta_1 / epsilon`` rounded up (:func:`sparsedp.calibration.laplace_scale`), and
-``measured_strategy()`` / ``noise_scales()`` expose the matrix measured and its per-row scales.
+Every counter takes ``increments=`` (the enforced increment domain), ``accountant=`` (charged
+``epsilon`` once, in the constructor, before any noise is drawn) and ``secure=`` (default ``True``:
+exact discrete Laplace noise; ``False``: float64 noise, an explicit opt-out): see :mod:`._stream`.
+Their strategies are interval rows (steps, Fenwick nodes, dyadic blocks) measured through
+:func:`sparsedp.measure.plan_measurement`, which computes ``Delta_1`` from the rows (exact integer
+coverage) and the scale ``Delta_1 / epsilon`` rounded up; ``measured_strategy()`` /
+``noise_scales()`` expose the matrix measured and its per-row scales.  Every output is a sum (or,
+for Honaker, a fixed linear combination) of measured values ``y_i = x(I_i) + z_i``, computed from
+the ``y`` (exact on the lattice with exact noise).  The variance formulas below are those of float
+Laplace noise; with exact noise ``last_variance`` uses the exact discrete variance (slightly smaller).
 """
 
 from __future__ import annotations
@@ -26,10 +32,11 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from ..calibration import laplace_scale
+from ..intervals import IntervalRows
 from ..privacy import Accountant
 from ..validation import check_epsilon
-from ._stream import BufferedNoise, StreamingCounter, check_accountant, level_strategy
+from ._stream import StreamingCounter, check_accountant, completed_blocks, fenwick_rows, identity_rows, plan_rows
+from ._stream import row_variances
 from .counter import ContinualCounter
 from .fenwick import check_horizon, fenwick_matrices
 
@@ -90,45 +97,47 @@ class NaiveCounter(StreamingCounter):
     name = "naive"
 
     def __init__(self, horizon: int, epsilon: float, rng: object = None, *, increments: str = "counts",
-                 accountant: Accountant | None = None) -> None:
-        super().__init__(horizon, increments)
+                 accountant: Accountant | None = None, secure: bool = True) -> None:
+        super().__init__(horizon, increments, secure)
         accountant = check_accountant(accountant)
         self.epsilon = check_epsilon(epsilon, "epsilon")
         self.sensitivity = 1.0
-        self.scale = laplace_scale(self.sensitivity, self.epsilon)
-        self._noise = BufferedNoise("laplace", self.scale, rng)
+        rows = identity_rows(self.horizon)
+        self._make_plan(lambda grid: plan_rows(rows, epsilon=self.epsilon, rho=None, secure=self.secure, grid=grid))
+        self.scale = float(self.plan.scales[0])
+        self._var = float(row_variances(self.plan)[0])
         self._sum = 0.0
-        self._charge(accountant)
-
-    def measured_strategy(self) -> sp.csr_matrix:
-        """The identity: every increment is measured once."""
-        return sp.identity(self.horizon, format="csr")
-
-    def noise_scales(self) -> np.ndarray:
-        return np.full(self.horizon, self.scale)
+        self._open(accountant, rng)
 
     def _step(self, a: float) -> float:
-        self._sum += a + self._noise.draw()
-        self.last_variance = 2.0 * (self.t + 1) / self.epsilon**2
+        self._sum += a + self._noise.draw()  # y_t = a_t + z_t (exact on the lattice), summed
+        self.last_variance = (self.t + 1) * self._var
         return self._sum
 
 
 class _BinaryTree(StreamingCounter):
     """``L = floor(log2 N) + 1`` levels; each increment is in one node per level, so ``Delta_1 = L``
-    and every node gets ``Lap(L / epsilon)``."""
+    (computed by the plan from the rows) and every node gets ``Lap(L / epsilon)``."""
 
     def __init__(self, horizon: int, epsilon: float, rng: object = None, *, increments: str = "counts",
-                 accountant: Accountant | None = None) -> None:
-        super().__init__(horizon, increments)
-        self._accountant = check_accountant(accountant)
+                 accountant: Accountant | None = None, secure: bool = True) -> None:
+        super().__init__(horizon, increments, secure)
+        accountant = check_accountant(accountant)
         self.epsilon = check_epsilon(epsilon, "epsilon")
         self.levels = self.horizon.bit_length()
         self.sensitivity = float(self.levels)
-        self.scale = laplace_scale(self.sensitivity, self.epsilon)
-        self._noise = BufferedNoise("laplace", self.scale, rng)
+        rows = self._rows()
+        self._make_plan(lambda grid: plan_rows(rows, epsilon=self.epsilon, rho=None, secure=self.secure, grid=grid))
+        self.scale = float(self.plan.scales[0])
+        self._node_var = float(row_variances(self.plan)[0])  # 2 b^2, or the exact discrete variance
+        self._setup()
+        self._open(accountant, rng)
 
-    def noise_scales(self) -> np.ndarray:
-        return np.full(self.measured_strategy().shape[0], self.scale)
+    def _rows(self) -> IntervalRows:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _setup(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
 
 
 class BinaryMechanism(_BinaryTree):
@@ -136,17 +145,13 @@ class BinaryMechanism(_BinaryTree):
 
     name = "binary"
 
-    def __init__(self, horizon: int, epsilon: float, rng: object = None, *, increments: str = "counts",
-                 accountant: Accountant | None = None) -> None:
-        super().__init__(horizon, epsilon, rng, increments=increments, accountant=accountant)
+    def _rows(self) -> IntervalRows:
+        """The p-sums: row ``t`` sums ``(t - lowbit(t), t]`` (the unweighted Fenwick strategy)."""
+        return fenwick_rows(self.horizon, "binary mechanism p-sum")
+
+    def _setup(self) -> None:
         self._alpha = [0.0] * self.levels
         self._noisy = [0.0] * self.levels
-        self._level_var = 2.0 * self.levels**2 / self.epsilon**2
-        self._charge(self._accountant)
-
-    def measured_strategy(self) -> sp.csr_matrix:
-        """The p-sums: row ``t`` sums ``(t - lowbit(t), t]`` (the unweighted Fenwick strategy)."""
-        return fenwick_matrices(self.horizon)[0]
 
     def _step(self, a: float) -> float:
         t = self.t + 1
@@ -154,8 +159,8 @@ class BinaryMechanism(_BinaryTree):
         self._alpha[i] = sum(self._alpha[:i]) + a
         for j in range(i):
             self._alpha[j] = self._noisy[j] = 0.0
-        self._noisy[i] = self._alpha[i] + self._noise.draw()
-        self.last_variance = bin(t).count("1") * self._level_var
+        self._noisy[i] = self._alpha[i] + self._noise.draw()  # y_t: exact on the lattice
+        self.last_variance = bin(t).count("1") * self._node_var
         return sum(self._noisy[j] for j in range(self.levels) if t >> j & 1)
 
 
@@ -165,30 +170,31 @@ class HonakerCounter(_BinaryTree):
 
     name = "honaker"
 
-    def __init__(self, horizon: int, epsilon: float, rng: object = None, *, increments: str = "counts",
-                 accountant: Accountant | None = None) -> None:
-        super().__init__(horizon, epsilon, rng, increments=increments, accountant=accountant)
-        self._v = honaker_level_variances(self.horizon, self.epsilon).tolist()
-        self._s2 = self._v[0]
+    def _rows(self) -> IntervalRows:
+        """Every complete dyadic block ``(j 2^h, (j + 1) 2^h]``, ``h = 0 .. L - 1``, in the order they
+        complete (at step ``t``: the leaf, then the blocks ending at ``t``, smallest first)."""
+        return completed_blocks(self.horizon, 2, self.levels, "honaker dyadic")[0]
+
+    def _setup(self) -> None:
+        s2 = self._node_var
+        v = [s2]
+        for _ in range(1, self.levels):
+            v.append(1.0 / (1.0 / s2 + 1.0 / (2.0 * v[-1])))
+        self._v, self._s2 = v, s2
         self._true = [0.0] * self.levels
         self._est = [0.0] * self.levels
-        self._charge(self._accountant)
-
-    def measured_strategy(self) -> sp.csr_matrix:
-        """Every complete dyadic block ``(j 2^h, (j + 1) 2^h]``, ``h = 0 .. L - 1``."""
-        return level_strategy(self.horizon, [(2**h, 1.0, True) for h in range(self.levels)])
 
     def _step(self, a: float) -> float:
         t = self.t + 1
         i = (t & -t).bit_length() - 1
         v, s2 = self._v, self._s2
         right_true = a
-        right_est = a + self._noise.draw()
+        right_est = a + self._noise.draw()  # the leaf's y
         left_true, left_est = self._true[0], self._est[0]
         self._true[0], self._est[0] = right_true, right_est
         for h in range(1, i + 1):
             node_true = left_true + right_true
-            y = node_true + self._noise.draw()
+            y = node_true + self._noise.draw()  # exact on the lattice; the estimate uses y only
             est = v[h] * (y / s2 + (left_est + right_est) / (2.0 * v[h - 1]))
             left_true, left_est = self._true[h], self._est[h]
             self._true[h], self._est[h] = node_true, est
@@ -200,5 +206,5 @@ class HonakerCounter(_BinaryTree):
 
 def unweighted_fenwick(horizon: int, epsilon: float, rng: object = None, **kw: Any) -> ContinualCounter:
     """The seed's plain Fenwick release (eq. 5.7): :class:`ContinualCounter` with unit weights
-    (``kw``: ``increments=``, ``accountant=``)."""
+    (``kw``: ``increments=``, ``accountant=``, ``secure=``)."""
     return ContinualCounter(horizon, epsilon=epsilon, weights="uniform", rng=rng, **kw)

@@ -23,16 +23,23 @@ def _stream(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: Tex
     if args.method == "gls-tree" and (args.rho is not None or state is not None):
         raise SparseDPError("--method gls-tree is pure DP (--epsilon) and has no --state (its noise is drawn ahead)")
     counter: ContinualCounter | GLSTreeCounter
+    secure = not args.float_noise
     if args.method == "gls-tree":
         counter = GLSTreeCounter(args.horizon, args.epsilon, weights=args.weights, rng=args.seed,
-                                 increments=args.increments)
+                                 increments=args.increments, secure=secure)
     elif state is not None and state.exists():
         # a resume must repeat every parameter of the run it continues (the file says which)
         counter = ContinualCounter.load(state, rng=args.seed, horizon=args.horizon, epsilon=args.epsilon,
-                                        rho=args.rho, weights=args.weights, increments=args.increments)
+                                        rho=args.rho, weights=args.weights, increments=args.increments,
+                                        secure=secure)
     else:
         kw: dict[str, Any] = {"rho": args.rho} if args.rho is not None else {"epsilon": args.epsilon}
-        counter = ContinualCounter(args.horizon, weights=args.weights, rng=args.seed, increments=args.increments, **kw)
+        counter = ContinualCounter(args.horizon, weights=args.weights, rng=args.seed, increments=args.increments,
+                                   secure=secure, **kw)
+    if args.float_noise:
+        stderr.write("sparsedp: warning: --float-noise uses textbook float64 noise, which can leak through its "
+                     "low bits (Mironov 2012); the default exact discrete noise does not\n")
+        stderr.flush()
     if args.seed is not None:
         stderr.write("sparsedp: warning: --seed makes the noise reproducible by anyone who knows the seed: "
                      "these outputs are NOT private (omit --seed for fresh operating-system entropy)\n")
@@ -80,9 +87,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "counter of seed 000 (O(log N) per step). The whole run of at most --horizon steps is "
         "epsilon-DP (Laplace) or rho-zCDP (Gaussian, with --rho) for streams that differ in one record: "
         "each line is a non-negative integer count (one record adds 1 to one step; the running sum must "
-        "stay <= 2^50), or with --increments unit a real number in [0, 1]. A line outside that domain stops "
-        "the run with an error before anything is released for it. The noise comes from fresh "
-        "operating-system entropy; --seed makes it reproducible and the run NOT private. The --state file "
+        "stay <= 2^50), or with --increments unit a real number in [0, 1] (rounded to multiples of 2^-10 for "
+        "the exact noise). A line outside that domain stops the run with an error before anything is released "
+        "for it. The noise is exact discrete Laplace (discrete Gaussian with --rho) from fresh operating-system "
+        "entropy; --float-noise switches to float64 noise (for experiments); --seed makes it reproducible and "
+        "the run NOT private. The --state file "
         "holds the exact running sums: it is as secret as the data and is written atomically with mode "
         "0600 (owner only). With --report N, print instead the analytic per-step error of every "
         "continual-release method for horizon N.",
@@ -93,6 +102,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--rho", type=float, default=None, help="zCDP budget of the whole run (Gaussian noise instead)")
     p.add_argument("--seed", type=int, default=None,
                    help="random seed: reproducible noise, and therefore NOT private (default: fresh OS entropy)")
+    p.add_argument("--float-noise", action="store_true",
+                   help="use float64 Laplace/Gaussian noise instead of the default exact discrete noise (an explicit "
+                   "opt-out for experiments: float noise can leak through its low bits)")
     p.add_argument("--increments", choices=list(INCREMENTS), default="counts",
                    help="increment domain: counts (default; non-negative integers, one record adds 1 to one "
                    "step, running sum <= 2^50) or unit (reals in [0, 1]); anything else is refused")
@@ -108,8 +120,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--state", default=None,
                    help="JSON file to resume from and to save to after every step. It holds the exact running "
                    "sums, so it is secret: it is written atomically with mode 0600 (owner only). A resume must "
-                   "give the same --horizon, --epsilon/--rho, --weights and --increments as the run that wrote "
-                   "it, or it is refused")
+                   "give the same --horizon, --epsilon/--rho, --weights, --increments and --float-noise as the run "
+                   "that wrote it, or it is refused")
     p.add_argument("--report", type=int, metavar="N", default=None,
                    help="print the error table of all methods for horizon N (uses --epsilon, default 1, "
                    "and --rho, default epsilon^2/2) and exit")

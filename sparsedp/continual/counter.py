@@ -1,37 +1,53 @@
 """The online continual counter of seed 000: weighted Fenwick release, one step at a time.
 
 Privacy argument (pure ``epsilon``-DP, Laplace).  The whole run releases a post-processing of
-``y = Sigma M_N x + z`` with ``z_i ~ Lap(Delta_1 / epsilon)`` i.i.d.: the output at step ``t`` is
-``(B Sigma^{-1} y)_t``, which reads ``y_1 .. y_t`` only (``B`` and ``M`` are lower triangular), and
-``y_t`` reads ``a_1 .. a_t`` only.  Two neighbouring streams differ by one record, i.e. one increment
-``a_j`` by at most 1, which moves ``y`` by ``Sigma M e_j``, of L1 norm ``(M^T lambda)_j <=
-Delta_1(Sigma M_N)``.  So ``y`` is the Laplace mechanism with noise calibrated to its L1 sensitivity
-and the release is ``epsilon``-DP (Dwork et al. 2006; matrix mechanism, Li et al. 2010).  The counter
-computes ``Delta_1 = max_j (M^T lambda)_j`` from the weights it uses, certified ``>=`` the exact
-value (:func:`~sparsedp.continual.weights.certified_weights_sensitivity`: 1 up to rounding for the
-optimal weights, which are built with ``M^T lambda <= 1``; exactly ``floor(log2 N) + 1`` unweighted)
-and draws ``Lap(b)``, ``b = Delta_1 / epsilon`` rounded up.  :meth:`ContinualCounter.measured_strategy`
-and :meth:`~ContinualCounter.noise_scales` expose ``Sigma M_N`` and ``b`` for audits.  It refuses step ``N + 1``: the sensitivity bound holds for ``N`` steps only.
+``y = M_N x + z`` with ``z_i ~ Lap(b / lambda_i)`` independent: row ``i`` is the Fenwick node ``i``
+(the sum of the steps ``(i - lowbit(i), i]``, an interval), and measuring it with scale
+``b / lambda_i`` is measuring ``lambda_i x(node)`` with scale ``b`` (seed 000's ``Sigma M_N``): the
+weights are per-row scales on the 0/1 strategy, so exact noise needs no rounding of the strategy.
+The output at step ``t`` is ``(B y)_t``, which reads ``y_1 .. y_t`` only (``B`` and ``M`` are lower
+triangular), and ``y_t`` reads ``a_1 .. a_t`` only.  Two neighbouring streams differ in one increment
+``a_j`` by at most 1, which moves ``y`` by ``M e_j``; the privacy loss of the scales is
+``max_j sum_{i covers j} lambda_i / b = max_j (M^T lambda)_j / b <= Delta_1 / b <= epsilon`` with
+``Delta_1`` certified ``>=`` the exact ``max_j (M^T lambda)_j``
+(:func:`~sparsedp.continual.weights.certified_weights_sensitivity`: 1 up to rounding for the optimal
+weights, which are built with ``M^T lambda <= 1``; exactly ``floor(log2 N) + 1`` unweighted) and
+``b = Delta_1 / epsilon`` rounded up (Dwork et al. 2006; matrix mechanism, Li et al. 2010).  The
+noise is drawn through :func:`sparsedp.measure.plan_measurement` on the interval rows with these
+per-row scales, which certifies the loss again in exact integer arithmetic and refuses scales the
+budget does not cover (:mod:`._stream`).  :meth:`ContinualCounter.measured_strategy` and
+:meth:`~ContinualCounter.noise_scales` expose ``M_N`` and the ``b / lambda_i`` for audits.  It refuses
+step ``N + 1``: the sensitivity bound holds for ``N`` steps only.
 
-Gaussian variant (``rho``-zCDP): ``z_i ~ N(0, sigma^2)``, ``sigma = Delta_2 / sqrt(2 rho)``,
+Gaussian variant (``rho``-zCDP): ``z_i ~ N(0, (sigma / lambda_i)^2)``, ``sigma = Delta_2 / sqrt(2 rho)``,
 ``Delta_2 = max_j sqrt((M^T lambda^2)_j)`` (``<= 1`` for the norm-2-optimal weights).
+
+Exact noise (``secure=True``, the default): discrete Laplace / Gaussian on the data's lattice
+(:mod:`._stream`), each scale rounded *up* by the plan to a grid of 64 steps per octave (the FDA
+weights have ~380 distinct scales at ``N = 2^20``); ``y_t = c_t + z_t`` is then computed exactly
+and the outputs are sums of these ``y``: a post-processing of the exact measurement.  All noise of
+such a plan is drawn when the counter is created (8 bytes per step; :class:`._stream.RowNoise`).
+``secure=False``: float64 noise (an explicit opt-out for experiments; it leaks through its low bits).
 
 Streaming.  Node ``t`` is ``c_t = s_t - s_{t - lowbit(t)}`` (eq. 5.5) and ``s~_t = s~_{t -
 lowbit(t)} + c~_t`` (eq. 5.6).  The counter keeps the chain of ``t`` on a stack -- node index, exact
 prefix sum, noisy prefix sum, variance -- at most ``floor(log2 N) + 1`` entries, so each step costs
-``O(log N)`` time (weights by :meth:`FenwickWeights.at`) and the state is ``O(log N)``.  Setup computes
-``Delta`` once, vectorised, in ``O(N log N)`` time and ``O(N)`` transient memory.
+``O(1)`` amortised time beyond the chain and the state is ``O(log N)``.  Setup computes ``Delta`` and
+the measurement plan once, vectorised, in ``O(N log N)`` time; the plan keeps ``O(N)`` per-row arrays
+(interval ends, scales, variances: about 50 bytes per step, plus the drawn noise).
 
 Increments (``increments=``, :mod:`._stream`): non-negative integer counts with a running sum of at
 most ``2^50`` (default), or reals in ``[0, 1]``; anything else is refused before the step is taken.
-``accountant=``: charged ``epsilon`` (``rho``) once, in the constructor, before any noise is drawn.
+``accountant=``: charged ``epsilon`` (``rho``) once, in the constructor, through the plan's ledger
+entry, before any noise is drawn.
 
 Save / restore.  :meth:`ContinualCounter.state` is a JSON-able dict of the stack and the running sum:
 it holds the exact (private) prefix sums, so it is as secret as the raw data.  :meth:`save` writes it
 atomically to a file only its owner can read or write (mode ``0600``: a temporary file created
 ``0600`` in the same directory, flushed, then renamed over the target).  Noise of published steps
 lives in the stored noisy sums and is never drawn again.  The random generator is not saved:
-:meth:`from_state` continues with fresh noise from the ``rng`` it is given.  :meth:`load` and
+:meth:`from_state` continues with fresh noise from the ``rng`` it is given, from the saved step's
+row on (the rows of published steps are skipped, never drawn).  :meth:`load` and
 :meth:`from_state` refuse a state whose parameters (horizon, epsilon, rho, weights, increments)
 disagree with the ones the caller states, and a state whose sums lie outside the increment domain.
 Restoring an *older* state and replaying a published step would publish that step twice with
@@ -57,16 +73,24 @@ import scipy.sparse as sp
 from ..errors import InputBoundError, SparseDPError
 from ..privacy import Accountant
 from ..validation import MAX_MAGNITUDE, check_epsilon, check_rho, check_vector
-from ._stream import MIN_RELATIVE_WEIGHT, BufferedNoise, StreamingCounter, check_accountant
+from ._stream import (
+    MIN_RELATIVE_WEIGHT,
+    StreamingCounter,
+    check_accountant,
+    fenwick_rows,
+    plan_rows,
+    row_variances,
+    weighted_scales,
+)
 from .error import expected_error, noise_calibration
 from .fenwick import check_horizon, fenwick_matrices
 from .weights import FenwickWeights, certified_weights_sensitivity
 
 __all__ = ["ContinualCounter"]
 
-_STATE_VERSION = 2
+_STATE_VERSION = 3
 #: The parameters a resumed state must share with the run that continues it.
-RESUME_PARAMETERS = ("horizon", "epsilon", "rho", "weights", "increments")
+RESUME_PARAMETERS = ("horizon", "epsilon", "rho", "weights", "increments", "secure")
 
 
 class ContinualCounter(StreamingCounter):
@@ -75,9 +99,11 @@ class ContinualCounter(StreamingCounter):
     Parameters: ``horizon`` (``N``), exactly one of ``epsilon`` (with ``noise="laplace"``) and
     ``rho`` (with ``noise="gaussian"``), ``weights`` = ``"optimal"`` (FDA, for the noise's norm),
     ``"uniform"`` (plain Fenwick = binary mechanism) or an array of ``N`` positive weights (scaled to
-    a largest weight of 1; the smallest must then be ``>= 1e-100``), ``rng`` (seed or Generator),
-    ``increments`` (``"counts"`` or ``"unit"``, see :mod:`._stream`), ``accountant`` (charged once,
-    here).  ``update(a_t)`` returns ``s~_t``; ``last_variance`` is its exact variance.
+    a largest weight of 1; the smallest must then be ``>= 1e-100``), ``rng`` (``None``: fresh
+    operating-system entropy; a seed or Generator: reproducible and NOT private), ``increments``
+    (``"counts"`` or ``"unit"``, see :mod:`._stream`), ``accountant`` (charged once, here),
+    ``secure`` (``True``, default: exact discrete noise; ``False``: float64 noise, an opt-out).
+    ``update(a_t)`` returns ``s~_t``; ``last_variance`` is its exact variance.
     """
 
     name = "fenwick"
@@ -93,8 +119,9 @@ class ContinualCounter(StreamingCounter):
         *,
         increments: str = "counts",
         accountant: Accountant | None = None,
+        secure: bool = True,
     ) -> None:
-        super().__init__(check_horizon(horizon), increments)
+        super().__init__(check_horizon(horizon), increments, secure)
         accountant = check_accountant(accountant)
         noise = noise or ("gaussian" if rho is not None else "laplace")
         if noise not in ("laplace", "gaussian"):
@@ -124,13 +151,25 @@ class ContinualCounter(StreamingCounter):
             self._lam = lam
             self.weights_spec = [float(v) for v in np.asarray(weights, dtype=np.float64)]
         # certified >= the exact max_j (M^T lambda)_j of the weights used (unit weights: floor(log2 N) + 1)
-        self.sensitivity = certified_weights_sensitivity(self.weights_array(), self.norm)
+        lam = self.weights_array()
+        self.sensitivity = certified_weights_sensitivity(lam, self.norm)
         _, self.scale, self.unit_variance = noise_calibration(self.epsilon, self.rho, self.sensitivity)
-        self._noise = BufferedNoise(noise, self.scale, rng)  # draws nothing yet
+        rows = fenwick_rows(N)
+        # unit weights: homoscedastic, calibrated by the plan from the rows; else per-row b / lambda_i
+        scales = None if self._uniform else weighted_scales(self.scale, lam)
+        self._make_plan(lambda grid: plan_rows(rows, epsilon=self.epsilon, rho=self.rho, scales=scales,
+                                               secure=self.secure, grid=grid))
+        if self._uniform:
+            self.scale = float(self.plan.scales[0])
+        self._row_var = row_variances(self.plan)  # Var(z_i), exact (discrete variances when secure)
         self._s = 0.0
-        self._stack: list[tuple[int, float, float, float]] = []  # (node, exact s, noisy s, var / unit)
+        self._stack: list[tuple[int, float, float, float]] = []  # (node, exact s, noisy s, variance)
         self.last_noise = float("nan")
-        self._charge(accountant)
+        self._open(accountant, rng)  # charges, once; draws nothing yet
+
+    @property
+    def _uniform(self) -> bool:
+        return self._fda is None and self._lam is None
 
     def weight(self, t: int) -> float:
         """``lambda_t`` (1-based): ``O(log N)`` for the optimal weights (bit-for-bit
@@ -148,13 +187,14 @@ class ContinualCounter(StreamingCounter):
         return self._lam.copy() if self._lam is not None else np.ones(self.horizon)
 
     def measured_strategy(self) -> sp.csr_matrix:
-        """``diag(lambda) M_N``: row ``t`` is node ``t``, the sum over ``(t - lowbit(t), t]``, weighted."""
-        M, _ = fenwick_matrices(self.horizon)
-        return sp.csr_matrix(sp.diags(self.weights_array()) @ M)
+        """``M_N``: row ``t`` is node ``t``, the sum over ``(t - lowbit(t), t]`` (0/1 entries; the
+        weights are in :meth:`noise_scales`)."""
+        return super().measured_strategy()
 
     def noise_scales(self) -> np.ndarray:
-        """``Lap(b)`` / ``N(0, sigma^2)`` on every node: ``b = Delta_1 / epsilon`` (``sigma``), rounded up."""
-        return np.full(self.horizon, self.scale)
+        """Per node ``b / lambda_t`` (``sigma / lambda_t``), rounded up; exact noise: on the plan's
+        grid of 64 steps per octave, rounded up again."""
+        return super().noise_scales()
 
     def _step(self, a: float) -> float:
         t = self.t + 1
@@ -164,13 +204,13 @@ class ContinualCounter(StreamingCounter):
             stack.pop()
         prev_s, prev_est, prev_var = (stack[-1][1], stack[-1][2], stack[-1][3]) if stack else (0.0, 0.0, 0.0)
         self._s += a
-        lam = self.weight(t)
-        z = self._noise.draw()
-        est = prev_est + (lam * (self._s - prev_s) + z) / lam
-        var = prev_var + 1.0 / (lam * lam)
+        z = self._noise.draw()  # row t - 1: node t
+        y = (self._s - prev_s) + z  # the measured node x(start, t] + z_t: exact on the lattice
+        est = prev_est + y
+        var = prev_var + float(self._row_var[t - 1])
         stack.append((t, self._s, est, var))
         self.last_noise = z
-        self.last_variance = var * self.unit_variance
+        self.last_variance = var
         return est
 
     def expected_error(self):  # type: ignore[no-untyped-def]
@@ -188,6 +228,7 @@ class ContinualCounter(StreamingCounter):
             "noise": self.noise,
             "weights": self.weights_spec,
             "increments": self.increments,
+            "secure": self.secure,
             "t": self.t,
             "s": self._s,
             "stack": [list(e) for e in self._stack],
@@ -197,7 +238,7 @@ class ContinualCounter(StreamingCounter):
     @classmethod
     def from_state(cls, state: dict[str, Any], rng: Any = None, *, horizon: int | None = None,
                    epsilon: float | None = None, rho: float | None = None, weights: Any = None,
-                   increments: str | None = None) -> "ContinualCounter":
+                   increments: str | None = None, secure: bool | None = None) -> "ContinualCounter":
         """Rebuild a counter from :meth:`state`; future noise comes from ``rng`` (fresh by default).
 
         Every parameter given (not ``None``) must equal the state's, else :class:`SparseDPError`
@@ -210,18 +251,21 @@ class ContinualCounter(StreamingCounter):
         """
         try:
             version = state["version"]
-            if version not in (1, _STATE_VERSION):
+            if version not in (1, 2, _STATE_VERSION):
                 raise SparseDPError(f"unknown counter state version {version!r}")
             stored = {key: state.get(key) for key in RESUME_PARAMETERS}
             stored["increments"] = state.get("increments", "counts")  # version 1: counts
+            stored["secure"] = state.get("secure", False)  # versions 1 and 2: float noise
             _check_resume(stored, dict(horizon=horizon, epsilon=epsilon, rho=rho, weights=weights,
-                                       increments=increments))
+                                       increments=increments, secure=secure))
             t = _as_int(state["t"], "t")
             if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
                 rng = np.random.default_rng([int(rng), t])
             obj = cls(stored["horizon"], epsilon=stored["epsilon"], rho=stored["rho"], weights=stored["weights"],
-                      noise=state["noise"], rng=rng, increments=stored["increments"])
-            stack = [(_as_int(e[0], "node"), float(e[1]), float(e[2]), float(e[3])) for e in state["stack"]]
+                      noise=state["noise"], rng=rng, increments=stored["increments"], secure=stored["secure"])
+            # versions 1 and 2 stored the variances in units of the (uniform) node noise variance
+            unit = 1.0 if version == _STATE_VERSION else obj.unit_variance
+            stack = [(_as_int(e[0], "node"), float(e[1]), float(e[2]), float(e[3]) * unit) for e in state["stack"]]
             s = float(state["s"])
             last_variance = float(state.get("last_variance", float("nan")))
         except (KeyError, TypeError, ValueError, IndexError) as exc:
@@ -230,6 +274,7 @@ class ContinualCounter(StreamingCounter):
             raise SparseDPError(f"malformed counter state: {exc!r}") from exc
         _check_stack(obj, t, s, stack)
         obj.t, obj._s, obj._stack, obj._total = t, s, stack, s
+        obj._noise.skip_to(t)  # the rows of published steps are never drawn again
         obj.last_variance = last_variance
         return obj
 
@@ -259,7 +304,7 @@ class ContinualCounter(StreamingCounter):
     @classmethod
     def load(cls, path: str | Path, rng: Any = None, **expected: Any) -> "ContinualCounter":
         """Counterpart of :meth:`save`; ``expected`` are :meth:`from_state`'s parameter checks
-        (``horizon=``, ``epsilon=``, ``rho=``, ``weights=``, ``increments=``).  Warns if the file is
+        (``horizon=``, ``epsilon=``, ``rho=``, ``weights=``, ``increments=``, ``secure=``).  Warns if the file is
         readable or writable by others than its owner (it holds exact sums)."""
         unknown = set(expected) - set(RESUME_PARAMETERS)
         if unknown:

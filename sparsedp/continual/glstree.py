@@ -30,6 +30,17 @@ Default radices (:func:`default_radices`): radix 12 on every level.  Measured at
 12: 748.7, 13: 752.1, 14: 765.2, 16: 786.6, 32: 851.1 (Qardaji, Yang and Li 2013 find about 16 best
 for range queries with equal budgets).  A top level of a few nodes with the root left unmeasured
 (weight 0) is what the optimiser picks.
+
+Measurement path (issue 13): the measured nodes are interval rows (root first), and a level-``l``
+node ``lambda_l x(I_u) + z_u`` is measured as ``x(I_u) + z_u / lambda_l`` -- per-row scales
+``b / lambda_l`` on the 0/1 tree -- through :func:`sparsedp.measure.plan_measurement`, which
+certifies the loss; all node noise comes from its stream at construction.  The per-node variances
+``v_u`` (for the GLS weights and :meth:`GLSTreeCounter.step_variances`) are the plan's: exact
+discrete variances with ``secure=True`` (the default; ``secure=False``: float64 noise, an opt-out).
+Note: ``e = W G z`` is evaluated in floating point from the exact ``z``; mathematically
+``s + e = W G y`` for the exact measurement ``y``, but the float rounding of ``e`` is a function of
+``z``, not of ``y`` (an online GLS cannot wait for ``y``: the root holds future steps), so this
+counter removes the sampler's float leak but not a (much smaller) rounding channel of the offsets.
 """
 
 from __future__ import annotations
@@ -43,12 +54,24 @@ import scipy.optimize
 import scipy.sparse as sp
 
 from ..errors import SparseDPError
-from ..noise import as_generator
+from ..intervals import IntervalRows
+from ..measure import MeasurementPlan
 from ..privacy import Accountant
 from ..strategies import TreeLayout
 from ..tree_estimator import tree_gls, tree_impulse_norms, upward_variances
 from ..validation import check_epsilon, check_rho
-from ._stream import MIN_RELATIVE_WEIGHT, StreamingCounter, check_accountant, exact_level_sensitivity
+from ._stream import (
+    MIN_RELATIVE_WEIGHT,
+    RowNoise,
+    StreamingCounter,
+    check_accountant,
+    check_secure,
+    exact_level_sensitivity,
+    measurable,
+    plan_rows,
+    row_variances,
+    weighted_scales,
+)
 from .error import ContinualError, noise_calibration
 from .fenwick import check_horizon
 
@@ -59,6 +82,7 @@ __all__ = [
     "gls_tree_weights",
     "gls_tree_error",
     "gls_noise_offsets",
+    "gls_plan",
     "path_variances",
     "GLSTreeCounter",
 ]
@@ -308,21 +332,50 @@ def gls_tree_error(N: int, epsilon: float | None = None, radices: Sequence[int] 
     return ContinualError(steps, total, total / N, 1.0, var, f"GLS tree [{radix}], {kind}")
 
 
-def gls_noise_offsets(layout: TreeLayout, lam: np.ndarray, epsilon: float | None = None,
-                      rng: Any = None, rho: float | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Draw ``z_u ~ Lap(Delta_1 / epsilon)`` (or ``N(0, Delta_2^2 / (2 rho))``) for every measured node
-    and return ``(z, e)``: ``z`` in strategy row order (0 for an unmeasured root) and the running-sum
-    offsets ``e = W G Sigma^{-1} z`` (``O(N)``)."""
-    kind, scale, _ = calibration(lam, epsilon, rho)
-    v = _node_variances(layout, lam, epsilon, rho)
-    weights = per_row(layout, lam)
+def gls_plan(layout: TreeLayout, lam: np.ndarray, epsilon: float | None = None, rho: float | None = None, *,
+             secure: bool = True, grid: float = 1.0) -> tuple[MeasurementPlan, np.ndarray]:
+    """The measurement plan of the tree's measured nodes (interval rows, root first; a root of weight
+    0 left out) with per-row scales ``b / lambda_l`` (Laplace, ``epsilon``) or ``sigma / lambda_l``
+    (Gaussian, ``rho``), and the mask of measured rows (strategy row order; levels that
+    :func:`._stream.measurable` refuses -- ``2^30`` times noisier than the best, or beyond the exact
+    sampler's range -- are left out too: the GLS handles any unmeasured level).  Nothing is charged."""
+    _, scale, _ = calibration(lam, epsilon, rho)
+    level_scales = np.full(lam.size, np.inf)
+    level_scales[lam > 0] = weighted_scales(scale, lam[lam > 0])
+    keep = measurable(level_scales, secure, grid) & (lam > 0)
+    weights = per_row(layout, np.where(keep, lam, 0.0))
     measured = weights > 0
+    starts = [layout.leaf_starts[level] for level in reversed(range(layout.levels))]
+    lo = np.concatenate([st[:-1] for st in starts])[measured]
+    hi = np.concatenate([st[1:] for st in starts])[measured]
+    rows = IntervalRows(layout.n, lo, hi, name=f"GLS tree nodes (N = {layout.n}, {int(measured.sum())} measured)")
+    plan = plan_rows(rows, epsilon=epsilon, rho=rho, scales=weighted_scales(scale, weights[measured]),
+                     secure=check_secure(secure), grid=grid)
+    return plan, measured
+
+
+def _offsets(layout: TreeLayout, measured: np.ndarray, plan: MeasurementPlan,
+             z_measured: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(z, v, e)``: per-node noise (sum units; 0 unmeasured), variances (``inf`` unmeasured) and
+    the running-sum offsets ``e = W G z``."""
     z = np.zeros(layout.nodes)
-    gen = as_generator(rng)
-    count = int(measured.sum())
-    z[measured] = gen.laplace(0.0, scale, count) if kind == "laplace" else gen.normal(0.0, scale, count)
-    y = np.divide(z, weights, out=np.zeros_like(z), where=measured)
-    return z, np.cumsum(tree_gls(layout, y, v))
+    z[measured] = z_measured
+    v = np.full(layout.nodes, np.inf)
+    v[measured] = row_variances(plan)
+    return z, v, np.cumsum(tree_gls(layout, z, v))
+
+
+def gls_noise_offsets(layout: TreeLayout, lam: np.ndarray, epsilon: float | None = None,
+                      rng: Any = None, rho: float | None = None, *, secure: bool = True,
+                      accountant: Accountant | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Draw, through :func:`gls_plan`'s measurement (charged to ``accountant`` once, before the
+    draw), the noise ``z_u`` of scale ``b / lambda_l`` (``sigma / lambda_l``) of every measured node
+    and return ``(z, e)``: ``z`` in sum units and strategy row order (0 for an unmeasured root) and
+    the running-sum offsets ``e = W G z`` (``O(N)``)."""
+    plan, measured = gls_plan(layout, lam, epsilon, rho, secure=secure)
+    noise = RowNoise.open(plan, check_accountant(accountant), rng, f"continual: GLS tree offsets, horizon {layout.n}")
+    z, _, e = _offsets(layout, measured, plan, noise.all())
+    return z, e
 
 
 class GLSTreeCounter(StreamingCounter):
@@ -333,15 +386,16 @@ class GLSTreeCounter(StreamingCounter):
     for any stream, also chosen adaptively (:mod:`.adaptive`).  With ``rho`` instead:
     ``Delta_2(Sigma M) = sqrt(sum_l lambda_l^2) = 1``, ``z ~ N(0, 1 / (2 rho))``: ``rho``-zCDP (non-adaptive
     streams; for adaptive ones Denisov et al. 2022).  Cost: ``O(N)`` time and memory at construction
-    (all noise is drawn then), ``O(1)`` per step.
+    (all noise is drawn then), ``O(1)`` per step.  ``secure=True`` (default): exact discrete noise;
+    ``secure=False``: float64 noise (an explicit opt-out).
     """
 
     name = "gls-tree"
 
     def __init__(self, horizon: int, epsilon: float | None = None, radices: Sequence[int] | None = None,
                  weights: Any = "optimal", rng: Any = None, rho: float | None = None, *,
-                 increments: str = "counts", accountant: Accountant | None = None) -> None:
-        super().__init__(horizon, increments)
+                 increments: str = "counts", accountant: Accountant | None = None, secure: bool = True) -> None:
+        super().__init__(horizon, increments, secure)
         accountant = check_accountant(accountant)
         self.kind = calibration(np.ones(1), epsilon, rho)[0]  # exactly one budget
         self.epsilon = None if epsilon is None else check_epsilon(epsilon, "epsilon")
@@ -351,27 +405,34 @@ class GLSTreeCounter(StreamingCounter):
         # exact over the float weights and rounded up (tests check it against the measured matrix)
         self.sensitivity = exact_level_sensitivity(self.lam, 1 if rho is None else 2)
         _, self.scale, _ = calibration(self.lam, self.epsilon, self.rho)
-        gen = as_generator(rng)
-        self._charge(accountant)  # before the noise of every node is drawn, below
-        _, offsets = gls_noise_offsets(self.layout, self.lam, self.epsilon, gen, self.rho)
+        measured: list[np.ndarray] = []
+
+        def build(grid: float) -> MeasurementPlan:
+            plan, mask = gls_plan(self.layout, self.lam, self.epsilon, self.rho, secure=self.secure, grid=grid)
+            measured[:] = [mask]
+            return plan
+
+        self._make_plan(build)
+        self._open(accountant, rng)  # charges, before the noise of every node is drawn, below
+        _, self._v_nodes, offsets = _offsets(self.layout, measured[0], self.plan, self._noise.all())
         self._offsets = offsets.tolist()
         self._s = 0.0
         self._var: np.ndarray | None = None
 
     def measured_strategy(self) -> sp.csr_matrix:
-        """The tree's rows (root first) weighted ``lambda_l`` per level; unmeasured levels (a root of
-        weight 0) left out."""
-        weights = per_row(self.layout, self.lam)
-        keep = weights > 0
-        return sp.csr_matrix(sp.diags(weights[keep]) @ self.layout.matrix()[keep])
+        """The tree's rows (root first, 0/1), unmeasured levels (a root of weight 0) left out; the
+        weights are in :meth:`noise_scales` (``b / lambda_l``)."""
+        return super().measured_strategy()
 
-    def noise_scales(self) -> np.ndarray:
-        return np.full(int(np.count_nonzero(per_row(self.layout, self.lam) > 0)), self.scale)
+    def node_variances(self) -> np.ndarray:
+        """Per node (strategy row order) the variance of its measurement in sum units, from the plan
+        (``inf``: not measured)."""
+        return self._v_nodes.copy()
 
     def step_variances(self) -> np.ndarray:
         """``Var(s~_t)`` for every step (exact; computed on first use, ``O(N L^2)``)."""
         if self._var is None:
-            self._var = path_variances(self.layout, _node_variances(self.layout, self.lam, self.epsilon, self.rho))
+            self._var = path_variances(self.layout, self._v_nodes)
         return self._var
 
     @property

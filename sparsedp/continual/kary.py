@@ -21,7 +21,14 @@ Optimal per-level weights minimise the mean of that variance over ``t = 1..N`` s
 The negative-digit variant (Andersson, Pagh, Torkamani 2024) is :mod:`.negdigit`.
 
 ``Delta_1`` is the exact sum of the float level weights rounded up, the scale ``Delta_1 / epsilon``
-rounded up; ``increments=`` and ``accountant=`` as in :mod:`._stream`.
+rounded up.  The blocks are interval rows measured through
+:func:`sparsedp.measure.plan_measurement` with per-row scales ``b / lambda_l`` (a weighted row is a
+per-row scale on the 0/1 block, so exact noise needs no rounding of the strategy), which certifies
+their loss exactly: a node is ``y = x(block) + z``, ``z`` of scale ``b / lambda_l``, and every
+estimate is a fixed linear combination of the ``y`` (exact on the lattice with exact noise).  The
+streaming estimate uses the plan's per-row variances (exact discrete ones with ``secure=True``, the
+default; ``secure=False``: float64 noise, an explicit opt-out).  ``increments=``, ``accountant=``
+and ``secure=`` as in :mod:`._stream`.
 """
 
 from __future__ import annotations
@@ -36,9 +43,21 @@ import scipy.sparse as sp
 
 from ..calibration import laplace_scale
 from ..errors import SparseDPError
+from ..intervals import IntervalRows
+from ..measure import MeasurementPlan
 from ..privacy import Accountant
 from ..validation import check_epsilon
-from ._stream import MIN_RELATIVE_WEIGHT, BufferedNoise, StreamingCounter, check_accountant, exact_level_sensitivity, level_strategy
+from ._stream import (
+    MIN_RELATIVE_WEIGHT,
+    StreamingCounter,
+    measurable,
+    check_accountant,
+    completed_blocks,
+    exact_level_sensitivity,
+    plan_rows,
+    row_variances,
+    weighted_scales,
+)
 from .error import ContinualError
 from .fenwick import check_horizon
 
@@ -146,8 +165,8 @@ class KaryCounter(StreamingCounter):
     name = "kary"
 
     def __init__(self, horizon: int, epsilon: float, k: int = 16, weights: Any = "optimal", rng: Any = None, *,
-                 increments: str = "counts", accountant: Accountant | None = None) -> None:
-        super().__init__(horizon, increments)
+                 increments: str = "counts", accountant: Accountant | None = None, secure: bool = True) -> None:
+        super().__init__(horizon, increments, secure)
         accountant = check_accountant(accountant)
         self.k = _check_k(k)
         self.epsilon = check_epsilon(epsilon, "epsilon")
@@ -156,24 +175,42 @@ class KaryCounter(StreamingCounter):
         # one measured node per level holds a step: Delta_1 = sum lambda (= 1 up to rounding), exactly
         self.sensitivity = exact_level_sensitivity(self.lam, 1)
         self.scale = laplace_scale(self.sensitivity, self.epsilon)
-        self._noise = BufferedNoise("laplace", self.scale, rng)
-        self._v = kary_level_variances(self.lam, self.k, self.epsilon).tolist()
-        self._s2 = (2.0 * self.sensitivity**2 / (self.epsilon * self.lam) ** 2).tolist()
+        all_rows, all_level = completed_blocks(self.horizon, self.k, L, f"{self.k}-ary")
+        level_scales = weighted_scales(self.scale, self.lam)
+        kept: list[np.ndarray] = []
+
+        def build(grid: float) -> MeasurementPlan:
+            keep = measurable(level_scales, self.secure, grid)  # too-noisy levels are not measured
+            sel = keep[all_level]
+            rows = IntervalRows(self.horizon, all_rows.lo[sel], all_rows.hi[sel], name=all_rows.name)
+            kept[:] = [keep, all_level[sel]]
+            return plan_rows(rows, epsilon=self.epsilon, rho=None, scales=level_scales[all_level[sel]],
+                             secure=self.secure, grid=grid)
+
+        self._make_plan(build)
+        self.measured_levels, level = kept
+        var = row_variances(self.plan)
+        s2 = np.full(L, np.inf)  # per level: every row of a level has the same scale
+        for lev in np.flatnonzero(self.measured_levels):
+            s2[lev] = var[int(np.argmax(level == lev))]
+        v = [float(s2[0])]
+        for lev in range(1, L):
+            v.append(1.0 / (1.0 / float(s2[lev]) + 1.0 / (self.k * v[-1])))  # s2 = inf: k v (children only)
+        self._v, self._s2 = v, s2.tolist()
         self._true: list[list[float]] = [[] for _ in range(L)]
         self._est: list[list[float]] = [[] for _ in range(L)]
         self._est_sum = [0.0] * L
-        self._charge(accountant)
+        self._open(accountant, rng)
 
     def measured_strategy(self) -> sp.csr_matrix:
-        """Level ``l = 0 .. L-1``: every complete block of ``k^l`` steps, weighted ``lambda_l``."""
-        return level_strategy(self.horizon, [(self.k**lev, float(w), True) for lev, w in enumerate(self.lam)])
-
-    def noise_scales(self) -> np.ndarray:
-        return np.full(self.measured_strategy().shape[0], self.scale)
+        """Level ``l = 0 .. L-1``: every complete block of ``k^l`` steps (0/1 rows, in the order they
+        complete); the weights are in :meth:`noise_scales` (``b / lambda_l``)."""
+        return super().measured_strategy()
 
     def _measure(self, level: int, true: float) -> float:
-        lam = float(self.lam[level])
-        return (lam * true + self._noise.draw()) / lam
+        if not self.measured_levels[level]:
+            return 0.0  # an unmeasured level: its weight 1 / s2 = 0 in the estimate
+        return true + self._noise.draw()  # y = x(block) + z, z of scale b / lambda_level
 
     def _step(self, a: float) -> float:
         v, s2, k = self._v, self._s2, self.k

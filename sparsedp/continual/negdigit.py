@@ -27,6 +27,16 @@ mean variance ``2 (sum_l D_l^{1/3})^3 / epsilon^2``.
 Streaming: level ``l``'s signed block sum changes only when ``p_l`` changes (every ``k^l`` steps), so
 an update recomputes ``O(m)`` noise terms amortised; noise of blocks that can no longer be used (more
 than ``k^{l+1}`` behind ``t``) is discarded, so the state is ``O(k log_k N)``.
+
+Measurement path (issue 13): the strategy is the set of blocks some step uses (interval rows), in
+the order of their first use (``t``, then levels from the top, then position; the block ranges move
+forward monotonically, so the order is computed in ``O(N)`` at construction), measured through
+:func:`sparsedp.measure.plan_measurement` with per-row scales ``b / lambda_l`` (weights as per-row
+scales on 0/1 blocks), which certifies the loss; the noise comes from its stream in that order.
+A block's noise ``z`` then has scale ``b / lambda_l`` directly, and ``s~_t = s_t + sum_l sign(d_l)
+sum z`` is an exact integer (lattice) computation with exact noise (``secure=True``, the default):
+the signed blocks tile ``[0, t)``, so this is exactly ``sum_l sign(d_l) sum y_block`` of the
+measured ``y = x(block) + z``.  ``secure=False``: float64 noise (an explicit opt-out).
 """
 
 from __future__ import annotations
@@ -39,9 +49,11 @@ import scipy.sparse as sp
 
 from ..calibration import laplace_scale
 from ..errors import SparseDPError
+from ..intervals import IntervalRows
 from ..privacy import Accountant
 from ..validation import check_epsilon
-from ._stream import BufferedNoise, StreamingCounter, check_accountant, exact_level_sensitivity, level_strategy
+from ._stream import StreamingCounter, check_accountant, exact_level_sensitivity, plan_rows, weighted_scales
+from ._stream import row_variances
 from .error import ContinualError
 from .fenwick import check_horizon
 from .kary import level_weights
@@ -104,14 +116,60 @@ def negdigit_error(N: int, k: int, epsilon: float, weights: Any = "optimal") -> 
     return ContinualError(per_step, total, total / N, 1.0, 2.0 / eps**2, f"{k}-ary negative digits")
 
 
+def first_use_blocks(N: int, k: int, levels: int) -> tuple[IntervalRows, np.ndarray, list[np.ndarray]]:
+    """The blocks :class:`NegDigitCounter` uses, as interval rows in the order of their first use,
+    with each row's level and, per level, the row of block ``j`` (``-1``: never used).  Blocks are
+    not cut at ``N``: the rows' columns extend past ``N`` with phantom steps that are always 0.
+
+    At step ``t`` level ``l`` uses the blocks ``j`` in ``[min(p_l, p_{l+1}), max(p_l, p_{l+1})) / k^l``
+    (``p_l`` = ``t`` rounded to the nearest multiple of ``k^l``, ``p_levels = 0``); both ends are
+    non-decreasing in ``t``, so block ``j`` is first used at the first ``t`` whose upper end passes
+    ``j``, if the lower end is not already past it (else never).  Within a step the counter visits
+    the levels from the top and the blocks in order."""
+    t = np.arange(1, N + 1, dtype=np.int64)
+    above = np.zeros(N, dtype=np.int64)
+    keys, lo_cols, hi_cols, lev_of = [], [], [], []
+    for level in reversed(range(levels)):
+        size = k**level
+        half = (size - 1) // 2
+        p = t - (((t + half) % size) - half)
+        lo, hi = np.minimum(p, above) // size, np.maximum(p, above) // size
+        j = np.arange(int(hi.max()) if N else 0, dtype=np.int64)
+        first = np.searchsorted(hi, j, side="right")  # 0-based step index of the first t with hi > j
+        used = first < N
+        used[used] = lo[first[used]] <= j[used]
+        j, first = j[used], first[used]
+        keys.append(np.stack([first, np.full(j.size, levels - 1 - level), j]))
+        lo_cols.append(j * size)
+        hi_cols.append((j + 1) * size)
+        lev_of.append(np.full(j.size, level))
+        above = p
+    key = np.concatenate(keys, axis=1)
+    order = np.lexsort(key[::-1])  # by first use, then level from the top, then position
+    lo_c, hi_c = np.concatenate(lo_cols)[order], np.concatenate(hi_cols)[order]
+    level_of = np.concatenate(lev_of)[order]
+    # a negative digit can subtract blocks that lie wholly after step N (rounded-up p_{l+1}): they
+    # hold no step, and the columns past N are phantom steps that are always 0 (no data, only noise)
+    cols = max(N, int(hi_c.max()))
+    rows = IntervalRows(cols, lo_c, hi_c, name=f"{k}-ary negative-digit blocks (N = {N}, {cols - N} phantom steps)")
+    row_of = []
+    for level in range(levels):
+        size = k**level
+        idx = np.flatnonzero(level_of == level)
+        table = np.full(-(-cols // size) + 1, -1, dtype=np.int64)
+        table[lo_c[idx] // size] = idx
+        row_of.append(table)
+    return rows, level_of, row_of
+
+
 class NegDigitCounter(StreamingCounter):
     """Online negative-digit k-ary tree counter (see the module docstring)."""
 
     name = "negdigit"
 
     def __init__(self, horizon: int, epsilon: float, k: int = 19, weights: Any = "optimal", rng: Any = None, *,
-                 increments: str = "counts", accountant: Accountant | None = None) -> None:
-        super().__init__(horizon, increments)
+                 increments: str = "counts", accountant: Accountant | None = None, secure: bool = True) -> None:
+        super().__init__(horizon, increments, secure)
         accountant = check_accountant(accountant)
         self.k = _check_k(k)
         self.epsilon = check_epsilon(epsilon, "epsilon")
@@ -119,28 +177,31 @@ class NegDigitCounter(StreamingCounter):
         self.levels = self.lam.size
         self.sensitivity = exact_level_sensitivity(self.lam, 1)  # one block per level holds a step
         self.scale = laplace_scale(self.sensitivity, self.epsilon)
-        self._noise = BufferedNoise("laplace", self.scale, rng)
-        self._s2 = 2.0 * self.sensitivity**2 / (self.epsilon * self.lam) ** 2
+        rows, level_of, self._row_of = first_use_blocks(self.horizon, self.k, self.levels)
+        scales = weighted_scales(self.scale, self.lam[level_of])
+        self._make_plan(lambda grid: plan_rows(rows, epsilon=self.epsilon, rho=None, scales=scales,
+                                               secure=self.secure, grid=grid))
+        var = row_variances(self.plan)
+        self._s2 = [float(var[np.argmax(level_of == lev)]) if np.any(level_of == lev) else 0.0
+                    for lev in range(self.levels)]  # every block of a level has the same scale
         self._z: list[dict[int, float]] = [{} for _ in range(self.levels)]
         self._p = [-1] * self.levels  # (p_l, p_{l+1}) of the cached contribution of each level
         self._above = [-1] * self.levels
         self._contrib = [0.0] * self.levels
         self._var = [0.0] * self.levels
         self._s = 0.0
-        self._charge(accountant)
+        self._open(accountant, rng)
 
     def measured_strategy(self) -> sp.csr_matrix:
-        """Level ``l``: every aligned block of ``k^l`` steps that holds a step (the last cut at ``N``),
-        weighted ``lambda_l`` -- the implicit measurements ``lambda_l x(block) + z_block``."""
-        return level_strategy(self.horizon, [(self.k**lev, float(w), False) for lev, w in enumerate(self.lam)])
-
-    def noise_scales(self) -> np.ndarray:
-        return np.full(self.measured_strategy().shape[0], self.scale)
+        """Every block some step uses (0/1 rows in the order of first use, restricted to the ``N``
+        real steps: a block past ``N`` is a row of zeros, pure noise); the weights are in
+        :meth:`noise_scales` (``b / lambda_l``)."""
+        return sp.csr_matrix(super().measured_strategy()[:, : self.horizon])
 
     def _node(self, level: int, index: int) -> float:
         z = self._z[level]
         if index not in z:
-            z[index] = self._noise.draw()
+            z[index] = self._noise.at(int(self._row_of[level][index]))
         return z[index]
 
     def _step(self, a: float) -> float:
@@ -156,7 +217,7 @@ class NegDigitCounter(StreamingCounter):
                 d = (p - p_above) // size
                 lo, hi = (p_above // size, p // size) if d >= 0 else (p // size, p_above // size)
                 total = sum(self._node(level, j) for j in range(lo, hi))
-                self._contrib[level] = (total if d >= 0 else -total) / self.lam[level]
+                self._contrib[level] = total if d >= 0 else -total  # z already of scale b / lambda
                 self._var[level] = abs(d) * self._s2[level]
                 self._p[level] = p
                 self._above[level] = p_above

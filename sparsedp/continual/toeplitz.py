@@ -17,6 +17,27 @@ only.  Step ``t`` has variance ``sigma^2 sum_{k<t} b_k^2``.
   poles ``1`` and ``y_r`` (the ``d - 1`` zeros of ``sum_j w_j / (y - theta_j)``, which interlace the
   ``theta``), so both ``Delta_2(M)^2`` and the total error have ``O(d^2)`` closed forms (geometric
   sums), which :func:`fit_blt` minimises over ``(w, theta)`` for the given ``N``.
+
+Measurement path (issue 13).  The noise is drawn through :func:`sparsedp.measure.plan_measurement`
+on the strategy's entries: the explicit lower-triangular ``M`` for ``N <= EXPLICIT_MAX``, above that
+its first column ``M e_1`` (an ``N x 1`` matrix: every column of a lower-triangular Toeplitz matrix
+is a truncation of the first, so ``Delta_2(M) = ||M e_1||_2`` exactly; a test checks it against the
+full matrix).  A Toeplitz operator trusted by the plan (matvec by FFT, loss from the first column)
+would let the ledger show ``N`` columns; it does not exist in :mod:`sparsedp.measure` yet.
+
+* ``secure=False``: float64 Gaussian ``z``, ``sigma`` from the counter's certified
+  :func:`strategy_sq_bound` (the larger of the explicit sum and the closed form, widened), which the
+  plan re-checks against the entries; the release is ``s_t + (B z)_t`` (``O(d)`` per step for BLT).
+* ``secure=True`` (default): exact discrete Gaussian noise needs a *lattice* strategy -- with
+  ``z`` on a lattice and a non-integer ``M``, ``s + B z`` has a support that moves with the data
+  (not private at all).  So the strategy is rounded to ``m'_k = 2^-F round(2^F m_k)`` (``F <= 20``,
+  smaller only at budgets where the exact sampler's scale would exceed ``2^40``), the plan is
+  grid-exact on the lattice ``q 2^-F`` (``q`` the data quantum), ``y_t = (M' x)_t + z_t`` is
+  computed *exactly* (two int64 products over a high / low split of the increments, sized so that
+  neither can overflow anywhere in the increment domain), and the release is ``W M'^{-1} y`` by forward
+  substitution (``v = M'^{-1} y``, ``s~_t = sum v``): a post-processing of the exact measurement.
+  Cost ``O(t)`` per step for every Toeplitz counter, BLT included (its ``O(d)`` recursion needs the
+  real-valued strategy: use ``secure=False`` for long BLT streams).
 """
 
 from __future__ import annotations
@@ -32,10 +53,12 @@ import scipy.signal
 import scipy.sparse as sp
 
 from ..calibration import gaussian_sigma, round_up
-from ..errors import SparseDPError
+from ..errors import InputBoundError, InvalidPrivacyParameterError, SparseDPError
+from ..operators import SparseOperator
 from ..privacy import Accountant
-from ..validation import check_rho
-from ._stream import BufferedNoise, StreamingCounter, ceil_sqrt, check_accountant, higham_gamma
+from ..validation import MAX_MAGNITUDE, check_rho
+from ._stream import SCALE_SLACK, UNIT_QUANTUM, StreamingCounter, ceil_sqrt, check_accountant, higham_gamma, plan_rows
+from ._stream import row_variances
 from .error import ContinualError
 from .fenwick import check_horizon
 
@@ -50,7 +73,17 @@ __all__ = [
     "BLTCounter",
     "strategy_sq_bound",
     "toeplitz_strategy",
+    "toeplitz_operator",
+    "EXPLICIT_MAX",
+    "STRATEGY_BITS",
 ]
+
+#: Up to this horizon the plan measures the explicit lower-triangular strategy (``N (N + 1) / 2``
+#: non-zeros); above it, its first column (see the module docstring).
+EXPLICIT_MAX = 2048
+#: Exact noise: the strategy is rounded to multiples of ``2^-STRATEGY_BITS`` (at most).
+STRATEGY_BITS = 20
+_INT_LIMIT = 2.0**62
 
 
 def sqrt_coefficients(N: int) -> np.ndarray:
@@ -249,6 +282,21 @@ def toeplitz_strategy(decoder: np.ndarray, N: int) -> np.ndarray:
     return m
 
 
+def toeplitz_operator(m: np.ndarray, name: str = "toeplitz") -> SparseOperator:
+    """The strategy to plan: the explicit lower-triangular Toeplitz matrix with first column ``m``
+    (``N <= EXPLICIT_MAX``), else that first column alone (the longest column: same ``Delta_p``)."""
+    m = np.asarray(m, dtype=np.float64)
+    N = m.size
+    if N <= EXPLICIT_MAX:
+        i, j = np.tril_indices(N)
+        A = sp.csr_matrix((m[i - j], (i, j)), shape=(N, N))
+        A.eliminate_zeros()
+        return SparseOperator(A, name=f"{name} strategy (N = {N})")
+    col = sp.csr_matrix(m[:, None])
+    col.eliminate_zeros()
+    return SparseOperator(col, name=f"{name} strategy, first column (N = {N}; Toeplitz: the longest column)")
+
+
 class ToeplitzCounter(StreamingCounter):
     """Online ``s_t + (B z)_t`` for a lower-triangular Toeplitz decoder ``B`` (``rho``-zCDP).
 
@@ -256,6 +304,8 @@ class ToeplitzCounter(StreamingCounter):
     ``sigma = Delta_2(M) / sqrt(2 rho)`` (rounded up) is calibrated from the strategy ``M = B^{-1} W``
     of the decoder itself (``strategy=`` its first column, else computed, ``O(N^2)``): a given
     ``m_sq_sum`` can only raise ``Delta_2``, never lower it (:func:`strategy_sq_bound`).
+    ``secure=True`` (default): exact discrete Gaussian noise on the rounded strategy ``M'`` (module
+    docstring; ``O(t)`` per step); ``secure=False``: float64 noise (an explicit opt-out).
     ``increments=`` and ``accountant=`` (charged ``rho`` here, before any draw) as in :mod:`._stream`.
     """
 
@@ -263,39 +313,124 @@ class ToeplitzCounter(StreamingCounter):
 
     def __init__(self, horizon: int, rho: float, decoder: np.ndarray, m_sq_sum: float | None = None,
                  rng: Any = None, *, strategy: np.ndarray | None = None, increments: str = "counts",
-                 accountant: Accountant | None = None) -> None:
-        super().__init__(horizon, increments)
+                 accountant: Accountant | None = None, secure: bool = True) -> None:
+        super().__init__(horizon, increments, secure)
         accountant = check_accountant(accountant)
         self.rho = check_rho(rho, "rho")
         N = self.horizon
         self._b = np.asarray(decoder, dtype=np.float64)[:N]
         m = toeplitz_strategy(self._b, N) if strategy is None else np.asarray(strategy, dtype=np.float64)[:N]
         self._calibrate(m, m_sq_sum)
-        self._z = np.empty(N)
         self._b2 = np.cumsum(self._b**2)
-        self._s = 0.0
-        self._noise = BufferedNoise("gaussian", self.sigma, rng)
-        self._charge(accountant)
+        self._z = np.empty(N)
+        self._open(accountant, rng)
 
+    # ---- calibration ----------------------------------------------------------------------------
     def _calibrate(self, m: np.ndarray, closed_form: float | None) -> None:
         if m.shape != (self.horizon,) or not np.all(np.isfinite(m)):
             raise SparseDPError(f"the strategy needs {self.horizon} finite coefficients")
         self._m = m
+        self._s = 0.0
+        if self.secure:
+            self._calibrate_exact(m)
+            return
         self.sensitivity = ceil_sqrt(strategy_sq_bound(m, closed_form))
-        self.sigma = gaussian_sigma(self.sensitivity, self.rho)
+        sigma = math.nextafter(gaussian_sigma(self.sensitivity, self.rho) * SCALE_SLACK, math.inf)
+        op = toeplitz_operator(m, self.name)
+        self._make_plan(lambda grid: plan_rows(op, epsilon=None, rho=self.rho, scales=sigma, secure=False))
+        self.sigma = float(self.plan.scales[0])
 
+    def _calibrate_exact(self, m: np.ndarray) -> None:
+        """Round the strategy to ``2^-F`` and plan it grid-exactly on the lattice ``q 2^-F``:
+        ``F + log2(1/q)`` is the largest precision (``F <= STRATEGY_BITS``, ``q >= UNIT_QUANTUM``
+        for unit increments, ``q = 1`` for counts) whose sampler scale stays below ``2^40``."""
+        norm = math.sqrt(math.fsum((m * m).tolist()))
+        room = math.floor(40.0 + math.log2(math.sqrt(2.0 * self.rho) / norm)) - 1
+        data_bits = 0 if self.increments == "counts" else -round(math.log2(UNIT_QUANTUM))
+        bits = max(0, min(STRATEGY_BITS, room))
+        extra = max(0, min(data_bits, room - bits))
+        last: Exception | None = None
+        for F in range(bits, -1, -1):
+            mi = np.round(np.ldexp(m, F))
+            if mi[0] == 0:
+                break
+            q, grid = 2.0**-extra, 2.0 ** -(extra + F)
+            op = toeplitz_operator(np.ldexp(mi, -F), self.name)
+            try:
+                self.plan = plan_rows(op, epsilon=None, rho=self.rho, secure=True, grid=grid)
+            except InvalidPrivacyParameterError as exc:
+                last = exc
+                continue
+            self.quantum, self.strategy_bits = q, F
+            self._mi = mi.astype(np.int64)
+            self._mf = np.ldexp(mi, -F)
+            self._grid = grid
+            self._split = self._split_bits(float(np.abs(mi).max()), q)
+            self.sensitivity = float(self.plan.sensitivity) * grid
+            self.sigma = float(self.plan.scales[0])
+            self._xvar_unit = float(row_variances(self.plan)[0])
+            N = self.horizon
+            self._ahi = np.zeros(N, dtype=np.int64)
+            self._alo = np.zeros(N, dtype=np.int64)
+            self._xv = np.zeros(N)
+            self._xu = np.zeros(N)
+            self._bsum = 0.0
+            self._xvar = 0.0
+            return
+        raise InvalidPrivacyParameterError(
+            f"rho = {self.rho!r} is too small for exact noise on this strategy (the sampler's scale would "
+            "exceed 2^40 grid units even with the strategy rounded to integers): use secure=False") from last
+
+    def _split_bits(self, mmax: float, q: float) -> int:
+        """``K`` such that ``(M' x)_t = 2^K (M' x_hi)_t + (M' x_lo)_t`` with ``x = 2^K x_hi + x_lo``
+        (``0 <= x_lo < 2^K``, in data quanta) has both products exact in int64: ``mmax A / 2^K`` and
+        ``mmax N 2^K`` below ``2^62``, where ``A`` bounds the running sum in quanta (``2^50`` counts,
+        ``N / q`` unit increments) and ``mmax = max_k |2^F m'_k|``."""
+        A = MAX_MAGNITUDE if self.increments == "counts" else self.horizon / q
+        K = max(0, math.ceil(math.log2(mmax * A / _INT_LIMIT)) + 1) if mmax * A >= _INT_LIMIT else 0
+        if mmax * self.horizon * 2.0**K >= _INT_LIMIT:
+            raise InvalidPrivacyParameterError(
+                f"horizon {self.horizon} is too long for the exact int64 strategy product of exact noise: use "
+                "secure=False")
+        return K
+
+    # ---- the stream -----------------------------------------------------------------------------
     def measured_strategy(self) -> sp.csr_matrix:
-        """``M = B^{-1} W``: lower-triangular Toeplitz with first column ``m`` (dense: small ``N``)."""
-        return sp.csr_matrix(scipy.linalg.toeplitz(self._m, np.zeros(self.horizon)))
-
-    def noise_scales(self) -> np.ndarray:
-        return np.full(self.horizon, self.sigma)
+        """``M = B^{-1} W`` (exact noise: the rounded ``M'``): lower-triangular Toeplitz with first
+        column ``m`` (dense: small ``N``)."""
+        col = self._mf if self.secure else self._m
+        return sp.csr_matrix(scipy.linalg.toeplitz(col, np.zeros(self.horizon)))
 
     def _noise_at(self, t: int) -> float:
         self._z[t - 1] = self._noise.draw()
         return float(self._b[:t] @ self._z[t - 1 :: -1]) if t > 1 else float(self._b[0] * self._z[0])
 
+    def _exact_step(self, a: float) -> float:
+        """``y_t = (M' x)_t + z_t`` exactly, then ``v_t = (M'^{-1} y)_t`` and ``s~_t = sum v``;
+        the variance from ``b' = W M'^{-1} e_1`` (``u = M'^{-1} e_1``, ``b'_t = sum u``)."""
+        t = self.t + 1
+        i = t - 1
+        self._ahi[i], self._alo[i] = divmod(round(a / self.quantum), 1 << self._split)
+        mi = self._mi[:t]  # both products are exact in int64 (see _split_bits)
+        acc = (int(np.dot(mi, self._ahi[i::-1])) << self._split) + int(np.dot(mi, self._alo[i::-1]))
+        k = int(self._noise.draw() / self._grid)  # the noise in grid units (exact)
+        y = float(acc + k) * self._grid  # a function of the exact y (rounded for arithmetic)
+        mf = self._mf
+        if i:
+            self._xv[i] = (y - float(np.dot(mf[1:t], self._xv[i - 1::-1]))) / mf[0]
+            self._xu[i] = -float(np.dot(mf[1:t], self._xu[i - 1::-1])) / mf[0]
+        else:
+            self._xv[0] = y / mf[0]
+            self._xu[0] = 1.0 / mf[0]
+        self._s += self._xv[i]
+        self._bsum += self._xu[i]
+        self._xvar += self._bsum * self._bsum
+        self.last_variance = self._xvar_unit * self._xvar
+        return self._s
+
     def _step(self, a: float) -> float:
+        if self.secure:
+            return self._exact_step(a)
         t = self.t + 1
         self._s += a
         self.last_variance = self.sigma**2 * self._b2[t - 1]
@@ -313,37 +448,40 @@ class SqrtCounter(ToeplitzCounter):
 
 
 class BLTCounter(ToeplitzCounter):
-    """BLT counter: ``O(d)`` time and state per step (``u <- theta u + z``, noise ``w . u``)."""
+    """BLT counter: ``O(d)`` time and state per step (``u <- theta u + z``, noise ``w . u``) with
+    float noise (``secure=False``); exact noise measures the rounded strategy, ``O(t)`` per step."""
 
     name = "blt"
 
     def __init__(self, horizon: int, rho: float, blt: BLT | None = None, buffers: int = 5, rng: Any = None, *,
-                 increments: str = "counts", accountant: Accountant | None = None) -> None:
+                 increments: str = "counts", accountant: Accountant | None = None, secure: bool = True) -> None:
         N = check_horizon(horizon)
-        StreamingCounter.__init__(self, N, increments)
+        StreamingCounter.__init__(self, N, increments, secure)
         accountant = check_accountant(accountant)
         self.rho = check_rho(rho, "rho")
         if blt is not None and not isinstance(blt, BLT):
             raise SparseDPError(f"blt must be a BLT, got {type(blt).__name__}")
         self.blt = blt if blt is not None else fit_blt(N, buffers)
-        self.sensitivity = ceil_sqrt(self.blt.strategy_sq_bound(N))
-        self.sigma = gaussian_sigma(self.sensitivity, self.rho)
+        self._calibrate(self.blt.strategy(N), None if self.secure else self.blt.strategy_sq_sum(N))
+        if not self.secure:  # the BLT's cached bound: the same as strategy_sq_bound(strategy, closed form)
+            self.sensitivity = max(self.sensitivity, ceil_sqrt(self.blt.strategy_sq_bound(N)))
         self._u = np.zeros(self.blt.w.size)
         self._theta, self._w = self.blt.theta, self.blt.w
         self._var_b = 0.0
-        self._s = 0.0
-        self._noise = BufferedNoise("gaussian", self.sigma, rng)
-        self._charge(accountant)
+        self._open(accountant, rng)
 
     def measured_strategy(self) -> sp.csr_matrix:
-        """``M = B^{-1} W`` of the BLT decoder (first column :meth:`BLT.strategy`; dense: small ``N``)."""
-        return sp.csr_matrix(scipy.linalg.toeplitz(self.blt.strategy(self.horizon), np.zeros(self.horizon)))
+        """``M = B^{-1} W`` of the BLT decoder (first column :meth:`BLT.strategy`; exact noise: rounded;
+        dense: small ``N``)."""
+        return super().measured_strategy()
 
     def _noise_at(self, t: int) -> float:
         self._u = self._theta * self._u + self._noise.draw()
         return float(self._w @ self._u)
 
     def _step(self, a: float) -> float:
+        if self.secure:
+            return self._exact_step(a)
         t = self.t + 1
         self._s += a
         bt = float(self._w @ self._theta ** (t - 1))
