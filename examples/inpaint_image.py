@@ -3,7 +3,8 @@
 The picture is generated here (no download): smooth shading plus a few plaid/stripe patterns, so it is
 close to low rank, plus a soft disc, which is not.  Pixel values lie in [0, 1]; each observed pixel is
 clipped to [0, 1] and released with Laplace noise of scale 1/epsilon (epsilon-DP for any single pixel
-value; the set of observed positions is public).  The private pixels are completed with DLNM-QR
+value; the set of observed positions is public): exact discrete Laplace noise on the grid 1/1024 (the
+default of ``privatize_observations``; ``secure=False`` would use float64 noise).  The private pixels are completed with DLNM-QR
 (rank fixed; given the release it reads the published noise level and fits the noise-calibrated
 nuclear-norm penalised model) and with Soft-Impute (safe threshold at the published noise level),
 and the before/after pictures are saved as PNGs.  (Measured at 256 x 256, 40% observed, rank 4:
@@ -66,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     observed = sp.csr_matrix((truth[i, j], (i, j)), shape=truth.shape)
     # OS entropy unless --seed-noise: whoever knows a seed can subtract the noise it drew
     release = privatize_observations(observed, args.epsilon, bounds=(0.0, 1.0), rng=rng if args.seed_noise else None)
-    print(f"{observed.nnz} of {truth.size} pixels observed; Laplace scale {release.scale:.3g} "
-          f"(epsilon = {release.epsilon:g} per pixel value)"
+    print(f"{observed.nnz} of {truth.size} pixels observed; exact discrete Laplace, scale {release.scale:.3g} "
+          f"on the grid {release.grid:.3g} (epsilon = {release.epsilon:g} per pixel value)"
           + ("; noise drawn from --seed: NOT private" if args.seed_noise else ""))
 
     fixed = dlnm_qr(release, args.rank, truth=truth)  # the release carries its noise level

@@ -2,7 +2,9 @@
 fit without an explicit --no-privacy (#9); strict budgets (#10); certified scales."""
 
 import json
+import re
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +16,11 @@ from sparsedp.completion import privatize_observations, synthetic_problem
 from sparsedp.errors import InputBoundError
 from sparsedp.noise import MAX_DISCRETE_SCALE
 from sparsedp.privacy import Accountant
+from sparsedp.audit import audit
+from sparsedp.noise import discrete_laplace_variance
 from sparsedp.validation import MAX_MAGNITUDE
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -29,7 +35,7 @@ def untouched(call):
     before = gen.bit_generator.state
     with pytest.raises(SparseDPError) as info:
         call(acc, gen)
-    assert acc.spent == 0.0 and acc.history == ()
+    assert acc.spent == 0.0 and acc.history == () and acc.ledger == ()
     assert gen.bit_generator.state == before
     return info.value
 
@@ -91,11 +97,15 @@ def test_secure_scale_limit_is_the_samplers(observed):
 @pytest.mark.parametrize("bounds, eps, k", [((-0.1, 0.2), 0.3, None), ((0.1, 0.7), 0.7, 3), ((-8, 8), 1 / 3, None),
                                             ((1e-3, 1e-3 + 1e-9), 1e-9, 2)])
 def test_scale_is_certified_against_the_exact_width(observed, bounds, eps, k):
-    rel = privatize_observations(observed, eps, bounds, rng=0, max_entries_per_row=k)
+    rel = privatize_observations(observed, eps, bounds, rng=0, max_entries_per_row=k, secure=False)
     lo, hi = (Fraction(v) for v in bounds)
     worst = (hi - lo) * (k or 1)  # one entry (row) moves the released vector by this, exactly
     assert Fraction(rel.scale) * Fraction(eps) >= worst
     assert Fraction(rel.sensitivity) >= worst
+    if eps >= 1e-6:  # exact noise (the default): certified in grid units, on the snapped values
+        rel = privatize_observations(observed, eps, bounds, rng=0, max_entries_per_row=k)
+        units = round(float(hi) / rel.grid) - round(float(lo) / rel.grid)
+        assert rel.secure and Fraction(rel.discrete_scale) * Fraction(eps) >= units * (k or 1)
 
 
 def test_secure_scale_is_certified_in_grid_units(observed):
@@ -190,3 +200,106 @@ def test_cli_budget_range(data):
     assert main(["complete", str(data), "--rank", "2", "--epsilon", "1e300", "--bounds", "0", "1"]) == 2
     with pytest.raises(InvalidPrivacyParameterError):
         privatize_observations(synthetic_problem(10, rank=1, p=0.5, rng=0)[0], 2e6, (0, 1))
+
+
+# ---- issue 13: one measurement path, exact noise by default, ledger, audit ---------------------------
+
+# noise samplers (random starting points and projections drawn with standard_normal are not noise)
+SAMPLER_CALL = re.compile(r"(?<!\w)(laplace|gaussian|discrete_laplace|discrete_gaussian)\s*\(|"
+                          r"\.(noise|normal|exponential|geometric)\s*\(")
+
+
+def test_no_privacy_noise_is_drawn_outside_the_measurement_path():
+    """The only sampler call in sparsedp/completion is the simulation helper (synthetic data and
+    Soft-Impute's estimate of the published noise level's spectral norm), never privacy noise."""
+    hits = []
+    for path in sorted((ROOT / "sparsedp" / "completion").glob("*.py")):
+        for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+            code = line.split("#")[0]
+            if SAMPLER_CALL.search(code) and not code.lstrip().startswith(("``", ":", '"')):
+                hits.append((path.name, line.strip()))
+    assert hits == [("synthetic.py", "return np.asarray(gen.laplace(0.0, scale, size), dtype=np.float64)")]
+    text = (ROOT / "sparsedp" / "completion" / "privacy.py").read_text()
+    assert "plan_measurement" in text and ".measure(" in text
+    assert SAMPLER_CALL.search("noisy = x + gen.laplace(0, b, n)") and SAMPLER_CALL.search("k = discrete_laplace(t, n)")
+
+
+def test_default_is_exact_noise_with_a_ledger_entry(observed):
+    acc = Accountant(epsilon=1.0)
+    rel = privatize_observations(observed, 0.5, (-1.0, 1.0), accountant=acc)
+    assert rel.secure and rel.grid == 2.0 / 1024 and rel.private
+    assert np.array_equal(rel.matrix.data / rel.grid, np.round(rel.matrix.data / rel.grid))  # on the grid
+    (entry,) = acc.ledger
+    assert entry is rel.entry and entry.secure and entry.private and entry.rows == observed.nnz
+    assert entry.noise == "laplace" and entry.cost.epsilon == 0.5 and "completion" in entry.label
+    assert entry.sensitivity == 1024  # one entry moves its snapped value by <= 1024 grid units
+    f = privatize_observations(observed, 0.5, (-1.0, 1.0), rng=3, accountant=acc, secure=False)
+    assert not f.secure and not f.private and acc.ledger[-1].secure is False and acc.ledger[-1].private is False
+    with pytest.raises(SparseDPError):
+        privatize_observations(observed, 0.5, (-1.0, 1.0), secure="yes")
+
+
+def test_user_level_ledger_counts_the_kept_entries_only(observed):
+    acc = Accountant(epsilon=1.0)
+    rel = privatize_observations(observed, 1.0, (0.0, 1.0), rng=0, accountant=acc, max_entries_per_row=2)
+    assert acc.ledger[0].rows == rel.matrix.nnz == observed.nnz - rel.dropped
+    assert acc.ledger[0].sensitivity == 2 * 1024  # k = 2 entries of one row, 1024 grid units each
+
+
+def test_budget_that_does_not_fit_is_refused_before_the_row_selection(observed):
+    acc = Accountant(epsilon=1.0)
+    privatize_observations(observed, 0.75, (0.0, 1.0), rng=0, accountant=acc)
+    gen = np.random.default_rng(0)
+    before = gen.bit_generator.state
+    with pytest.raises(SparseDPError):
+        privatize_observations(observed, 0.5, (0.0, 1.0), rng=gen, accountant=acc, max_entries_per_row=2)
+    assert gen.bit_generator.state == before and len(acc.ledger) == 1
+
+
+def test_exact_noise_variance_matches_the_plan():
+    """A coarse grid, where the discrete Laplace variance is clearly below 2 b^2: the empirical
+    variance of the released noise against the exact formula (the plan's)."""
+    n = 300
+    g = np.random.default_rng(4)
+    i, j = np.nonzero(g.random((n, n)) < 0.5)
+    vals = g.uniform(0, 1, i.size)
+    observed = sp.csr_matrix((vals, (i, j)), shape=(n, n))
+    rel = privatize_observations(observed, 2.0, (0.0, 1.0), rng=5, grid=0.25)  # 4 grid units, t = 2
+    assert rel.discrete_scale == 2.0
+    exact = 0.25**2 * discrete_laplace_variance(2.0)
+    assert rel.variance == pytest.approx(exact) and exact < 0.99 * 2 * 0.5**2  # (2 b^2 = 0.5)
+    noise = rel.matrix.tocsr()[i, j].A1 - 0.25 * np.round(vals / 0.25)
+    assert np.var(noise) == pytest.approx(exact, rel=0.10)
+    assert np.array_equal(noise / 0.25, np.round(noise / 0.25))
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_audit_of_the_release(broken):
+    """One observed entry, bounds (0, 1), neighbours 0 and 1: the loss is exactly epsilon = 1.  The
+    broken copy claims epsilon = 1 but draws the noise of epsilon = 2 (half the scale)."""
+    eps_used = 2.0 if broken else 1.0
+
+    def release(x, g):
+        observed = sp.csr_matrix(([float(x[0])], ([0], [0])), shape=(1, 1))
+        return privatize_observations(observed, eps_used, (0.0, 1.0), rng=g, grid=1 / 8).matrix.data
+
+    res = audit(release, [0.0], [1.0], trials=4000, rng=3)
+    if broken:
+        assert res.epsilon_lower > 1.0, res
+    else:
+        assert res.epsilon_lower <= 1.0, res
+
+
+def test_cli_defaults_to_exact_noise(data, tmp_path, capsys):
+    rep = tmp_path / "r.json"
+    common = ["complete", str(data), "--rank", "2", "--epsilon", "50", "--bounds", "-9", "9", "--json", str(rep)]
+    assert main(common) == 0
+    report = json.loads(rep.read_text())
+    assert report["secure"] is True and report["grid"] == pytest.approx(18 / 1024)
+    assert report["ledger"]["secure"] is True and report["ledger"]["epsilon"] == 50.0
+    assert "float" not in capsys.readouterr().err
+    assert main(common + ["--float-noise"]) == 0
+    report = json.loads(rep.read_text())
+    assert report["secure"] is False and report["ledger"]["secure"] is False
+    assert "--float-noise" in capsys.readouterr().err
+    assert main(common + ["--float-noise", "--grid", "0.1"]) == 2

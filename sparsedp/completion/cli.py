@@ -31,7 +31,9 @@ prints and saves the RSE against X, the asymptotic oracle floor (oracle_rse) and
 User data: DATA.npz, a scipy.sparse matrix saved with scipy.sparse.save_npz whose stored entries are
 the observations.  With --epsilon and --bounds the entries are first clipped and protected with
 Laplace noise of scale (hi - lo) / epsilon per entry (entry-level DP; --max-per-row k for user-level
-DP; --secure for exact discrete Laplace noise on a grid), from fresh operating-system entropy.
+DP), exact discrete Laplace noise on a grid (--grid; the default) from fresh operating-system
+entropy; --float-noise switches to float64 Laplace noise (an explicit opt-out for experiments: it
+can leak through its low bits).
 Without --epsilon the command refuses to run unless --no-privacy is given: the values are then
 fitted as given and every output (printed report, --json, --save) is marked NOT private.
 --save writes the factors (left, right) to an .npz with the fields private (bool) and privacy (a
@@ -62,9 +64,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--bounds", type=float, nargs=2, metavar=("LO", "HI"), default=None,
                    help="user data: clipping bounds of the values (required with --epsilon)")
     p.add_argument("--max-per-row", type=int, default=None, help="user data: user-level DP, keep at most k entries per row")
-    p.add_argument("--secure", action="store_true", help="user data: exact discrete Laplace noise on a grid")
+    p.add_argument("--secure", action="store_true",
+                   help="user data: exact discrete Laplace noise on a grid (the default; kept for compatibility)")
+    p.add_argument("--float-noise", action="store_true",
+                   help="user data: float64 Laplace noise instead of the default exact discrete noise (an explicit "
+                        "opt-out for experiments: float noise can leak through its low bits)")
     p.add_argument("--grid", type=float, default=None,
-                   help="user data with --secure: grid step of the released values (default (HI - LO) / 1024)")
+                   help="user data: grid step of the released values with exact noise (default (HI - LO) / 1024)")
     p.add_argument("--no-privacy", action="store_true",
                    help="user data without --epsilon: fit the raw values as given (the outputs are marked NOT "
                         "private; without this flag such a run is refused)")
@@ -133,9 +139,15 @@ def _complete(args: argparse.Namespace) -> int:
             if args.bounds is None:
                 raise ShapeError("--epsilon needs --bounds LO HI")
             as_pattern(observed, args.rank)  # the rank must fit the matrix: checked before the release
+            if args.float_noise and (args.secure or args.grid is not None):
+                raise SparseDPError("--float-noise contradicts --secure and --grid (exact noise on a grid)")
             noise_rng = args.seed if args.seed_noise else None  # a known seed would let anyone remove the noise
             release = privatize_observations(observed, args.epsilon, tuple(args.bounds), rng=noise_rng,
-                                             max_entries_per_row=args.max_per_row, secure=args.secure, grid=args.grid)
+                                             max_entries_per_row=args.max_per_row, secure=not args.float_noise,
+                                             grid=args.grid)
+            if args.float_noise:
+                _warn("--float-noise: float64 Laplace noise can leak through its low bits (Mironov 2012); the "
+                      "default exact discrete noise does not")
             observed, noise_std = release.matrix, release.noise_std
             private = not args.seed_noise
             privacy = (f"{release.epsilon:g}-DP per {release.unit} (Laplace on the values clipped to "
@@ -144,7 +156,8 @@ def _complete(args: argparse.Namespace) -> int:
                 privacy = "NOT private: the noise was drawn from --seed (--seed-noise); it would be " + privacy
                 _warn("--seed-noise: anyone who knows --seed can subtract the noise: the outputs are NOT private")
             report.update(epsilon=release.epsilon, laplace_scale=release.scale, unit=release.unit, dropped=release.dropped,
-                          secure=release.secure, grid=release.grid, private=private, privacy=privacy)
+                          secure=release.secure, grid=release.grid, private=private, privacy=privacy,
+                          ledger=release.entry.as_dict() if release.entry is not None else None)
             saved.update(epsilon=release.epsilon, unit=release.unit, bounds=np.array(release.bounds))
             known = True
         report.update(data=str(path), shape=list(observed.shape), nnz=int(observed.nnz))

@@ -13,10 +13,15 @@ pattern only, never on values), so one row moves the released vector by at most 
 L1, and every kept entry gets ``Lap(b)`` with ``b = k (hi - lo) / epsilon`` (the budget split
 ``epsilon / k`` per entry).
 
-Neither mode hides WHICH entries are observed: the pattern ``Omega`` is treated as public.  By
-default the float Laplace sampler is used (see :mod:`sparsedp.noise` on floating-point attacks).
+Neither mode hides WHICH entries are observed: the pattern ``Omega`` is treated as public.
 
-*Secure mode* (``secure=True``): the clipped values are snapped to the grid ``gamma`` (default
+One measurement path (issue 13): the release is :func:`sparsedp.measure.plan_measurement` of the
+identity on the vector of kept values with ``unit`` = the L1 change of one neighbour (``hi - lo`` per
+entry, ``k (hi - lo)`` per row; in grid units in secure mode), measured with
+:meth:`~sparsedp.measure.MeasurementPlan.measure` (``counts=False``), which validates the vector,
+charges the accountant with a ledger entry, then draws.
+
+*Secure mode* (``secure=True``, the default): the clipped values are snapped to the grid ``gamma`` (default
 ``(hi - lo) / 1024``), ``k_i = round(clip(v_i) / gamma)``, and exact discrete Laplace noise
 (:func:`sparsedp.noise.discrete_laplace`, random bits from the operating system unless ``rng`` is a
 seed or a Generator) is added to the integers; the release is ``gamma (k_i + z_i)``.  Snapping is
@@ -26,6 +31,8 @@ for one row at user level); ``z_i ~ DLap(t)`` with ``t = Delta_k / epsilon`` (en
 ``k Delta_k / epsilon`` (row level) is then ``epsilon``-DP (the geometric mechanism, Ghosh,
 Roughgarden, Sundararajan 2009).  Per-entry noise variance ``gamma^2 2 q / (1 - q)^2``,
 ``q = exp(-1/t)`` (slightly below the ``2 b^2`` of the continuous Laplace with ``b = gamma t``).
+``secure=False`` is the explicit opt-out to textbook float64 Laplace noise (it leaks through its low
+bits, Mironov 2012; for experiments): ``b = k (hi - lo) / epsilon`` on the clipped values.
 
 Order of operations (issue 19 #4): everything is validated first -- the budget (``check_epsilon``:
 a real number in ``[1e-9, 1e6]``), the bounds (finite, ``lo < hi``, ``|lo|, |hi|`` and ``hi - lo`` at
@@ -33,7 +40,9 @@ most :data:`~sparsedp.validation.MAX_MAGNITUDE` ``= 2^50``: :class:`InputBoundEr
 per-row bound, the pattern and its values (finite, no duplicates), the grid and the snapped values
 (secure mode), the generator argument, the accountant, and that the sampler accepts the scale (the
 exact sampler's ``t <= MAX_DISCRETE_SCALE = 2^40`` grid units) -- then the accountant is charged,
-then the noise (and the per-row selection) is drawn; nothing after the draw can fail.  The scale is
+then the per-row selection and the noise are drawn (the budget is checked with
+:meth:`Accountant.check` before the selection touches the generator); nothing after the draw can
+fail.  The scale is
 certified: the width ``hi - lo`` is taken from the exact rationals of the float bounds and rounded
 up, and ``b = k (hi - lo) / epsilon`` (``t = k Delta_k / epsilon``) is rounded up
 (:func:`sparsedp.calibration.laplace_scale`), so ``k (hi - lo) / b <= epsilon`` holds exactly.
@@ -50,18 +59,11 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from ..calibration import laplace_scale
 from ..errors import InvalidPrivacyParameterError, ShapeError, SparseDPError
-from ..noise import (
-    MAX_DISCRETE_SCALE,
-    as_generator,
-    discrete_laplace,
-    discrete_laplace_variance,
-    laplace,
-    laplace_variance,
-    snap_to_grid,
-)
-from ..privacy import Accountant, PrivacyCost
+from ..measure import plan_measurement
+from ..noise import as_generator, discrete_laplace_variance, laplace_variance, snap_to_grid
+from ..privacy import Accountant, LedgerEntry
+from ..strategies import identity
 from ..validation import MAX_MAGNITUDE, check_epsilon, check_magnitude, check_positive
 from ._observed import Pattern, as_pattern
 
@@ -75,7 +77,8 @@ class PrivateObservations:
     of the released vector under ``unit`` (in value units; secure mode: ``gamma Delta_k``);
     ``epsilon``: the privacy cost; ``dropped``: observations removed by the per-row bound;
     ``secure``/``grid``: exact discrete sampler on the grid ``gamma``; ``discrete_scale``: the scale
-    ``t`` (grid units) the exact sampler was given (secure mode only).
+    ``t`` (grid units) the exact sampler was given (secure mode only); ``private``: False for noise
+    from a seeded generator; ``entry``: the measurement's ledger record.
     """
 
     matrix: sp.csr_matrix
@@ -89,6 +92,8 @@ class PrivateObservations:
     secure: bool = False
     grid: float | None = None
     discrete_scale: float | None = None
+    private: bool = True  # False when the noise came from a seeded generator (reproducible)
+    entry: LedgerEntry | None = None  # the ledger record of the measurement
 
     @property
     def variance(self) -> float:
@@ -163,7 +168,7 @@ def privatize_observations(
     *,
     max_entries_per_row: int | None = None,
     accountant: Accountant | None = None,
-    secure: bool = False,
+    secure: bool = True,
     grid: float | None = None,
 ) -> PrivateObservations:
     """Clip the observed entries to ``bounds`` and add Laplace noise (see the module docstring).
@@ -171,17 +176,21 @@ def privatize_observations(
     Entry level: ``b = (hi - lo) / epsilon`` on every observed entry (``epsilon``-DP per entry; a row
     with ``k`` entries gets ``k epsilon``).  ``max_entries_per_row=k``: user level, at most ``k``
     entries per row kept, ``b = k (hi - lo) / epsilon`` (``epsilon``-DP per row).  ``accountant``:
-    charged ``epsilon`` before any noise is drawn (:class:`BudgetExceededError` if it does not fit).
-    ``secure=True``: values snapped to the grid ``gamma = grid`` (default ``(hi - lo) / 1024``) and
-    exact discrete Laplace noise ``DLap(t)``, ``t = Delta_k / epsilon`` grid units with
-    ``Delta_k = round(hi/gamma) - round(lo/gamma)`` per entry (``k Delta_k`` per row); ``rng=None``
-    draws the bits from the operating system, a seed or Generator is reproducible but not secure.
+    charged ``epsilon`` (with the measurement's ledger entry) before any noise is drawn
+    (:class:`BudgetExceededError` if it does not fit).  ``secure=True`` (default): values snapped to
+    the grid ``gamma = grid`` (default ``(hi - lo) / 1024``) and exact discrete Laplace noise
+    ``DLap(t)``, ``t = Delta_k / epsilon`` grid units with ``Delta_k = round(hi/gamma) -
+    round(lo/gamma)`` per entry (``k Delta_k`` per row); ``secure=False``: float64 Laplace noise (an
+    explicit opt-out).  ``rng=None`` draws from the operating system's entropy; a seed or Generator
+    is reproducible but not private (``private=False``).
     """
     # ---- 1. validate everything (nothing is charged or drawn before this block ends) ----
     eps = check_epsilon(epsilon, "epsilon")
     lo, hi = check_bounds(bounds)
     if accountant is not None and not isinstance(accountant, Accountant):
         raise SparseDPError(f"accountant must be a sparsedp.privacy.Accountant, got {type(accountant).__name__}")
+    if not isinstance(secure, (bool, np.bool_)):
+        raise SparseDPError(f"secure must be True (exact noise) or False (float noise), got {secure!r}")
     k = None if max_entries_per_row is None else _check_per_row(max_entries_per_row)
     per_row = 1 if k is None else k
     pat = as_pattern(observed)
@@ -193,34 +202,32 @@ def privatize_observations(
         units = int(snap_to_grid(hi, gamma)) - int(snap_to_grid(lo, gamma))  # Delta_k, grid units
         if units < 1:
             raise InvalidPrivacyParameterError(f"grid {gamma!r} is coarser than the bounds {(lo, hi)!r}")
-        t = _ceil_float(Fraction(units * per_row) / Fraction(eps))  # grid units, exact then rounded up
-        if not t <= MAX_DISCRETE_SCALE:
-            raise InvalidPrivacyParameterError(
-                f"discrete Laplace scale {t:.6g} grid units is above the exact sampler's limit "
-                f"{MAX_DISCRETE_SCALE:.6g} (2^40): use a coarser grid or a larger epsilon")
-        sens, scale = gamma * units * per_row, gamma * t
+        values, unit = snapped.astype(np.float64), _ceil_float(Fraction(units * per_row))
     else:
-        gamma, t, snapped = None, None, None
-        sens = exact_width(lo, hi, per_row)
-        scale = laplace_scale(sens, eps)  # finite: sens <= 2^31 * 2^50, eps >= 1e-9
-    unit = "entry" if k is None else "row"
-    # ---- 2. charge ----
+        gamma, values = None, clipped
+        unit = exact_width(lo, hi, per_row)
+    kept = int(pat.nnz if k is None else np.minimum(np.diff(pat.indptr), k).sum())
+    # the identity on the kept values; one neighbour moves them by <= unit in L1: Delta_1 = unit,
+    # b = unit / epsilon rounded up (grid units when secure); the plan checks the sampler's range
+    plan = plan_measurement(identity(kept), epsilon=eps, unit=unit, secure=bool(secure), grid=1.0)
     if accountant is not None:
-        accountant.spend(PrivacyCost(epsilon=eps), label=f"completion: Laplace on observed entries ({unit} level)")
-    # ---- 3. draw (nothing below can fail on the inputs) ----
+        accountant.check(plan.cost)  # before the per-row selection advances the generator
+    # ---- 2. select (pattern only), then measure: charge, then draw (nothing below can fail) ----
     rows, cols = pat.rows, pat.indices
     keep = None if k is None else bound_rows(pat, k, gen)
     if keep is not None:
-        rows, cols = rows[keep], cols[keep]
-    if snapped is not None:
-        ints = (snapped if keep is None else snapped[keep]) + discrete_laplace(t, rows.size, None if rng is None else gen)
-        noisy = gamma * ints.astype(np.float64)
-    else:
-        noisy = (clipped if keep is None else clipped[keep]) + laplace(scale, rows.size, gen)
+        rows, cols, values = rows[keep], cols[keep], values[keep]
+    unit_name = "entry" if k is None else "row"
+    meas = plan.measure(values, accountant=accountant, rng=None if rng is None else gen, counts=False,
+                        label=f"completion: Laplace on observed entries ({unit_name} level)")
+    t = float(plan.scales[0])
+    noisy = meas.y * gamma if secure else meas.y
     matrix = sp.csr_matrix((noisy, (rows, cols)), shape=pat.shape)
     return PrivateObservations(
-        matrix=matrix, epsilon=eps, bounds=(lo, hi), scale=scale, sensitivity=sens, unit=unit,
-        max_entries_per_row=k, dropped=pat.nnz - rows.size, secure=bool(secure), grid=gamma, discrete_scale=t,
+        matrix=matrix, epsilon=eps, bounds=(lo, hi), scale=gamma * t if secure else t,
+        sensitivity=gamma * units * per_row if secure else unit, unit=unit_name, max_entries_per_row=k,
+        dropped=pat.nnz - rows.size, secure=bool(secure), grid=gamma, discrete_scale=t if secure else None,
+        private=meas.private, entry=meas.entry,
     )
 
 

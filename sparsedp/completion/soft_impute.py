@@ -36,6 +36,7 @@ from ..noise import as_generator
 from ._observed import Pattern, as_pattern, spectral_init, spectral_norm
 from .report import CompletionResult
 from .shrinkage import calibrated_lambda, resolve_noise_std
+from .synthetic import simulated_laplace
 
 
 def noise_threshold(shape: tuple[int, int], p: float, sigma: float) -> float:
@@ -47,10 +48,11 @@ def noise_threshold(shape: tuple[int, int], p: float, sigma: float) -> float:
 def sampled_noise_norm(pat: Pattern, sigma: float, rng: Any = 0, draws: int = 2, iters: int = 25) -> float:
     """``max`` over ``draws`` of ``||P_Omega(E)||_2`` for fresh Laplace noise ``E`` of standard deviation
     ``sigma`` on the actual observed pattern (power iteration).  Uses only public information (the
-    pattern and the published noise level), never the data."""
+    pattern and the published noise level), never the data: a simulation, not privacy noise (nothing
+    it draws is released), so it is not a measurement."""
     gen = as_generator(rng)
     b = sigma / math.sqrt(2.0)
-    return max(spectral_norm(pat, iters, gen, values=gen.laplace(0.0, b, pat.nnz)) for _ in range(draws))
+    return max(spectral_norm(pat, iters, gen, values=simulated_laplace(gen, b, pat.nnz)) for _ in range(draws))
 
 
 def soft_impute(

@@ -13,7 +13,16 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import ShapeError
-from ..noise import as_generator, laplace
+from ..noise import as_generator
+
+
+def simulated_laplace(gen: np.random.Generator, scale: float, size: int) -> np.ndarray:
+    """``size`` float Laplace values of scale ``b`` for *simulations* -- the synthetic problem's
+    observation noise and Soft-Impute's estimate of the published noise level's spectral norm --
+    never privacy noise (that is drawn by :func:`sparsedp.measure.plan_measurement` in
+    :func:`~sparsedp.completion.privatize_observations`).  The only noise draw in
+    :mod:`sparsedp.completion` (a test checks it)."""
+    return np.asarray(gen.laplace(0.0, scale, size), dtype=np.float64)
 
 
 def synthetic_problem(m: int, n: int | None = None, rank: int = 10, p: float = 0.15, noise_scale: float = 0.0,
@@ -35,5 +44,5 @@ def synthetic_problem(m: int, n: int | None = None, rank: int = 10, p: float = 0
     i, j = np.divmod(flat, n)
     vals = np.einsum("ij,ij->i", U[i], V[j])
     if noise_scale > 0:
-        vals = vals + laplace(noise_scale, count, gen)
+        vals = vals + simulated_laplace(gen, noise_scale, count)
     return sp.csr_matrix((vals, (i, j)), shape=(m, n)), (U, V)
