@@ -40,6 +40,8 @@ __all__ = [
     "inference",
     "noise",
     "operators",
+    "optimize",
+    "OptimizedStrategy",
     "privacy",
     "strategies",
     "workloads",

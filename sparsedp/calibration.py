@@ -40,6 +40,7 @@ __all__ = [
     "laplace_scale",
     "gaussian_sigma",
     "round_up",
+    "certified_sqrt",
 ]
 
 _U = 2.0**-53
@@ -134,8 +135,16 @@ def column_norm_bound(A: Any, p: int = 1, row_scales: Any = None) -> np.ndarray:
     sums = _certified_column_sums(mat, terms, roundings)
     if p == 1:
         return sums
-    roots = np.sqrt(sums)
-    exact = roots * roots == sums
+    return certified_sqrt(sums)
+
+
+def certified_sqrt(values: Any) -> np.ndarray:
+    """``sqrt(values)`` rounded up: ``>=`` the exact root.  The correctly rounded root is within half
+    an ulp, so one step up suffices; it is kept only when it is an integer below ``2^26`` whose
+    square (then exact in float64) equals the value."""
+    v = np.asarray(values, dtype=np.float64)
+    roots = np.sqrt(v)
+    exact = (roots == np.floor(roots)) & (roots < 2.0**26) & (roots * roots == v)
     return np.where(exact, roots, np.nextafter(roots, np.inf))
 
 

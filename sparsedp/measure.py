@@ -37,7 +37,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import noise as _noise
-from .calibration import gaussian_loss, gaussian_sigma, laplace_loss, laplace_scale, sensitivity_bound
+from .calibration import certified_sqrt, gaussian_loss, gaussian_sigma, laplace_loss, laplace_scale, sensitivity_bound
 from .errors import (
     InputBoundError,
     InvalidPrivacyParameterError,
@@ -370,9 +370,7 @@ def _interval_sensitivity(op: IntervalRows, p: int) -> float:
     """Certified ``Delta_p`` of interval rows from their exact integer coverage."""
     if p == 1:
         return op.certified_loss(None, 1)
-    sq = op.certified_loss(None, 2)
-    root = math.sqrt(sq)
-    return root if root * root == sq else math.nextafter(root, math.inf)
+    return float(certified_sqrt(op.certified_loss(None, 2)))
 
 
 def _integer_rows_plan(op: Operator, form: Any, noise: str, eps: float | None, r: float | None,

@@ -190,8 +190,6 @@ def test_large_tree_is_fast_and_closed_form():
     assert res.error.total == pytest.approx(ref.total, rel=1e-9)
 
 
-@pytest.mark.xfail(strict=True, reason="calibration.column_norm_bound(p=2) tests sqrt exactness in float "
-                   "(roots * roots == sums), so it can return a root whose exact square is below the sum")
 def test_certified_l2_bound_is_not_below_the_exact_norm():
     # an integer column like those of the Gaussian integer strategies: sum of squares 4294909108
     col = np.array([[65535.0], [269.0], [22.0], [6.0], [1.0], [1.0]])
