@@ -373,22 +373,47 @@ def _interval_sensitivity(op: IntervalRows, p: int) -> float:
     return float(certified_sqrt(op.certified_loss(None, 2)))
 
 
-def _integer_rows_plan(op: Operator, form: Any, noise: str, eps: float | None, r: float | None,
-                       scales: Any, max_distinct_scales: int) -> MeasurementPlan:
-    """Exact noise for a strategy ``A = diag(f) H`` with integer ``H`` (e.g. Haar for any ``n``):
-    measure ``H x`` on the exact integer grid with per-row scales ``b_i / f_i`` and release
-    ``f_i (H x + z)_i``, which has the law of ``A x`` plus noise of scale ``b_i`` on a grid of ``f_i``.
-    The loss is certified on ``H`` and those scales (``max_j sum_i |H_ij| f_i / b_i``); without
-    the integer form the inexact-grid rule would add one unit per touched row (2.2x more noise for
-    Haar at n = 37)."""
+def _integer_form(op: Operator) -> tuple[Operator, np.ndarray] | None:
+    """``(H, f)`` with ``op = diag(f) H`` and ``H`` integer, when the operator says so: a Haar-like
+    ``integer_rows`` form, a weighted strategy over an integer base, or interval rows with
+    non-integer weights.  ``None`` when ``op`` is already integer or has no such form."""
+    if type(op) is IntervalRows:
+        w = op.weights
+        if np.all(w == np.round(w)):
+            return None
+        return IntervalRows(op.shape[1], op.lo, op.hi, name=f"{op.name} (unit rows)"), w
+    if not isinstance(op, SparseOperator):
+        return None
+    form = op.meta.get("integer_rows") if op.base is None else None
+    if form is not None:
+        H, f = form
+        return SparseOperator(sp.csr_matrix(H, dtype=np.float64), name=f"{op.name} (integer rows)"), np.asarray(f, float)
+    if op.base is not None and op.row_weights is not None:
+        base = op.base
+        if isinstance(base, SparseOperator) and base.matrix.nnz and np.all(base.matrix.data == np.round(base.matrix.data)):
+            if not np.all(op.row_weights == np.round(op.row_weights)):
+                return base, np.asarray(op.row_weights, dtype=np.float64)
+    return None
+
+
+def _integer_rows_plan(op: Operator, form: tuple[Operator, np.ndarray], noise: str, eps: float | None,
+                       r: float | None, scales: Any, max_distinct_scales: int) -> MeasurementPlan:
+    """Exact noise for a strategy ``A = diag(f) H`` with integer ``H`` (Haar for any ``n``,
+    weighted strategies, weighted trees): measure ``H x`` on the exact integer grid with per-row
+    scales ``b_i / |f_i|`` and release ``f_i (H x + z)_i``, which has the law of ``A x`` plus noise of
+    scale ``b_i`` on a grid of ``|f_i|``.  The loss is certified on ``H`` and those scales
+    (``max_j sum_i |H_ij| |f_i| / b_i``); without the integer form the inexact-grid rule would add
+    one unit per touched row (2.2x more noise for Haar at n = 37)."""
     H, f = form
-    H = sp.csr_matrix(H, dtype=np.float64)
-    f = np.asarray(f, dtype=np.float64)
-    if H.shape != op.shape or f.shape != (op.shape[0],) or not np.all(H.data == np.round(H.data)):
-        raise ShapeError("integer_rows must be an integer matrix of the strategy's shape and one factor per row")
+    if H.shape != op.shape or f.shape != (op.shape[0],) or not np.all(np.isfinite(f)) or np.any(f == 0):
+        raise ShapeError("an integer form needs an integer matrix of the strategy's shape and a non-zero factor per row")
+    if type(H) is not IntervalRows and not np.all(H.tosparse().data == np.round(H.tosparse().data)):
+        raise ShapeError("integer_rows must be an integer matrix")
     p = 1 if noise == "laplace" else 2
-    A = sp.csr_matrix(op.tosparse(), dtype=np.float64)
-    data_sens = sensitivity_bound(A, p)
+    if type(op) is IntervalRows:
+        data_sens = _interval_sensitivity(op, p)
+    else:
+        data_sens = sensitivity_bound(sp.csr_matrix(op.tosparse(), dtype=np.float64), p)
     if scales is None:
         b = laplace_scale(data_sens, eps) if noise == "laplace" else gaussian_sigma(data_sens, r)
         target = np.full(op.shape[0], b)
@@ -397,10 +422,17 @@ def _integer_rows_plan(op: Operator, form: Any, noise: str, eps: float | None, r
         if not np.all(np.isfinite(target)) or np.any(target <= 0):
             raise InvalidPrivacyParameterError("scales must be finite and > 0")
     # scales on the integer rows, with a 2^-40 margin over the certificate's rounding slack
-    unit_scales = np.nextafter(target / f, np.inf) * (1.0 + 2.0**-40)
+    unit_scales = np.nextafter(target / np.abs(f), np.inf) * (1.0 + 2.0**-40)
     if np.unique(unit_scales).size > int(max_distinct_scales):
         unit_scales = _quantize_up(unit_scales)
-    loss = laplace_loss(H, unit_scales) if p == 1 else gaussian_loss(H, unit_scales)
+    if type(H) is IntervalRows:
+        loss = H.certified_loss(unit_scales, p)
+        loss = loss if p == 1 else math.nextafter(loss / 2.0, math.inf)
+        h_sens = _interval_sensitivity(H, p)
+    else:
+        Hm = sp.csr_matrix(H.tosparse(), dtype=np.float64)
+        loss = laplace_loss(Hm, unit_scales) if p == 1 else gaussian_loss(Hm, unit_scales)
+        h_sens = sensitivity_bound(Hm, p)
     budget = eps if noise == "laplace" else r
     if budget is not None and loss > budget:
         raise InvalidPrivacyParameterError(f"these scales cost {loss!r} on this matrix, more than the {budget!r} given")
@@ -410,9 +442,9 @@ def _integer_rows_plan(op: Operator, form: Any, noise: str, eps: float | None, r
         raise InvalidPrivacyParameterError(f"the exact sampler's scale would exceed {_noise.MAX_DISCRETE_SCALE:g}")
     cost = PrivacyCost(epsilon=charged) if noise == "laplace" else PrivacyCost(rho=charged)
     return MeasurementPlan(
-        strategy=op, measured=SparseOperator(H, name=f"{op.name} (integer rows)"), noise=noise, secure=True,
-        grid=1.0, grid_exact=True, scales=unit_scales * f, unit_scales=unit_scales,
-        sensitivity=sensitivity_bound(H, p), data_sensitivity=data_sens, loss=loss, cost=cost, row_factors=f,
+        strategy=op, measured=H, noise=noise, secure=True, grid=1.0, grid_exact=True,
+        scales=unit_scales * np.abs(f), unit_scales=unit_scales, sensitivity=h_sens, data_sensitivity=data_sens,
+        loss=loss, cost=cost, row_factors=f,
     )
 
 
@@ -459,8 +491,8 @@ def plan_measurement(
             unit_scales = np.nextafter(unit_scales / g, np.inf)  # never below the scale asked for
             if np.unique(unit_scales).size > int(max_distinct_scales):
                 unit_scales = _quantize_up(unit_scales)
-    integer_form = op.meta.get("integer_rows") if secure and isinstance(op, SparseOperator) else None
-    if integer_form is not None and c == 1.0 and g == 1.0:
+    integer_form = _integer_form(op) if secure and c == 1.0 and g == 1.0 else None
+    if integer_form is not None:
         return _integer_rows_plan(op, integer_form, noise, eps, r, scales, max_distinct_scales)
     given = unit_scales if scales is not None else None
     # exact structured loss for interval rows; anything else (subclasses included) from its entries

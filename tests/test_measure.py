@@ -174,3 +174,23 @@ def _exact_l1(A, scales) -> Fraction:
     return max(sum((abs(Fraction(float(v))) / Fraction(float(scales[i])) for v, i in
                     zip(A.data[A.indptr[j]:A.indptr[j + 1]], A.indices[A.indptr[j]:A.indptr[j + 1]])), Fraction(0))
                for j in range(A.shape[1]))
+
+
+@pytest.mark.parametrize("kind", ["weighted-sparse", "weighted-intervals"])
+def test_weighted_strategies_get_exact_noise_on_their_integer_rows(kind):
+    # diag(w) M with fractional w: the inexact-grid rule would add a unit per touched row; the
+    # integer form measures M with per-row scales b / |w_i| (the same law as the float mechanism)
+    rng = np.random.default_rng(2)
+    base = st.hierarchical(32, 4) if kind == "weighted-intervals" else st.fenwick(32)
+    w = rng.uniform(0.3, 2.0, size=base.shape[0]) * rng.choice([-1, 1], size=base.shape[0])
+    A = st.weighted(base, w)
+    exact = plan_measurement(A, epsilon=0.8, secure=True)
+    flt = plan_measurement(A, epsilon=0.8, secure=False)
+    assert exact.row_factors is not None
+    np.testing.assert_allclose(exact.scales, flt.scales, rtol=1e-9)
+    assert Fraction(exact.loss) <= Fraction(0.8)
+    Hm = sp.csr_matrix(exact.measured.tosparse())
+    assert _exact_l1(Hm, exact.unit_scales) <= Fraction(0.8)
+    x = rng.integers(0, 20, size=32)
+    ys = np.array([exact.measure(x, rng=i).y for i in range(2000)])
+    np.testing.assert_allclose(ys.mean(axis=0), A.matvec(x), atol=4 * np.sqrt(exact.variances().max() / 2000) + 1e-9)

@@ -134,7 +134,7 @@ def test_secure_mode_integer_grid():
 
 
 def test_secure_mode_rounding_grid_inflates_sensitivity():
-    M = st.weighted(st.identity(4), [0.5, 0.5, 0.5, 0.5])
+    M = 0.5 * np.eye(4)  # a plain matrix: no integer form is known (st.weighted would give one)
     mech = MatrixMechanism(wl.identity(4), M, epsilon=1.0, secure=True, grid=1.0)
     # 0.5 x is not integral: rounding may move a row by one more unit.  The integer change of a
     # row is at most ceil(0.5) + 1 = 2 (ceil: float error in M x cannot push it past that)
