@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .._threads import blas_threads
 from ..errors import ShapeError
 from ._loop import Monitor
 from ._observed import Pattern, as_pattern, spectral_init
@@ -40,6 +41,7 @@ def _pattern_parts(pat: Pattern) -> tuple[Any, Any, Any, Any]:
     return M, ones, M.T.tocsr(), ones.T.tocsr()
 
 
+@blas_threads()
 def alternating_minimization(
     observed: Any,
     rank: int,

@@ -59,6 +59,7 @@ from typing import Any
 
 import numpy as np
 
+from .._threads import blas_threads
 from ..errors import ShapeError
 from ..validation import check_positive
 from ._linalg import small_svd, thin_qr
@@ -93,6 +94,7 @@ def default_rho(p: float) -> float:
     return max(1.2, 1.0 / (1.0 - 2.0 * p))
 
 
+@blas_threads()
 def dlnm_qr(
     observed: Any,
     rank: int,

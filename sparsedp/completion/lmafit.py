@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import scipy.linalg
 
+from .._threads import blas_threads
 from ..errors import ShapeError
 from ..validation import check_positive
 from ._linalg import thin_qr
@@ -52,6 +53,7 @@ def _rank_drop(R: np.ndarray, gap: float) -> int | None:
     return p + 1 if ratios[p] > gap * max(base, 1.0) else None
 
 
+@blas_threads()
 def lmafit_sor(
     observed: Any,
     rank: int,

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse.linalg as spla
 
+from .._threads import blas_threads
 from ..errors import ShapeError
 from ._observed import as_pattern
 from .metrics import _as_factors_or_dense, rse
@@ -56,6 +57,7 @@ def _truth_subspaces(truth: Any, rank: int | None) -> tuple[np.ndarray, np.ndarr
     return np.linalg.qr(U)[0], np.linalg.qr(V)[0], (U, V)
 
 
+@blas_threads()
 def oracle_least_squares(observed: Any, truth: Any, rank: int | None = None, *, tol: float = 1e-10,
                          max_iter: int | None = None) -> OracleFit:
     """Least squares of the observed (noisy) entries over the true tangent space; see module doc.

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from .._threads import blas_threads
 from ..errors import ShapeError
 from ..validation import check_positive
 from ._loop import Monitor
@@ -55,6 +56,7 @@ def sampled_noise_norm(pat: Pattern, sigma: float, rng: Any = 0, draws: int = 2,
     return max(spectral_norm(pat, iters, gen, values=simulated_laplace(gen, b, pat.nnz)) for _ in range(draws))
 
 
+@blas_threads()
 def soft_impute(
     observed: Any,
     max_rank: int,

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from .._threads import blas_threads
 from ..errors import ShapeError
 from ..noise import as_generator
 
@@ -25,6 +26,7 @@ def simulated_laplace(gen: np.random.Generator, scale: float, size: int) -> np.n
     return np.asarray(gen.laplace(0.0, scale, size), dtype=np.float64)
 
 
+@blas_threads()
 def synthetic_problem(m: int, n: int | None = None, rank: int = 10, p: float = 0.15, noise_scale: float = 0.0,
                       rng: Any = 0) -> tuple[sp.csr_matrix, tuple[np.ndarray, np.ndarray]]:
     """Return ``(observed, (U, V))``: the noisy observed entries of ``U V^T`` as CSR, and the truth's

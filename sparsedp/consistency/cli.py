@@ -12,44 +12,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from typing import Any
 
 import numpy as np
 
 from ..errors import SparseDPError
+from ..progress import SolverProgress
 from ..release_file import save_release
 from .restaurant import restaurant, restaurant_release
 from .solvers import METHODS
 
 __all__ = ["register"]
-
-
-class _Progress:
-    """A one-line progress display on stderr (only after a solve has run for ``after`` seconds)."""
-
-    def __init__(self, tol: float, after: float = 1.0, stream: Any = sys.stderr) -> None:
-        self.tol, self.after, self.stream = tol, after, stream
-        self.start = time.perf_counter()
-        self.shown = False
-        self.last = 0.0
-
-    def __call__(self, iteration: int, x: np.ndarray, residual: float) -> None:
-        elapsed = time.perf_counter() - self.start
-        if elapsed < self.after or elapsed - self.last < 0.5:
-            return
-        self.last = elapsed
-        self.shown = True
-        done = 0.0
-        if residual > 0 and np.isfinite(residual):
-            done = min(1.0, max(0.0, np.log10(1.0 + 1.0 / residual) / np.log10(1.0 + 1.0 / self.tol)))
-        bar = "#" * int(30 * done)
-        self.stream.write(f"\r[{bar:<30}] iteration {iteration}  residual {residual:.2e}  {elapsed:.1f}s")
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.shown:
-            self.stream.write("\n")
 
 
 def _warn_not_private(seed: int | None, evaluate: bool) -> bool:
@@ -68,7 +41,7 @@ def _run(args: argparse.Namespace) -> int:
         raise SparseDPError(f"--days must be >= 1, got {args.days}")
     private = _warn_not_private(args.seed, args.evaluate)
     sales = restaurant(args.days, seed=args.data_seed)  # synthetic data; the noise is seeded separately
-    progress = _Progress(args.tol)
+    progress = SolverProgress(args.tol, desc="consistency")
     try:
         rel = restaurant_release(
             epsilon=args.epsilon,
@@ -182,7 +155,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="impose the combo constraint only at the leaves (the seed's T + 5 sub-problems) or "
                    "also at every internal node (implied, redundant rows); the answer is the same "
                    "(default %(default)s)")
-    p.add_argument("--tol", type=float, default=1e-10, help="stop when max |Cx - b| <= TOL (default %(default)s)")
+    p.add_argument("--tol", type=float, default=None,
+                   help="stop when max |Cx - b| <= TOL (default: the solver's, max(1e-10, the float64 floor))")
     p.add_argument("--max-sweeps", type=int, default=100_000, help="iteration cap for iterative methods (default %(default)s)")
     p.add_argument("--executor", choices=("inprocess", "threads", "dask"), default="inprocess",
                    help="where block projections run; 'dask' starts a LocalCluster (default %(default)s)")
