@@ -20,12 +20,7 @@ from pathlib import Path
 GALLERY = Path(__file__).resolve().parent / "gallery"
 
 # (file, message fragment) of griffe warnings tolerated until the docstring is fixed at its source.
-KNOWN_DOCSTRING_WARNINGS: tuple[tuple[str, str], ...] = (
-    # discrete_laplace's "Returns ..." paragraph sits inside its numpy "Parameters" section
-    ("sparsedp/noise.py", "Parameter 'Returns' does not appear in the function signature"),
-    ("sparsedp/noise.py", "No types or annotations for parameters ['Returns']"),
-    ("sparsedp/noise.py", "InvalidPrivacyParameterError` before any random bit is read"),
-)
+KNOWN_DOCSTRING_WARNINGS: tuple[tuple[str, str], ...] = ()
 
 _EXAMPLE_LINK = re.compile(r"\]\(\.\./examples/([A-Za-z0-9_]+)(?:\.py|/[^)#\s]*)?\)")
 

@@ -799,8 +799,11 @@ def discrete_laplace(scale: float | np.ndarray, size: Size = None, rng: Any = No
         An ``int`` or :class:`numpy.random.Generator`: bits from that generator -- reproducible
         but **not secure**.  A :class:`SecureRandomBits` is used as given.
 
-    Returns an int64 array of exact samples.  Invalid scales raise
-    :class:`InvalidPrivacyParameterError` before any random bit is read.
+    Returns
+    -------
+    numpy.ndarray
+        An int64 array of exact samples.  Invalid scales raise
+        :class:`InvalidPrivacyParameterError` before any random bit is read.
     """
     t, shape = _check_scale(scale, size, "scale", _MAX_DISCRETE_SCALE)
     bits = _bits_from(rng)
