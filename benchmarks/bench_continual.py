@@ -14,9 +14,15 @@ For N in {2^10 - 1, 2^16 - 1, 2^20 - 1, 10^6} and eps = 1 (zCDP methods at rho =
   PyPI package ``dpcrpy`` (FDA, N = 2^m - 1 only; optional: skipped and said so when absent), with
   the largest weight difference;
 * counter throughput (updates/s) over the first ``--steps`` steps, against dpcrpy's FDA counter;
-* a plot of per-step variance against t (benchmarks/results/continual.png).
+* a plot of per-step variance against t (benchmarks/results/continual.png);
+* exact noise against float noise (issue 13): for every counter, the time to build it and to run
+  all ``N`` steps with ``secure=True`` (the default: exact discrete noise through the measurement
+  plan) and with ``secure=False``, and their ratio (target: exact within 1.25x of float), at
+  ``N = 2^20`` (square root and BLT, ``O(t)`` per step with exact noise, at ``N = 2^14``).  Best of
+  ``--repeat`` interleaved runs.
 
     python benchmarks/bench_continual.py [--runs 200] [--steps 200000] [--out benchmarks/results/continual.json]
+    python benchmarks/bench_continual.py --exact-only [--exact-n 1048576] [--out benchmarks/results/continual_exact.json]
 
 BLAS is pinned to one thread (threadpoolctl).  Timings on a shared machine are inflated by contention.
 """
@@ -87,7 +93,8 @@ def counters(N: int, blt, lams) -> dict:
         "19-ary neg. digits, opt. level weights": lambda rng: NegDigitCounter(N, EPS, k=19, weights=neg_lam, rng=rng),
         "12-ary GLS tree, opt. level weights": lambda rng: GLSTreeCounter(N, EPS, weights=gls_lam, rng=rng),
         "Fenwick + FDA weights (L2)": lambda rng: ContinualCounter(N, rho=RHO, rng=rng),
-        "BLT (5 buffers)": lambda rng: BLTCounter(N, RHO, blt=blt, rng=rng),
+        # exact noise makes the Toeplitz counters O(t) per step (see exact_vs_float): float noise here
+        "BLT (5 buffers)": lambda rng: BLTCounter(N, RHO, blt=blt, rng=rng, secure=False),
     }
 
 
@@ -104,7 +111,7 @@ def empirical(N: int, runs: int, blt, kary_lam, seed: int = 0) -> dict[str, floa
     if N <= 2**16:
         sq = 0.0
         for _ in range(max(1, runs // 10)):
-            sq += float(np.mean((SqrtCounter(N, RHO, rng=rng).run(x) - truth) ** 2))
+            sq += float(np.mean((SqrtCounter(N, RHO, rng=rng, secure=False).run(x) - truth) ** 2))
         out["square-root factorisation"] = sq / max(1, runs // 10)
     return out
 
@@ -144,7 +151,7 @@ def throughput(N: int, steps: int, blt, kary_lam) -> dict[str, float]:
             c.update(1.0)
         out[name] = steps / (time.perf_counter() - t0)
     k = min(steps, 20000)
-    c = SqrtCounter(N, RHO, rng=0)
+    c = SqrtCounter(N, RHO, rng=0, secure=False)
     t0 = time.perf_counter()
     for _ in range(k):
         c.update(1.0)
@@ -155,6 +162,45 @@ def throughput(N: int, steps: int, blt, kary_lam) -> dict[str, float]:
         for _ in range(steps):
             mech.dpRelease(1.0)
         out["dpcrpy FDA"] = steps / (time.perf_counter() - t0)
+    return out
+
+
+def exact_vs_float(N: int, repeat: int = 2, small: int = 2**14) -> dict[str, dict]:
+    """Build + all-steps time with exact (``secure=True``) and float (``secure=False``) noise."""
+    blt_small = fit_blt(small, 5)
+    gls_lam = gls_tree_weights(N, default_radices(N, 12))
+    makers = {
+        "naive": (N, lambda s: NaiveCounter(N, EPS, secure=s)),
+        "binary (Chan-Shi-Song) = Fenwick": (N, lambda s: BinaryMechanism(N, EPS, secure=s)),
+        "Honaker streaming": (N, lambda s: HonakerCounter(N, EPS, secure=s)),
+        "Fenwick + FDA weights": (N, lambda s: ContinualCounter(N, epsilon=EPS, secure=s)),
+        "Fenwick + FDA weights (L2)": (N, lambda s: ContinualCounter(N, rho=RHO, secure=s)),
+        "16-ary tree, opt. level weights": (N, lambda s: KaryCounter(N, EPS, k=16, secure=s)),
+        "19-ary neg. digits, opt. level weights": (N, lambda s: NegDigitCounter(N, EPS, k=19, secure=s)),
+        "12-ary GLS tree, opt. level weights": (N, lambda s: GLSTreeCounter(N, EPS, weights=gls_lam, secure=s)),
+        "square-root factorisation": (small, lambda s: SqrtCounter(small, RHO, secure=s)),
+        "BLT (5 buffers)": (small, lambda s: BLTCounter(small, RHO, blt=blt_small, secure=s)),
+    }
+    out = {}
+    for name, (n, make) in makers.items():
+        best: dict[bool, tuple[float, float]] = {}
+        for _ in range(repeat):
+            for secure in (False, True):
+                t0 = time.perf_counter()
+                c = make(secure)
+                t1 = time.perf_counter()
+                update = c.update
+                for _ in range(n):
+                    update(1)
+                t2 = time.perf_counter()
+                if secure not in best or t2 - t0 < sum(best[secure]):
+                    best[secure] = (t1 - t0, t2 - t1)
+        (fb, fs), (eb, es) = best[False], best[True]
+        out[name] = {"N": n, "float_build_s": fb, "float_steps_s": fs, "exact_build_s": eb, "exact_steps_s": es,
+                     "float_updates_per_s": n / (fb + fs), "exact_updates_per_s": n / (eb + es),
+                     "exact_over_float": (eb + es) / (fb + fs)}
+        print(f"  {name:<40} N = {n:>8}: float {fb + fs:6.2f} s ({n / (fb + fs):>9,.0f}/s), exact {eb + es:6.2f} s "
+              f"({n / (eb + es):>9,.0f}/s), exact / float {(eb + es) / (fb + fs):.2f}", flush=True)
     return out
 
 
@@ -186,10 +232,23 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=200, help="empirical streams at N = 2^10 - 1 (a 50th at 2^16 - 1)")
     ap.add_argument("--steps", type=int, default=200000, help="steps timed per counter for throughput")
-    ap.add_argument("--out", default=str(HERE / "results" / "continual.json"))
+    ap.add_argument("--out", default=None, help="JSON output (default benchmarks/results/continual.json, "
+                    "continual_exact.json with --exact-only)")
+    ap.add_argument("--exact-only", action="store_true", help="only time exact against float noise")
+    ap.add_argument("--exact-n", type=int, default=2**20, help="horizon of the exact-vs-float timings")
+    ap.add_argument("--repeat", type=int, default=2, help="interleaved repeats of the exact-vs-float timings")
     args = ap.parse_args()
-    out = Path(args.out)
+    default = "continual_exact.json" if args.exact_only else "continual.json"
+    out = Path(args.out) if args.out else HERE / "results" / default
     out.parent.mkdir(parents=True, exist_ok=True)
+    if args.exact_only:
+        with threadpool_limits(1):
+            print(f"exact (secure=True) vs float (secure=False) noise, build + all steps, best of {args.repeat}:")
+            result = {"machine": platform.platform(), "epsilon": EPS, "rho": RHO,
+                      "exact_vs_float": exact_vs_float(args.exact_n, args.repeat)}
+        out.write_text(json.dumps(result, indent=1))
+        print(f"wrote {out}")
+        return
     with threadpool_limits(1):
         blas = [(i.get("internal_api"), i.get("num_threads")) for i in threadpool_info()]
         print(f"BLAS threads: {blas}   (timings on a shared machine are inflated by contention)")
@@ -248,6 +307,8 @@ def main() -> None:
                 "throughput_updates_per_s": thr,
                 "throughput_steps": min(args.steps, N),
             }
+        print("\nexact (secure=True) vs float (secure=False) noise at N = 2^20, build + all steps:")
+        result["exact_vs_float"] = exact_vs_float(2**20, args.repeat)
         sqp = sqp_timings()
         print("\nSQP (SLSQP, the seed's reference) vs FDA:")
         for r in sqp:

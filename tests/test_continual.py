@@ -144,6 +144,11 @@ def test_expected_error_validation():
         expected_error(2, [1.0, np.nan], epsilon=1)
 
 
+def node_variances(counter):
+    """Var of each node's estimate y_i / w_i from the plan's per-row variances (rows weighted w_i)."""
+    return counter.plan.variances() / counter.plan.measured.weights**2
+
+
 def close_to_analytic(exact, analytic, secure):
     exact, analytic = np.atleast_1d(exact), np.atleast_1d(analytic)
     if secure:
@@ -171,11 +176,15 @@ def test_counter_equals_batch_formula(N, kw, secure):
     M, B = fenwick_matrices(N)
     # the weighted node lambda_i x(node) + Lap(b) is measured as x(node) + z_i, z_i of scale b / lambda_i
     np.testing.assert_allclose(out, B @ (M @ x + z), rtol=1e-12, atol=1e-9)
-    if secure:  # exact noise lives on the data's lattice: every output is an integer here
-        assert np.array_equal(out, np.round(out)) and np.array_equal(z, np.round(z))
-    np.testing.assert_allclose([c.last_variance], [prefix_chain_sum(c.plan.variances())[-1]], rtol=1e-12)
-    # the analytic float-noise formula, up to the scales' slack (2^-20); exact noise: the plan rounds
-    # scales up by < 2^(1/64) (variance < 2.2% more), and a discrete Laplace has variance below 2 t^2
+    if secure:  # exact noise on the lattice: y = m c + z is an integer for integer weights m
+        w = c.plan.measured.weights
+        y = w * (M @ x) + w * np.asarray(z)
+        assert np.array_equal(w, np.round(w)) and np.allclose(y, np.round(y), rtol=0, atol=1e-6)
+        if kw.get("weights") == "uniform":
+            assert np.array_equal(out, np.round(out))
+    np.testing.assert_allclose([c.last_variance], [prefix_chain_sum(node_variances(c))[-1]], rtol=1e-12)
+    # the analytic float-noise formula; exact noise: integer weights round(2^20 lambda) and a discrete
+    # Laplace, whose variance is below 2 t^2
     close_to_analytic(c.last_variance, c.expected_error().per_step[-1], secure)
 
 
@@ -186,7 +195,7 @@ def test_counter_noise_calibration_and_empirical_variance(secure):
     counters = [ContinualCounter(N, epsilon=EPS, rng=rng, secure=secure) for _ in range(R)]
     runs = np.array([c.run(np.ones(N)) for c in counters])
     err = runs - np.arange(1, N + 1)
-    formula = prefix_chain_sum(counters[0].plan.variances())  # the plan's exact per-row variances
+    formula = prefix_chain_sum(node_variances(counters[0]))  # the plan's exact per-row variances
     np.testing.assert_array_less(np.abs(err.var(axis=0) / formula - 1), 0.10)
     analytic = expected_error(N, optimal_weights(N), epsilon=EPS).per_step
     close_to_analytic(formula, analytic, secure)
@@ -202,7 +211,7 @@ def test_counter_gaussian_empirical_variance(secure):
     rng = np.random.default_rng(3)
     counters = [ContinualCounter(N, rho=0.5, rng=rng, secure=secure) for _ in range(R)]
     runs = np.array([c.run(np.zeros(N)) for c in counters])
-    formula = prefix_chain_sum(counters[0].plan.variances())
+    formula = prefix_chain_sum(node_variances(counters[0]))
     np.testing.assert_array_less(np.abs(runs.var(axis=0) / formula - 1), 0.10)
     analytic = expected_error(N, optimal_weights(N, norm=2), rho=0.5).per_step
     close_to_analytic(formula, analytic, secure)

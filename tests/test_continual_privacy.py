@@ -224,12 +224,15 @@ def test_fenwick_measured_strategy_is_what_the_counter_measures(secure):
         from sparsedp.continual import fenwick_matrices
 
         M_N, B = fenwick_matrices(n)
-        assert (M != M_N).nnz == 0  # the 0/1 Fenwick nodes; the weights are per-row scales
-        np.testing.assert_allclose(out, B @ (M @ x + np.array(z)), atol=1e-9)
+        w = np.asarray(M.max(axis=1).todense()).ravel()  # one weight per row
+        assert abs(M - sp.diags(w) @ M_N).max() == 0  # the Fenwick nodes, weighted
+        np.testing.assert_allclose(out, B @ (M_N @ x + np.array(z)), atol=1e-9)
+        np.testing.assert_array_equal(c.noise_scales(), np.full(n, c.scale * c.weight_unit))  # one scale for all
         lam = c.weights_array()
-        b = c.noise_scales()
-        # b_i = scale / lambda_i (rounded up; exact noise: up again to 64 steps per octave)
-        assert np.all(b >= c.scale / lam) and np.all(b <= c.scale / lam * (1.0111 if secure else 1 + 1e-5))
+        if secure and "weights" not in kw:  # integer weights on the lattice, proportional to lambda
+            assert np.array_equal(w, np.maximum(1, np.round(lam * 2.0**20)))
+        else:
+            np.testing.assert_array_equal(w, lam)
 
 
 # ---- #6: the state file is secret, and a resume must repeat the parameters ------------------------

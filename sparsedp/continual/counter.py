@@ -1,40 +1,41 @@
 """The online continual counter of seed 000: weighted Fenwick release, one step at a time.
 
 Privacy argument (pure ``epsilon``-DP, Laplace).  The whole run releases a post-processing of
-``y = M_N x + z`` with ``z_i ~ Lap(b / lambda_i)`` independent: row ``i`` is the Fenwick node ``i``
-(the sum of the steps ``(i - lowbit(i), i]``, an interval), and measuring it with scale
-``b / lambda_i`` is measuring ``lambda_i x(node)`` with scale ``b`` (seed 000's ``Sigma M_N``): the
-weights are per-row scales on the 0/1 strategy, so exact noise needs no rounding of the strategy.
-The output at step ``t`` is ``(B y)_t``, which reads ``y_1 .. y_t`` only (``B`` and ``M`` are lower
-triangular), and ``y_t`` reads ``a_1 .. a_t`` only.  Two neighbouring streams differ in one increment
-``a_j`` by at most 1, which moves ``y`` by ``M e_j``; the privacy loss of the scales is
-``max_j sum_{i covers j} lambda_i / b = max_j (M^T lambda)_j / b <= Delta_1 / b <= epsilon`` with
-``Delta_1`` certified ``>=`` the exact ``max_j (M^T lambda)_j``
-(:func:`~sparsedp.continual.weights.certified_weights_sensitivity`: 1 up to rounding for the optimal
-weights, which are built with ``M^T lambda <= 1``; exactly ``floor(log2 N) + 1`` unweighted) and
-``b = Delta_1 / epsilon`` rounded up (Dwork et al. 2006; matrix mechanism, Li et al. 2010).  The
-noise is drawn through :func:`sparsedp.measure.plan_measurement` on the interval rows with these
-per-row scales, which certifies the loss again in exact integer arithmetic and refuses scales the
-budget does not cover (:mod:`._stream`).  :meth:`ContinualCounter.measured_strategy` and
-:meth:`~ContinualCounter.noise_scales` expose ``M_N`` and the ``b / lambda_i`` for audits.  It refuses
-step ``N + 1``: the sensitivity bound holds for ``N`` steps only.
+``y = diag(w) M_N x + z`` with ``z_i ~ Lap(b)`` i.i.d.: row ``i`` is the Fenwick node ``i`` (the sum
+of the steps ``(i - lowbit(i), i]``, an interval) with weight ``w_i`` (seed 000's ``Sigma M_N``).
+The output at step ``t`` is ``(B diag(w)^{-1} y)_t``, which reads ``y_1 .. y_t`` only (``B`` and ``M``
+are lower triangular), and ``y_t`` reads ``a_1 .. a_t`` only.  Two neighbouring streams differ in one
+increment ``a_j`` by at most 1, which moves ``y`` by ``diag(w) M e_j``, of L1 norm
+``(M^T w)_j <= Delta_1``.  The rows are :class:`~sparsedp.intervals.IntervalRows` measured through
+:func:`sparsedp.measure.plan_measurement`, which computes ``Delta_1 = max_j (M^T w)_j`` from the rows
+themselves (exact integer coverage, certified ``>=`` the exact value) and ``b = Delta_1 / epsilon``
+rounded up (Dwork et al. 2006; matrix mechanism, Li et al. 2010).  ``self.sensitivity`` is the same
+quantity for ``lambda`` (:func:`~sparsedp.continual.weights.certified_weights_sensitivity`: 1 up to
+rounding for the optimal weights, which are built with ``M^T lambda <= 1``; exactly
+``floor(log2 N) + 1`` unweighted).  :meth:`ContinualCounter.measured_strategy` and
+:meth:`~ContinualCounter.noise_scales` expose ``diag(w) M_N`` and ``b`` for audits.  It refuses step
+``N + 1``: the sensitivity bound holds for ``N`` steps only.
 
-Gaussian variant (``rho``-zCDP): ``z_i ~ N(0, (sigma / lambda_i)^2)``, ``sigma = Delta_2 / sqrt(2 rho)``,
-``Delta_2 = max_j sqrt((M^T lambda^2)_j)`` (``<= 1`` for the norm-2-optimal weights).
+Gaussian variant (``rho``-zCDP): ``z_i ~ N(0, sigma^2)``, ``sigma = Delta_2 / sqrt(2 rho)``,
+``Delta_2 = max_j sqrt((M^T w^2)_j)`` (``<= 1`` for the norm-2-optimal weights).
 
-Exact noise (``secure=True``, the default): discrete Laplace / Gaussian on the data's lattice
-(:mod:`._stream`), each scale rounded *up* by the plan to a grid of 64 steps per octave (the FDA
-weights have ~380 distinct scales at ``N = 2^20``); ``y_t = c_t + z_t`` is then computed exactly
-and the outputs are sums of these ``y``: a post-processing of the exact measurement.  All noise of
-such a plan is drawn when the counter is created (8 bytes per step; :class:`._stream.RowNoise`).
-``secure=False``: float64 noise (an explicit opt-out for experiments; it leaks through its low bits).
+Weights measured.  Float noise (``secure=False``, an explicit opt-out: float64 noise leaks through
+its low bits): ``w = lambda``.  Exact noise (``secure=True``, the default): discrete Laplace /
+Gaussian noise on the data's lattice (:mod:`._stream`) needs a lattice strategy, so the weights are
+the integers ``m_i = max(1, round(2^20 lambda_i))`` (:meth:`ContinualCounter._measured_weights`):
+every node gets the same noise scale, one sampler table for the whole stream.  (Weights as per-row
+scales ``b / lambda_i`` on the 0/1 rows, the other way to put weights on a lattice, would give about
+380 distinct scales at ``N = 2^20`` after the plan's rounding to 64 steps per octave -- one exact
+sampler table each, 1 s of table building and 1% more variance.)  Then ``y_i = m_i c_i + z_i`` is
+computed exactly (Python integers) and the node estimate ``c~_i = y_i / m_i`` is a function of
+``y``: the release is a post-processing of the exact measurement.
 
 Streaming.  Node ``t`` is ``c_t = s_t - s_{t - lowbit(t)}`` (eq. 5.5) and ``s~_t = s~_{t -
 lowbit(t)} + c~_t`` (eq. 5.6).  The counter keeps the chain of ``t`` on a stack -- node index, exact
 prefix sum, noisy prefix sum, variance -- at most ``floor(log2 N) + 1`` entries, so each step costs
 ``O(1)`` amortised time beyond the chain and the state is ``O(log N)``.  Setup computes ``Delta`` and
 the measurement plan once, vectorised, in ``O(N log N)`` time; the plan keeps ``O(N)`` per-row arrays
-(interval ends, scales, variances: about 50 bytes per step, plus the drawn noise).
+(interval ends, weights, scales, variances: about 50 bytes per step).
 
 Increments (``increments=``, :mod:`._stream`): non-negative integer counts with a running sum of at
 most ``2^50`` (default), or reals in ``[0, 1]``; anything else is refused before the step is taken.
@@ -71,6 +72,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import InputBoundError, SparseDPError
+from ..intervals import IntervalRows
+from ..measure import MeasurementPlan
 from ..privacy import Accountant
 from ..validation import MAX_MAGNITUDE, check_epsilon, check_rho, check_vector
 from ._stream import (
@@ -80,7 +83,6 @@ from ._stream import (
     fenwick_rows,
     plan_rows,
     row_variances,
-    weighted_scales,
 )
 from .error import expected_error, noise_calibration
 from .fenwick import check_horizon, fenwick_matrices
@@ -89,6 +91,7 @@ from .weights import FenwickWeights, certified_weights_sensitivity
 __all__ = ["ContinualCounter"]
 
 _STATE_VERSION = 3
+_EXACT = 2.0**52  # integers below this add exactly in float64
 #: The parameters a resumed state must share with the run that continues it.
 RESUME_PARAMETERS = ("horizon", "epsilon", "rho", "weights", "increments", "secure")
 
@@ -154,14 +157,23 @@ class ContinualCounter(StreamingCounter):
         lam = self.weights_array()
         self.sensitivity = certified_weights_sensitivity(lam, self.norm)
         _, self.scale, self.unit_variance = noise_calibration(self.epsilon, self.rho, self.sensitivity)
-        rows = fenwick_rows(N)
-        # unit weights: homoscedastic, calibrated by the plan from the rows; else per-row b / lambda_i
-        scales = None if self._uniform else weighted_scales(self.scale, lam)
-        self._make_plan(lambda grid: plan_rows(rows, epsilon=self.epsilon, rho=self.rho, scales=scales,
-                                               secure=self.secure, grid=grid))
-        if self._uniform:
-            self.scale = float(self.plan.scales[0])
-        self._row_var = row_variances(self.plan)  # Var(z_i), exact (discrete variances when secure)
+        nodes = fenwick_rows(N)
+
+        def build(grid: float) -> MeasurementPlan:
+            w = None if self._uniform else self._measured_weights(lam, grid)
+            rows = IntervalRows(N, nodes.lo, nodes.hi, w, name=nodes.name + (", weighted" if w is not None else ""))
+            # homoscedastic noise on the weighted rows: the plan computes Delta from the rows themselves
+            return plan_rows(rows, epsilon=self.epsilon, rho=self.rho, secure=self.secure, grid=grid)
+
+        self._make_plan(build)
+        self._w = self.plan.measured.weights  # the weight of every node as measured (ones: unweighted)
+        self._wint = self._w.astype(np.int64).tolist() if self.secure else None
+        #: the weights' unit: ``w = weight_unit * lambda`` (up to rounding; 2^20 with exact noise)
+        self.weight_unit = 1.0 if self._uniform else float(self._w.max()) / float(lam.max())
+        #: node ``i``'s estimate has noise of scale ``scale / lambda_i`` (the plan's per-node scale,
+        #: :meth:`noise_scales`, is ``weight_unit * scale``)
+        self.scale = float(self.plan.scales[0]) / self.weight_unit
+        self._row_var = row_variances(self.plan) / self._w**2  # variance of each node's estimate
         self._s = 0.0
         self._stack: list[tuple[int, float, float, float]] = []  # (node, exact s, noisy s, variance)
         self.last_noise = float("nan")
@@ -170,6 +182,20 @@ class ContinualCounter(StreamingCounter):
     @property
     def _uniform(self) -> bool:
         return self._fda is None and self._lam is None
+
+    def _measured_weights(self, lam: np.ndarray, grid: float) -> np.ndarray:
+        """The node weights measured: ``lambda`` itself with float noise; with exact noise the integers
+        ``m_i = max(1, round(K lambda_i))``, ``K = 2^20`` (less only when the exact sampler's scale,
+        about ``K / (grid epsilon)`` grid units, would pass ``2^39``), so that the strategy lies on the
+        lattice and every node gets the *same* noise scale (one sampler table for all rows; per-row
+        scales ``b / lambda_i`` would need about 380 tables at ``N = 2^20``).  The plan computes
+        ``Delta`` exactly from the integers; rounding the weights only moves them off the optimum by
+        ``2^-21 / lambda_i`` (relative)."""
+        if not self.secure:
+            return lam
+        budget = self.epsilon if self.rho is None else math.sqrt(2.0 * self.rho)
+        K = 2.0 ** max(0, min(20, math.floor(math.log2(2.0**39 * budget * grid))))
+        return np.maximum(1.0, np.round(lam * K))
 
     def weight(self, t: int) -> float:
         """``lambda_t`` (1-based): ``O(log N)`` for the optimal weights (bit-for-bit
@@ -187,13 +213,13 @@ class ContinualCounter(StreamingCounter):
         return self._lam.copy() if self._lam is not None else np.ones(self.horizon)
 
     def measured_strategy(self) -> sp.csr_matrix:
-        """``M_N``: row ``t`` is node ``t``, the sum over ``(t - lowbit(t), t]`` (0/1 entries; the
-        weights are in :meth:`noise_scales`)."""
+        """``diag(w) M_N``: row ``t`` is node ``t``, the sum over ``(t - lowbit(t), t]``, weighted
+        ``w_t`` (``lambda_t``; exact noise: the integer ``m_t``, see :meth:`_measured_weights`)."""
         return super().measured_strategy()
 
     def noise_scales(self) -> np.ndarray:
-        """Per node ``b / lambda_t`` (``sigma / lambda_t``), rounded up; exact noise: on the plan's
-        grid of 64 steps per octave, rounded up again."""
+        """``b = Delta_1 / epsilon`` (``sigma = Delta_2 / sqrt(2 rho)``) on every node, rounded up,
+        ``Delta`` computed by the plan from the measured rows."""
         return super().noise_scales()
 
     def _step(self, a: float) -> float:
@@ -204,12 +230,24 @@ class ContinualCounter(StreamingCounter):
             stack.pop()
         prev_s, prev_est, prev_var = (stack[-1][1], stack[-1][2], stack[-1][3]) if stack else (0.0, 0.0, 0.0)
         self._s += a
-        z = self._noise.draw()  # row t - 1: node t
-        y = (self._s - prev_s) + z  # the measured node x(start, t] + z_t: exact on the lattice
-        est = prev_est + y
+        z = self._noise.draw()  # row t - 1: node t, measured as w_t x(start, t] + z_t
+        if self._wint is not None:  # exact: y / q = w (c / q) + z / q in integers, then c~ = y / w
+            q = self.quantum
+            w = self._wint[t - 1]
+            cq, zq = (self._s - prev_s) / q, z / q  # integers (q is a power of two)
+            prod = w * cq
+            if prod < _EXACT and -_EXACT < zq < _EXACT:
+                y = prod + zq  # integers below 2^53: exact in float64
+            else:
+                y = float(w * int(cq) + int(zq))  # exact in Python integers, then rounded (a function of y)
+            c = q * (y / w)
+        else:
+            w = float(self._w[t - 1])
+            c = (w * (self._s - prev_s) + z) / w
+        est = prev_est + c
         var = prev_var + float(self._row_var[t - 1])
         stack.append((t, self._s, est, var))
-        self.last_noise = z
+        self.last_noise = c - (self._s - prev_s)  # the noise of the node's estimate (sum units)
         self.last_variance = var
         return est
 

@@ -74,6 +74,7 @@ __all__ = [
     "strategy_sq_bound",
     "toeplitz_strategy",
     "toeplitz_operator",
+    "series_inverse",
     "EXPLICIT_MAX",
     "STRATEGY_BITS",
 ]
@@ -282,6 +283,22 @@ def toeplitz_strategy(decoder: np.ndarray, N: int) -> np.ndarray:
     return m
 
 
+def series_inverse(a: np.ndarray, N: int) -> np.ndarray:
+    """The first ``N`` coefficients of ``1 / a(x)`` (``a_0 != 0``), i.e. the first column of the
+    inverse of the lower-triangular Toeplitz matrix with first column ``a``: Newton's iteration
+    ``u <- u (2 - a u) mod x^{2n}`` with FFT products, ``O(N log N)`` (float accuracy: used for
+    variances, not for the release)."""
+    a = np.asarray(a, dtype=np.float64)[:N]
+    u = np.array([1.0 / a[0]])
+    n = 1
+    while n < N:
+        n = min(2 * n, N)
+        au = scipy.signal.fftconvolve(a[:n], u)[:n]
+        au[0] -= 2.0
+        u = -scipy.signal.fftconvolve(u, au)[:n]
+    return u
+
+
 def toeplitz_operator(m: np.ndarray, name: str = "toeplitz") -> SparseOperator:
     """The strategy to plan: the explicit lower-triangular Toeplitz matrix with first column ``m``
     (``N <= EXPLICIT_MAX``), else that first column alone (the longest column: same ``Delta_p``)."""
@@ -368,14 +385,13 @@ class ToeplitzCounter(StreamingCounter):
             self._split = self._split_bits(float(np.abs(mi).max()), q)
             self.sensitivity = float(self.plan.sensitivity) * grid
             self.sigma = float(self.plan.scales[0])
-            self._xvar_unit = float(row_variances(self.plan)[0])
+            self._mmax = float(np.abs(mi).max())
             N = self.horizon
-            self._ahi = np.zeros(N, dtype=np.int64)
-            self._alo = np.zeros(N, dtype=np.int64)
+            self._ai = np.zeros(N, dtype=np.int64)
             self._xv = np.zeros(N)
-            self._xu = np.zeros(N)
-            self._bsum = 0.0
-            self._xvar = 0.0
+            # Var(s~_t) = Var(z) sum_{k<t} b'_k^2, b' = W M'^{-1} e_1 (data-independent, computed once)
+            b_exact = np.cumsum(series_inverse(self._mf, N))
+            self._xvar = float(row_variances(self.plan)[0]) * np.cumsum(b_exact * b_exact)
             return
         raise InvalidPrivacyParameterError(
             f"rho = {self.rho!r} is too small for exact noise on this strategy (the sampler's scale would "
@@ -405,27 +421,32 @@ class ToeplitzCounter(StreamingCounter):
         self._z[t - 1] = self._noise.draw()
         return float(self._b[:t] @ self._z[t - 1 :: -1]) if t > 1 else float(self._b[0] * self._z[0])
 
+    def _exact_product(self, t: int) -> int:
+        """``(M' x)_t / (q 2^-F)`` exactly: one int64 product while ``max|2^F m'| * (running sum / q)``
+        stays below ``2^62`` (no partial sum can overflow then), else the high / low split."""
+        i = t - 1
+        mi, ai = self._mi[:t], self._ai[i::-1]
+        if self._mmax * (self._total / self.quantum + float(self._ai[i])) < _INT_LIMIT:
+            return int(np.dot(mi, ai))
+        K = self._split
+        return (int(np.dot(mi, ai >> K)) << K) + int(np.dot(mi, ai & ((1 << K) - 1)))
+
     def _exact_step(self, a: float) -> float:
-        """``y_t = (M' x)_t + z_t`` exactly, then ``v_t = (M'^{-1} y)_t`` and ``s~_t = sum v``;
-        the variance from ``b' = W M'^{-1} e_1`` (``u = M'^{-1} e_1``, ``b'_t = sum u``)."""
+        """``y_t = (M' x)_t + z_t`` exactly, then ``v_t = (M'^{-1} y)_t`` (forward substitution) and
+        ``s~_t = sum v``: a function of the exact measurement ``y``."""
         t = self.t + 1
         i = t - 1
-        self._ahi[i], self._alo[i] = divmod(round(a / self.quantum), 1 << self._split)
-        mi = self._mi[:t]  # both products are exact in int64 (see _split_bits)
-        acc = (int(np.dot(mi, self._ahi[i::-1])) << self._split) + int(np.dot(mi, self._alo[i::-1]))
+        self._ai[i] = round(a / self.quantum)
+        acc = self._exact_product(t)
         k = int(self._noise.draw() / self._grid)  # the noise in grid units (exact)
         y = float(acc + k) * self._grid  # a function of the exact y (rounded for arithmetic)
         mf = self._mf
         if i:
             self._xv[i] = (y - float(np.dot(mf[1:t], self._xv[i - 1::-1]))) / mf[0]
-            self._xu[i] = -float(np.dot(mf[1:t], self._xu[i - 1::-1])) / mf[0]
         else:
             self._xv[0] = y / mf[0]
-            self._xu[0] = 1.0 / mf[0]
         self._s += self._xv[i]
-        self._bsum += self._xu[i]
-        self._xvar += self._bsum * self._bsum
-        self.last_variance = self._xvar_unit * self._xvar
+        self.last_variance = float(self._xvar[i])
         return self._s
 
     def _step(self, a: float) -> float:
