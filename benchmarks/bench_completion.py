@@ -24,6 +24,12 @@ baseline ratios: DLNM-QR seconds over SOR seconds (to 5% of final RSE, total, pe
 (accepted + rejected steps), and of the median totals), in the shrinkage mode and in the least-squares mode.  Then one 20000 x 20000 run at p = 0.01.
 
     python benchmarks/bench_completion.py [--skip-large] [--seed 0] [--out benchmarks/results/completion.json]
+    python benchmarks/bench_completion.py --release-only [--out benchmarks/results/completion_release.json]
+
+The release itself (issue 13): :func:`sparsedp.completion.privatize_observations` with exact noise
+(``secure=True``, the default: snapped values, discrete Laplace through the measurement plan) against
+float noise (``secure=False``), entry and user level, on the 1000 x 1000 (p = 0.15) and 20000 x 20000
+(p = 0.01) patterns; best of 3 interleaved runs each.
 
 BLAS is pinned to one thread (threadpoolctl): on 2-core machines multi-threaded OpenBLAS is 10-30x
 slower on these small dense factorisations.  Timings are wall-clock and inflated by other jobs on a
@@ -45,7 +51,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from sparsedp.completion import METHODS, oracle_rse, synthetic_problem  # noqa: E402
+from sparsedp.completion import METHODS, oracle_rse, privatize_observations, synthetic_problem  # noqa: E402
 from sparsedp.completion.oracle import oracle_least_squares  # noqa: E402
 
 # the seed's own numbers (seed 003, Tables 1 and 2): seconds and RSE after 400 iterations
@@ -177,12 +183,45 @@ def ratios(rows: list[dict]) -> list[dict]:
     return out
 
 
+def release_timings(seed: int, repeat: int = 3) -> list[dict]:
+    """Seconds of one release with exact and with float noise (see the module docstring)."""
+    rows = []
+    for n, p in ((1000, 0.15), (20000, 0.01)):
+        observed, _ = synthetic_problem(n, rank=2, p=p, rng=seed)
+        for k in (None, 20):
+            best = {True: np.inf, False: np.inf}
+            for _ in range(repeat):
+                for secure in (False, True):
+                    t0 = time.perf_counter()
+                    privatize_observations(observed, 1.0, (-5.0, 5.0), max_entries_per_row=k, secure=secure)
+                    best[secure] = min(best[secure], time.perf_counter() - t0)
+            row = {"n": n, "p": p, "entries": int(observed.nnz), "max_entries_per_row": k,
+                   "float_seconds": best[False], "exact_seconds": best[True], "exact_over_float": best[True] / best[False]}
+            rows.append(row)
+            print(f"  {n} x {n}, p = {p}, {'entry level' if k is None else f'k = {k} per row'}: float "
+                  f"{best[False] * 1e3:.1f} ms, exact {best[True] * 1e3:.1f} ms, exact / float "
+                  f"{row['exact_over_float']:.2f}", flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=0, help="random seed of the synthetic problems")
     ap.add_argument("--skip-large", action="store_true", help="skip the 20000 x 20000, p = 0.01 run")
-    ap.add_argument("--out", default=str(HERE / "results" / "completion.json"), help="JSON output path")
+    ap.add_argument("--out", default=None, help="JSON output path (default benchmarks/results/completion.json, "
+                    "completion_release.json with --release-only)")
+    ap.add_argument("--release-only", action="store_true", help="only time the release, exact against float noise")
     args = ap.parse_args(argv)
+    if args.out is None:
+        args.out = str(HERE / "results" / ("completion_release.json" if args.release_only else "completion.json"))
+    if args.release_only:
+        with threadpool_limits(1):
+            print("privatize_observations, exact (secure=True) vs float (secure=False) noise:")
+            res = {"machine": platform.platform(), "release": release_timings(args.seed)}
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(res, indent=1))
+        print(f"wrote {args.out}")
+        return 0
     with threadpool_limits(1):
         blas = [{"api": i.get("internal_api"), "threads": i.get("num_threads")} for i in threadpool_info()]
         print(f"BLAS threads pinned: {blas}")
@@ -224,6 +263,9 @@ def main(argv: list[str] | None = None) -> int:
            "note": "wall-clock on a shared 2-core machine; inflated by contention",
            "target": "RSE <= 1.15 x exact oracle where the exact oracle < 0.5, else RSE <= 1.0 (the zero matrix)",
            "table1": t1, "table2": t2, "ratios": r1 + r2, "large": large}
+    with threadpool_limits(1):
+        print("\nprivatize_observations, exact (secure=True) vs float (secure=False) noise:")
+        out["release"] = release_timings(args.seed)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1))
     print(f"\nwrote {args.out}")
