@@ -184,6 +184,9 @@ def test_known_warning_filter_is_narrow():
     import logging
 
     hooks = load("hooks")
+    assert hooks.KNOWN_DOCSTRING_WARNINGS == ()  # none tolerated today; the filter is tested with one
+    hooks.KNOWN_DOCSTRING_WARNINGS = (
+        ("sparsedp/noise.py", "Parameter 'Returns' does not appear in the function signature"),)
     known = hooks._KnownWarnings()
 
     def record(msg: str) -> logging.LogRecord:
