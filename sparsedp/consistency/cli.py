@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
 import numpy as np
 
+from .._cli_util import warn_not_private
 from ..errors import SparseDPError
 from ..progress import SolverProgress
 from ..release_file import save_release
@@ -25,21 +25,10 @@ from .solvers import METHODS
 __all__ = ["register"]
 
 
-def _warn_not_private(seed: int | None, evaluate: bool) -> bool:
-    """Whether the output is a private release; say on stderr why not."""
-    if seed is not None:
-        print(f"warning: --seed {seed} makes the noise reproducible: this release is NOT private "
-              "(for tests and demonstrations only)", file=sys.stderr)
-    if evaluate:
-        print("warning: --evaluate compares the release with the true sales: the output is NOT private",
-              file=sys.stderr)
-    return seed is None and not evaluate
-
-
 def _run(args: argparse.Namespace) -> int:
     if args.days < 1:
         raise SparseDPError(f"--days must be >= 1, got {args.days}")
-    private = _warn_not_private(args.seed, args.evaluate)
+    private = warn_not_private(args.seed, args.evaluate, "the true sales")
     sales = restaurant(args.days, seed=args.data_seed)  # synthetic data; the noise is seeded separately
     progress = SolverProgress(args.tol, desc="consistency")
     try:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
+from .._cli_util import warn_not_private
 from ..release_file import save_release
 from .network import road_grid
 from .osm import helsinki_roads
@@ -23,19 +23,8 @@ from .solve import METHODS
 from .trips import random_trips
 
 
-def _warn_not_private(seed: int | None, evaluate: bool) -> bool:
-    """Whether the output is a private release; say on stderr why not."""
-    if seed is not None:
-        print(f"warning: --seed {seed} makes the noise reproducible: this release is NOT private "
-              "(for tests and demonstrations only)", file=sys.stderr)
-    if evaluate:
-        print("warning: --evaluate compares the release with the true counts: the output is NOT private",
-              file=sys.stderr)
-    return seed is None and not evaluate
-
-
 def _flows(args: argparse.Namespace) -> int:
-    private = _warn_not_private(args.seed, args.evaluate)
+    private = warn_not_private(args.seed, args.evaluate, "the true counts")
     t0 = time.perf_counter()
     road = helsinki_roads() if args.network == "helsinki" else road_grid(args.grid[0], args.grid[1], seed=args.data_seed)
     trips = random_trips(road, args.trips, seed=args.data_seed + 1, max_edges=args.max_trip_edges,
