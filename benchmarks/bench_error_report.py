@@ -148,7 +148,7 @@ def case_mm(n: int) -> dict:
     x, _, W = _setup(n)
     p = _Phases()
     M = st.hierarchical(n, K)
-    p.mark("strategy (explicit CSR)")
+    p.mark("strategy (implicit IntervalRows)")
     mech = sparsedp.MatrixMechanism(W, M, epsilon=EPS)
     p.mark("plan (calibration from the entries)")
     meas = mech.measure(x, rng=1)
@@ -158,8 +158,9 @@ def case_mm(n: int) -> dict:
     ans = W.matvec(rec.x)
     p.mark("answer")
     out = p.done()
-    out.update(n=n, solver=rec.solver, csr_mib=round((M.matrix.data.nbytes + M.matrix.indices.nbytes
-                                                      + M.matrix.indptr.nbytes) / 2**20, 1),
+    held = (M.lo.nbytes + M.hi.nbytes + M.weights.nbytes) if hasattr(M, "lo") else \
+        (M.matrix.data.nbytes + M.matrix.indices.nbytes + M.matrix.indptr.nbytes)
+    out.update(n=n, solver=rec.solver, strategy_mib=round(held / 2**20, 1),
                answers_head=[float(a) for a in ans[:3]])
     return out
 

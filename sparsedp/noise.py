@@ -305,6 +305,11 @@ def discrete_gaussian_variance(sigma: float) -> float:
     """Variance ``sum_k k^2 P(k)`` of ``P(k) ~ exp(-k^2 / (2 sigma^2))`` on the integers (below
     ``sigma^2``); the pmf is summed over ``|k| <= 40 sigma + 10``, where the tail is below 1e-300."""
     s = check_positive(sigma, "sigma")
+    if s >= 3.0:
+        # sigma^2 minus a theta-function correction below 8 pi^2 sigma^4 e^{-2 pi^2 sigma^2}
+        # (< 1e-70 sigma^2 here): sigma^2 is the variance to double precision, without summing
+        # 80 sigma terms (which at sigma ~ 1e9 would need hundreds of GiB)
+        return s * s
     K = int(math.ceil(40 * s + 10))
     k = np.arange(-K, K + 1, dtype=np.float64)
     w = np.exp(-(k * k) / (2 * s * s))
