@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import math
+import numbers
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,7 @@ class Bins:
     def __post_init__(self) -> None:
         for name in ("start", "stop", "width"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
                 raise SparseDPError(f"bins.{name} must be a finite number, got {v!r}")
         if self.width <= 0 or self.stop <= self.start:
             raise SparseDPError(f"bins need stop > start and width > 0, got {self}")
