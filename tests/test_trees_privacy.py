@@ -665,3 +665,26 @@ def test_issue13_older_histogram_files_still_load(tmp_path):
     rel = load_release(path)
     assert rel.method == "dwork" and not rel.private and not rel.secure and rel.ledger is None
     assert rel.range(0, 3) == 6.0
+
+
+def test_histogram_cli_reads_csv_and_parquet_records(tmp_path, capsys):
+    # issue 15: tabular input on the histogram command, with clear errors
+    from sparsedp.cli import main
+
+    ages = np.random.default_rng(3).integers(0, 8, size=200)
+    (tmp_path / "r.csv").write_text("id,age\n" + "".join(f"{i},{a}\n" for i, a in enumerate(ages)))
+    out = tmp_path / "h.npz"
+    assert main(["histogram", str(tmp_path / "r.csv"), "--column", "age", "--bins", "0", "8", "1",
+                 "--epsilon", "1", "--out", str(out)]) == 0
+    assert out.exists()
+    assert main(["histogram", str(tmp_path / "r.csv"), "--column", "height", "--bins", "0", "8", "1",
+                 "--epsilon", "1", "--out", str(out)]) == 2
+    assert "no column 'height'" in capsys.readouterr().err
+    assert main(["histogram", str(tmp_path / "r.csv"), "--column", "age", "--bins", "0", "4", "1",
+                 "--epsilon", "1", "--out", str(out)]) == 2
+    assert "outside" in capsys.readouterr().err
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    pd.DataFrame({"age": ages}).to_parquet(tmp_path / "r.parquet")
+    assert main(["histogram", str(tmp_path / "r.parquet"), "--column", "age", "--bins", "0", "8", "1",
+                 "--epsilon", "1", "--out", str(out)]) == 0

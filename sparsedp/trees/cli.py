@@ -15,19 +15,19 @@ import dataclasses
 import sys
 from pathlib import Path
 
-import numpy as np
 
-from ..errors import SparseDPError
+from ..io import Bins, load_histogram
 from .publishers import PUBLISHERS, LUEDPTree, load_release
 
 __all__ = ["register"]
 
 
 def _histogram(args: argparse.Namespace) -> int:
-    try:
-        x = np.load(args.data, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise SparseDPError(f"cannot read {args.data}: {exc}") from exc
+    bins = None
+    if args.bins is not None:
+        start, stop, width = args.bins
+        bins = Bins(start, stop, width)
+    x = load_histogram(args.data, args.column, bins, clip=args.clip)  # .npy, CSV or Parquet
     secure = not args.float_noise
     if args.method == "lue":
         pub = LUEDPTree(args.epsilon, tree=args.tree, k=args.k, upper=args.upper, secure=secure)
@@ -71,7 +71,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "uniform budget + consistency; boost-un = level-wise budgets; privelet = Haar wavelet; "
         "dwork = Laplace noise on every bin.",
     )
-    h.add_argument("data", help="input histogram, a .npy file holding a 1-D array of counts")
+    h.add_argument("data", help="input: a .npy array of counts, or a CSV / Parquet file (with --column); with "
+                   "--bins the values are records, binned on a public domain")
+    h.add_argument("--column", default=None, help="the column of a CSV / Parquet file")
+    h.add_argument("--bins", type=float, nargs=3, metavar=("START", "STOP", "WIDTH"), default=None,
+                   help="bin record values on the public domain [START, STOP) in bins of WIDTH")
+    h.add_argument("--clip", action="store_true", help="clip records outside the domain into the end bins "
+                   "(default: refuse them)")
     h.add_argument("--epsilon", type=float, required=True, help="privacy budget epsilon > 0 (pure DP)")
     h.add_argument("--method", choices=sorted(PUBLISHERS), default="lue", help="publisher (default %(default)s)")
     h.add_argument("--tree", choices=("sc", "kary"), default="sc",
