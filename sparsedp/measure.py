@@ -335,11 +335,9 @@ def _explicit_calibration(
         if not grid_exact:
             unit = unit.copy()
             unit.data = np.ceil(np.abs(unit.data)) + 1.0
-    sens = sensitivity_bound(unit, p)
-    data_sens = sens if unit is A else sensitivity_bound(A, p)
-    loss = float("nan")
-    if unit_scales is not None:
-        loss = laplace_loss(unit, unit_scales) if p == 1 else gaussian_loss(unit, unit_scales)
+    sens = _sensitivity(unit, p)
+    data_sens = sens if unit is A else _sensitivity(A, p)
+    loss = float("nan") if unit_scales is None else _loss(unit, unit_scales, p)
     return SparseOperator(A, name=op.name), grid_exact, sens, data_sens, loss
 
 
@@ -356,21 +354,57 @@ def _interval_calibration(
             w = np.ceil(np.abs(w)) + 1.0
         if w is not op.weights:  # g == 1 with integer weights: the operator itself, not a copy
             unit = IntervalRows(op.shape[1], op.lo, op.hi, w)
-    sens = _interval_sensitivity(unit, p)
-    data_sens = sens if unit is op else _interval_sensitivity(op, p)
-    loss = float("nan")
-    if unit_scales is not None:
-        loss = unit.certified_loss(unit_scales, p)
-        if p == 2:
-            loss = math.nextafter(loss / 2.0, math.inf)
+    sens = _sensitivity(unit, p)
+    data_sens = sens if unit is op else _sensitivity(op, p)
+    loss = float("nan") if unit_scales is None else _loss(unit, unit_scales, p)
     return op, grid_exact, sens, data_sens, loss
 
 
-def _interval_sensitivity(op: IntervalRows, p: int) -> float:
-    """Certified ``Delta_p`` of interval rows from their exact integer coverage."""
-    if p == 1:
-        return op.certified_loss(None, 1)
-    return float(certified_sqrt(op.certified_loss(None, 2)))
+def _sensitivity(A: IntervalRows | sp.spmatrix, p: int) -> float:
+    """Certified ``Delta_p`` of a measured matrix: interval rows by their exact integer coverage,
+    anything else from its explicit entries."""
+    if type(A) is IntervalRows:
+        return A.certified_loss(None, 1) if p == 1 else float(certified_sqrt(A.certified_loss(None, 2)))
+    return sensitivity_bound(A, p)
+
+
+def _loss(A: IntervalRows | sp.spmatrix, unit_scales: np.ndarray, p: int) -> float:
+    """Certified epsilon (``p = 1``) or rho (``p = 2``) of measuring ``A`` with per-row scales."""
+    if type(A) is IntervalRows:
+        loss = A.certified_loss(unit_scales, p)
+        return loss if p == 1 else math.nextafter(loss / 2.0, math.inf)
+    return laplace_loss(A, unit_scales) if p == 1 else gaussian_loss(A, unit_scales)
+
+
+def _check_scales(scales: Any, m: int) -> np.ndarray:
+    """Per-row scales (a scalar broadcast to ``m`` rows), finite and > 0."""
+    out = np.broadcast_to(np.asarray(scales, dtype=np.float64), (m,)).copy()
+    if not np.all(np.isfinite(out)) or np.any(out <= 0):
+        raise InvalidPrivacyParameterError("scales must be finite and > 0")
+    return out
+
+
+def _charge_for(noise: str, loss: float, eps: float | None, r: float | None, unit_scales: np.ndarray,
+                secure: bool) -> PrivacyCost:
+    """What a plan charges: the stated budget, which must cover ``loss`` (else ``loss`` itself), in
+    the accepted range; and, for exact noise, scales the sampler accepts."""
+    budget = eps if noise == "laplace" else r
+    if budget is not None and loss > budget:
+        raise InvalidPrivacyParameterError(
+            f"these scales cost {'epsilon' if noise == 'laplace' else 'rho'} {loss!r} on this matrix, "
+            f"more than the {budget!r} given"
+        )
+    charged = budget if budget is not None else loss
+    if noise == "laplace":
+        check_epsilon(charged, "epsilon of these scales")
+    else:
+        check_rho(charged, "rho of these scales")
+    if secure and float(unit_scales.max()) > _noise.MAX_DISCRETE_SCALE:
+        raise InvalidPrivacyParameterError(
+            f"the exact sampler's scale would be {float(unit_scales.max()):.6g} grid units, above its limit "
+            f"{_noise.MAX_DISCRETE_SCALE:g}: raise epsilon/rho or the grid"
+        )
+    return PrivacyCost(epsilon=charged) if noise == "laplace" else PrivacyCost(rho=charged)
 
 
 def _integer_form(op: Operator) -> tuple[Operator, np.ndarray] | None:
@@ -410,37 +444,20 @@ def _integer_rows_plan(op: Operator, form: tuple[Operator, np.ndarray], noise: s
     if type(H) is not IntervalRows and not np.all(H.tosparse().data == np.round(H.tosparse().data)):
         raise ShapeError("integer_rows must be an integer matrix")
     p = 1 if noise == "laplace" else 2
-    if type(op) is IntervalRows:
-        data_sens = _interval_sensitivity(op, p)
-    else:
-        data_sens = sensitivity_bound(sp.csr_matrix(op.tosparse(), dtype=np.float64), p)
+    data_sens = _sensitivity(op if type(op) is IntervalRows else sp.csr_matrix(op.tosparse(), dtype=np.float64), p)
     if scales is None:
         b = laplace_scale(data_sens, eps) if noise == "laplace" else gaussian_sigma(data_sens, r)
         target = np.full(op.shape[0], b)
     else:
-        target = np.broadcast_to(np.asarray(scales, dtype=np.float64), (op.shape[0],)).copy()
-        if not np.all(np.isfinite(target)) or np.any(target <= 0):
-            raise InvalidPrivacyParameterError("scales must be finite and > 0")
+        target = _check_scales(scales, op.shape[0])
     # scales on the integer rows, with a 2^-40 margin over the certificate's rounding slack
     unit_scales = np.nextafter(target / np.abs(f), np.inf) * (1.0 + 2.0**-40)
     if np.unique(unit_scales).size > int(max_distinct_scales):
         unit_scales = _quantize_up(unit_scales)
-    if type(H) is IntervalRows:
-        loss = H.certified_loss(unit_scales, p)
-        loss = loss if p == 1 else math.nextafter(loss / 2.0, math.inf)
-        h_sens = _interval_sensitivity(H, p)
-    else:
-        Hm = sp.csr_matrix(H.tosparse(), dtype=np.float64)
-        loss = laplace_loss(Hm, unit_scales) if p == 1 else gaussian_loss(Hm, unit_scales)
-        h_sens = sensitivity_bound(Hm, p)
-    budget = eps if noise == "laplace" else r
-    if budget is not None and loss > budget:
-        raise InvalidPrivacyParameterError(f"these scales cost {loss!r} on this matrix, more than the {budget!r} given")
-    charged = budget if budget is not None else loss
-    (check_epsilon if noise == "laplace" else check_rho)(charged, "the budget of these scales")
-    if float(unit_scales.max()) > _noise.MAX_DISCRETE_SCALE:
-        raise InvalidPrivacyParameterError(f"the exact sampler's scale would exceed {_noise.MAX_DISCRETE_SCALE:g}")
-    cost = PrivacyCost(epsilon=charged) if noise == "laplace" else PrivacyCost(rho=charged)
+    Hm = H if type(H) is IntervalRows else sp.csr_matrix(H.tosparse(), dtype=np.float64)
+    loss = _loss(Hm, unit_scales, p)
+    h_sens = _sensitivity(Hm, p)
+    cost = _charge_for(noise, loss, eps, r, unit_scales, secure=True)
     return MeasurementPlan(
         strategy=op, measured=H, noise=noise, secure=True, grid=1.0, grid_exact=True,
         scales=unit_scales * np.abs(f), unit_scales=unit_scales, sensitivity=h_sens, data_sensitivity=data_sens,
@@ -484,16 +501,14 @@ def plan_measurement(
     secure = bool(secure)
     c = check_positive(unit, "unit")
     if scales is not None:
-        unit_scales = np.broadcast_to(np.asarray(scales, dtype=np.float64), (m,)).copy()
-        if not np.all(np.isfinite(unit_scales)) or np.any(unit_scales <= 0):
-            raise InvalidPrivacyParameterError("scales must be finite and > 0")
-        if secure:
-            unit_scales = np.nextafter(unit_scales / g, np.inf)  # never below the scale asked for
-            if np.unique(unit_scales).size > int(max_distinct_scales):
-                unit_scales = _quantize_up(unit_scales)
+        unit_scales = _check_scales(scales, m)
     integer_form = _integer_form(op) if secure and c == 1.0 and g == 1.0 else None
     if integer_form is not None:
         return _integer_rows_plan(op, integer_form, noise, eps, r, scales, max_distinct_scales)
+    if scales is not None and secure:
+        unit_scales = np.nextafter(unit_scales / g, np.inf)  # never below the scale asked for
+        if np.unique(unit_scales).size > int(max_distinct_scales):
+            unit_scales = _quantize_up(unit_scales)
     given = unit_scales if scales is not None else None
     # exact structured loss for interval rows; anything else (subclasses included) from its entries
     calibrate = _interval_calibration if type(op) is IntervalRows else _explicit_calibration
@@ -517,23 +532,7 @@ def plan_measurement(
         loss = eps if noise == "laplace" else r
     else:
         loss = given_loss
-    budget = eps if noise == "laplace" else r
-    if budget is not None and loss > budget:
-        raise InvalidPrivacyParameterError(
-            f"these scales cost {'epsilon' if noise == 'laplace' else 'rho'} {loss!r} on this matrix, "
-            f"more than the {budget!r} given"
-        )
-    charged = budget if budget is not None else loss
-    if noise == "laplace":
-        check_epsilon(charged, "epsilon of these scales")
-    else:
-        check_rho(charged, "rho of these scales")
-    if secure and float(unit_scales.max()) > _noise.MAX_DISCRETE_SCALE:
-        raise InvalidPrivacyParameterError(
-            f"the exact sampler's scale would be {float(unit_scales.max()):.6g} grid units, above its limit "
-            f"{_noise.MAX_DISCRETE_SCALE:g}: raise epsilon/rho or the grid"
-        )
-    cost = PrivacyCost(epsilon=charged) if noise == "laplace" else PrivacyCost(rho=charged)
+    cost = _charge_for(noise, loss, eps, r, unit_scales, secure)
     return MeasurementPlan(
         strategy=op,
         measured=measured,
