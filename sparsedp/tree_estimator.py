@@ -33,6 +33,7 @@ __all__ = [
     "bfs_order",
     "tree_gls",
     "tree_impulse_norms",
+    "ImpulseNorms",
     "upward_variances",
 ]
 
@@ -252,11 +253,6 @@ def upward_variances(layout: TreeLayout, v: np.ndarray) -> tuple[list[np.ndarray
     return var_z, V
 
 
-def _parents(layout: TreeLayout, lev: int) -> np.ndarray:
-    """Index (in level ``lev + 1``) of the parent of every node of level ``lev``."""
-    return np.repeat(np.arange(layout.sizes[lev + 1]), np.diff(layout.child_starts[lev]))
-
-
 def _group_exclusive_cumsum(a: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """Within each sibling group (``starts`` = child_starts), the sum of the earlier siblings."""
     cs = np.cumsum(a)
@@ -279,94 +275,136 @@ def tree_impulse_norms(layout: TreeLayout, variances: np.ndarray, workload: str)
     tile the leaves, and the running sums are affine in each block: with per-node profile moments
     ``S1_c = sum cumsum(rho_c)``, ``S2_c = sum cumsum(rho_c)^2``, ``Q_c = sum rho_c^2`` (computed
     bottom-up) and per-child suffix sums over later siblings, each path step costs ``O(1)``.
+    Computed by :class:`ImpulseNorms`, which keeps the layout-only work for repeated calls.
     """
-    if workload not in ("prefix", "all_ranges", "identity", "total"):
-        raise ValueError(f"unsupported workload {workload!r}")
-    v = np.asarray(variances, dtype=np.float64)
-    L = layout.levels
-    var_z, V = upward_variances(layout, v)
-    parent = [_parents(layout, lev) for lev in range(L - 1)]
-    share = [var_z[lev] / V[lev + 1][parent[lev]] for lev in range(L - 1)]
-    # cumulative share of earlier siblings, F_{j-1}
-    F = [_group_exclusive_cumsum(share[lev], layout.child_starts[lev]) for lev in range(L - 1)]
-    # profile moments bottom-up
-    length = [np.ones(layout.sizes[0])]
-    S1, S2, Q = [np.ones(layout.sizes[0])], [np.ones(layout.sizes[0])], [np.ones(layout.sizes[0])]
-    t: list[dict[str, np.ndarray]] = []
-    for lev in range(L - 1):
-        f, Fm, ln = share[lev], F[lev], length[lev]
-        terms = {
-            "len": ln,
-            "lenF": ln * Fm,
-            "lenF2": ln * Fm * Fm,
-            "fS1": f * S1[lev],
-            "fS1F": f * S1[lev] * Fm,
-            "f2S2": f * f * S2[lev],
-            "f2Q": f * f * Q[lev],
-        }
-        t.append(terms)
-        starts = layout.child_starts[lev][:-1]
-        total = {k: np.add.reduceat(a, starts) for k, a in terms.items()}
-        length.append(total["len"])
-        S1.append(total["lenF"] + total["fS1"])
-        S2.append(total["lenF2"] + 2 * total["fS1F"] + total["f2S2"])
-        Q.append(total["f2Q"])
-    # group totals and suffix sums over later siblings, per child
-    T, R = [], []
-    for lev in range(L - 1):
-        starts = layout.child_starts[lev]
-        counts = np.diff(starts)
-        Tl = {k: np.add.reduceat(a, starts[:-1]) for k, a in t[lev].items()}
-        # later siblings = group total - earlier siblings - self
-        Rl = {k: np.repeat(Tl[k], counts) - _group_exclusive_cumsum(a, starts) - a for k, a in t[lev].items()}
-        T.append(Tl)
-        R.append(Rl)
+    return ImpulseNorms(layout, workload)(variances)
 
-    out = np.empty(layout.nodes)
-    for lev in range(L):
-        idx = np.arange(layout.sizes[lev])
-        anc = {lev: idx}
-        for up in range(lev, L - 1):
-            anc[up + 1] = parent[up][anc[up]]
-        dz = {lev: var_z[lev] / layout.level_rows(v, lev)}
-        for up in range(lev + 1, L):
-            a = anc[up]
-            dz[up] = var_z[up][a] / V[up][a] * dz[up - 1]
-        off = np.zeros(idx.size)
-        xh = dz[L - 1]
-        s1 = np.zeros(idx.size)  # sum of running sums
-        s2 = np.zeros(idx.size)  # sum of squared running sums
-        sq = np.zeros(idx.size)  # sum of squared leaf values
-        for down in range(L - 1, lev, -1):
-            u, b = anc[down], anc[down - 1]
-            d = xh - dz[down - 1]
-            Tu, tb, Rb = T[down - 1], t[down - 1], R[down - 1]
-            A = {k: Tu[k][u] - tb[k][b] for k in ("len", "lenF", "lenF2", "fS1", "fS1F", "f2S2", "f2Q")}
-            Rlen, RlenF, RfS1 = Rb["len"][b], Rb["lenF"][b], Rb["fS1"][b]
-            delta = dz[down - 1]
-            s2 += (
-                off * off * A["len"]
-                + 2 * off * d * (A["lenF"] + A["fS1"])
-                + d * d * (A["lenF2"] + 2 * A["fS1F"] + A["f2S2"])
-                + delta * delta * Rlen
-                + 2 * off * delta * Rlen
-                + 2 * d * delta * (RlenF + RfS1)
+
+class ImpulseNorms:
+    """``v -> ||W G e_u||^2`` (strategy row order) for one layout and workload
+    (``"prefix"``, ``"all_ranges"``, ``"identity"`` or ``"total"``)."""
+
+    def __init__(self, layout: TreeLayout, workload: str):
+        if workload not in ("prefix", "all_ranges", "identity", "total"):
+            raise ValueError(f"unsupported workload {workload!r}")
+        self.layout = layout
+        self.workload = workload
+        L = layout.levels
+        self.counts = [np.diff(layout.child_starts[lev]) for lev in range(L - 1)]
+        self.parent = [np.repeat(np.arange(layout.sizes[lev + 1]), self.counts[lev]) for lev in range(L - 1)]
+        # ancestors of every level-lev node at each level above, and whether that level is uniform
+        self.anc: list[dict[int, np.ndarray]] = []
+        self.uniform: list[dict[int, int]] = []  # level a -> block size m (0: not uniform)
+        for lev in range(L):
+            anc = {lev: np.arange(layout.sizes[lev])}
+            uni = {lev: 1}
+            for up in range(lev, L - 1):
+                anc[up + 1] = self.parent[up][anc[up]]
+                sizes = np.bincount(anc[up + 1], minlength=layout.sizes[up + 1])
+                uni[up + 1] = int(sizes[0]) if sizes.size and np.all(sizes == sizes[0]) else 0
+            self.anc.append(anc)
+            self.uniform.append(uni)
+
+    def _per_level(self, v: np.ndarray):
+        """Per-level arrays of one evaluation: upward variances, shares, profile moments and the
+        combined per-node step coefficients."""
+        lay = self.layout
+        L = lay.levels
+        var_z, V = upward_variances(lay, v)
+        share = [var_z[lev] / V[lev + 1][self.parent[lev]] for lev in range(L - 1)]
+        F = [_group_exclusive_cumsum(share[lev], lay.child_starts[lev]) for lev in range(L - 1)]
+        length = [np.ones(lay.sizes[0])]
+        S1, S2, Q = [np.ones(lay.sizes[0])], [np.ones(lay.sizes[0])], [np.ones(lay.sizes[0])]
+        coef = []
+        for lev in range(L - 1):
+            f, Fm, ln = share[lev], F[lev], length[lev]
+            t = {
+                "len": ln,
+                "lenF": ln * Fm,
+                "lenF2": ln * Fm * Fm,
+                "fS1": f * S1[lev],
+                "fS1F": f * S1[lev] * Fm,
+                "f2S2": f * f * S2[lev],
+                "f2Q": f * f * Q[lev],
+            }
+            starts = lay.child_starts[lev]
+            T = {k: np.add.reduceat(a, starts[:-1]) for k, a in t.items()}
+            length.append(T["len"])
+            S1.append(T["lenF"] + T["fS1"])
+            S2.append(T["lenF2"] + 2 * T["fS1F"] + T["f2S2"])
+            Q.append(T["f2Q"])
+            par = self.parent[lev]
+            A = {k: T[k][par] - t[k] for k in t}  # the parent's group without the node itself
+            R = {k: np.repeat(T[k], self.counts[lev]) - _group_exclusive_cumsum(t[k], starts) - t[k] for k in ("len", "lenF", "fS1")}
+            coef.append(
+                {
+                    "c1": A["len"],
+                    "c2": A["lenF"] + A["fS1"],
+                    "c3": A["lenF2"] + 2 * A["fS1F"] + A["f2S2"],
+                    "cq": A["f2Q"],
+                    "r1": R["len"],
+                    "r2": R["lenF"] + R["fS1"],
+                    "F": F[lev],
+                    "share": share[lev],
+                }
             )
-            s1 += off * A["len"] + d * (A["lenF"] + A["fS1"]) + delta * Rlen
-            sq += d * d * A["f2Q"]
-            off = off + d * F[down - 1][b]
-            xh = delta + share[down - 1][b] * d
-        ln, m1, m2, q = length[lev], S1[lev], S2[lev], Q[lev]
-        s2 += ln * off * off + 2 * off * xh * m1 + xh * xh * m2
-        s1 += ln * off + xh * m1
-        sq += xh * xh * q
-        if workload == "prefix":
-            res = s2
-        elif workload == "all_ranges":
-            res = (layout.n + 1) * s2 - s1 * s1
-        elif workload == "identity":
-            res = sq
-        else:
-            res = dz[L - 1] ** 2
-        out[layout.row_offsets[lev] : layout.row_offsets[lev] + layout.sizes[lev]] = res
-    return out
+        return var_z, V, length, S1, S2, Q, coef
+
+    def __call__(self, variances: np.ndarray) -> np.ndarray:
+        lay = self.layout
+        v = np.asarray(variances, dtype=np.float64)
+        L = lay.levels
+        var_z, V, length, S1, S2, Q, coef = self._per_level(v)
+        ratio = [np.empty(0)] + [var_z[up] / V[up] for up in range(1, L)]
+        out = np.empty(lay.nodes)
+        need_s1 = self.workload == "all_ranges"
+        need_sq = self.workload == "identity"
+        for lev in range(L):
+            anc, uni = self.anc[lev], self.uniform[lev]
+            N = lay.sizes[lev]
+
+            def spread(c: np.ndarray, a: int, uni: dict = uni, anc: dict = anc) -> np.ndarray:
+                """Per-ancestor (level ``a``) values for every impulse node."""
+                m = uni[a]
+                return np.repeat(c, m) if m else c[anc[a]]
+
+            dz = {lev: var_z[lev] / lay.level_rows(v, lev)}
+            for up in range(lev + 1, L):
+                dz[up] = spread(ratio[up], up) * dz[up - 1]
+            if self.workload == "total":
+                res = dz[L - 1] ** 2
+                out[lay.row_offsets[lev] : lay.row_offsets[lev] + N] = res
+                continue
+            off = np.zeros(N)
+            xh = dz[L - 1].copy()
+            s2 = np.zeros(N)
+            s1 = np.zeros(N) if need_s1 else None
+            sq = np.zeros(N) if need_sq else None
+            for down in range(L - 1, lev, -1):
+                a = down - 1
+                c = coef[a]
+                delta = dz[a]
+                d = xh - delta
+                if need_sq:
+                    sq += d * d * spread(c["cq"], a)
+                else:
+                    c1, c2, c3 = spread(c["c1"], a), spread(c["c2"], a), spread(c["c3"], a)
+                    r1, r2 = spread(c["r1"], a), spread(c["r2"], a)
+                    od = off * d
+                    s2 += off * off * c1 + 2.0 * od * c2 + d * d * c3 + delta * (delta * r1 + 2.0 * off * r1 + 2.0 * d * r2)
+                    if need_s1:
+                        s1 += off * c1 + d * c2 + delta * r1
+                off += d * spread(c["F"], a)
+                xh = delta + spread(c["share"], a) * d
+            if need_sq:
+                res = sq + xh * xh * Q[lev]
+            else:
+                ln, m1, m2 = length[lev], S1[lev], S2[lev]
+                s2 += ln * off * off + 2.0 * off * xh * m1 + xh * xh * m2
+                if need_s1:
+                    s1 += ln * off + xh * m1
+                    res = (lay.n + 1) * s2 - s1 * s1
+                else:
+                    res = s2
+            out[lay.row_offsets[lev] : lay.row_offsets[lev] + N] = res
+        return out

@@ -165,7 +165,7 @@ def test_tree_gram_reused():
     ids=["k3-incomplete", "complete-mixed", "k7-incomplete"],
 )
 def test_impulse_norms_equal_the_reference_closed_form(workload, layout):
-    from sparsedp.optimize.impulse import ImpulseNorms
+    from sparsedp.tree_estimator import ImpulseNorms
     from sparsedp.tree_estimator import tree_impulse_norms
 
     v = RNG.uniform(0.5, 2.0, layout.nodes)

@@ -12,7 +12,7 @@ gives both, exactly:
 
 * ``closed``: prefix, all-range, identity and total workloads use the ``O(n log n)`` closed form
   of :func:`sparsedp.tree_estimator.tree_impulse_norms`, reorganised for repeated evaluation
-  (:class:`~sparsedp.optimize.impulse.ImpulseNorms`, 4x faster at ``n = 2^20``);
+  (:class:`~sparsedp.tree_estimator.ImpulseNorms`, 4x faster at ``n = 2^20``);
 * ``explicit``: any other workload (range lists, sparse matrices) row by row: with ``c_q`` the query
   ``w_q`` placed on the leaf rows (``M^T c_q = w_q``, the leaves are identity rows), the two-pass GLS
   solve of ``y = V c_q`` returns the node values ``X[:, q] = M P^{-1} w_q``, so
@@ -29,7 +29,7 @@ from ..operators import Operator
 from ..strategies import TreeLayout
 from ..tree_estimator import layout_plan, two_pass
 from .gram import Gram, workload_rows
-from .impulse import ImpulseNorms
+from ..tree_estimator import ImpulseNorms
 
 __all__ = ["CLOSED_FORM_WORKLOADS", "TreeObjective", "row_weights", "tree_strategy"]
 
