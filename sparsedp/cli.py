@@ -104,6 +104,7 @@ COMMAND_MODULES = (
     "sparsedp.trees.cli",
     "sparsedp.completion.cli",
     "sparsedp.flows.cli",
+    "sparsedp.optimize.cli",
 )
 
 

@@ -68,6 +68,30 @@ class Release:
         return save_release(path, "matrix-mechanism", arrays, ledger=entries, description=desc, private=m.private)
 
 
+def _optimized_strategy(W: Any, M: Any, noise: str, options: dict[str, Any] | None) -> Any:
+    """The :class:`~sparsedp.optimize.OptimizedStrategy` that ``M`` names or is (``None`` for any
+    other strategy); checked against the mechanism's noise before anything is measured."""
+    from .optimize import OptimizedStrategy, optimize  # the optimiser builds on this module's neighbours
+
+    if isinstance(M, str):
+        if M != "optimized":
+            raise InvalidPrivacyParameterError(f"a strategy given by name must be 'optimized', got {M!r}")
+        opts = dict(options or {})
+        if "noise" in opts:
+            raise InvalidPrivacyParameterError("optimize_options must not set noise: the mechanism's noise is used")
+        if noise not in ("laplace", "gaussian"):
+            raise InvalidPrivacyParameterError(f"noise must be 'laplace' or 'gaussian', got {noise!r}")
+        return optimize(W, noise=noise, **opts)
+    if options:
+        raise InvalidPrivacyParameterError('optimize_options apply only to M="optimized"')
+    if isinstance(M, OptimizedStrategy):
+        if M.noise != noise:
+            raise InvalidPrivacyParameterError(f"this strategy was optimised for {M.noise} noise, the mechanism "
+                                               f"uses {noise}: optimise again with noise={noise!r}")
+        return M
+    return None
+
+
 class MatrixMechanism:
     """Answer workload ``W`` by measuring strategy ``M`` with calibrated noise.
 
@@ -75,6 +99,10 @@ class MatrixMechanism:
     ----------
     W, M:
         Workload and strategy (operators, sparse or dense matrices) with the same column count.
+        ``M="optimized"`` runs :func:`sparsedp.optimize` on ``W`` for this mechanism's ``noise``
+        (with ``optimize_options``) and measures the strategy it returns; an
+        :class:`~sparsedp.optimize.OptimizedStrategy` (the result of an earlier ``optimize`` call)
+        is measured as is.  Either way ``self.optimized`` holds the result (``None`` otherwise).
     epsilon:
         Pure-DP budget of one measurement (Laplace), or with ``delta`` an ``(epsilon, delta)`` target
         for Gaussian noise.
@@ -89,6 +117,13 @@ class MatrixMechanism:
     accountant:
         Optional :class:`~sparsedp.privacy.Accountant`; every :meth:`measure` spends its cost there
         first and raises :class:`~sparsedp.errors.BudgetExceededError` before drawing noise.
+    optimize_options:
+        Keyword arguments of :func:`sparsedp.optimize` for ``M="optimized"`` (``family``,
+        ``time_limit``, ``rng``, ...); ``noise`` is this mechanism's.
+
+    The optimiser chooses the strategy from the workload alone (never from the data), so it costs
+    no budget; the mechanism then calibrates from the returned strategy's own entries as for any
+    other strategy.
     """
 
     def __init__(
@@ -103,9 +138,11 @@ class MatrixMechanism:
         secure: bool = True,
         grid: float = 1.0,
         accountant: Accountant | None = None,
+        optimize_options: dict[str, Any] | None = None,
     ):
         self.W = aslinearoperator(W, name="workload")
-        self.M = aslinearoperator(M, name="strategy")
+        self.optimized = _optimized_strategy(self.W, M, noise, optimize_options)
+        self.M = aslinearoperator(M if self.optimized is None else self.optimized.strategy, name="strategy")
         if self.W.shape[1] != self.M.shape[1]:
             raise ShapeError(f"workload has {self.W.shape[1]} columns, strategy {self.M.shape[1]}")
         self.noise = noise

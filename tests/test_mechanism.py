@@ -215,3 +215,33 @@ def test_calibration_uses_the_matrix_that_is_measured():
     M = Liar(np.array([[1.0, 1.0], [1.0, 1.0], [1.0, 0.0]]))
     mech = MatrixMechanism(wl.identity(2), M, epsilon=1.0)
     assert mech.sensitivity == 3.0 and mech.noise_scale() == 3.0
+
+
+def test_optimized_strategy_by_name_and_by_result():
+    # issue 11: MatrixMechanism(W, "optimized") measures sparsedp.optimize's strategy for W
+    from sparsedp import optimize
+
+    W = wl.all_ranges(32)
+    mech = MatrixMechanism(W, "optimized", epsilon=0.5, secure=False, optimize_options={"rng": 0})
+    res = mech.optimized
+    assert res is not None and res.noise == "laplace"
+    # the mechanism's own analytic error is the optimiser's, rescaled to the budget
+    assert mech.expected_error() == pytest.approx(res.error_at(epsilon=0.5), rel=1e-9)
+    best_template = min(MatrixMechanism(W, st.hierarchical(32, k), epsilon=0.5, secure=False).expected_error()
+                        for k in (2, 4, 8, 16))
+    assert mech.expected_error() < best_template
+    again = MatrixMechanism(W, res, epsilon=0.5, secure=False)  # an earlier result, measured as is
+    assert again.optimized is res and again.expected_error() == pytest.approx(mech.expected_error(), rel=1e-12)
+    x = np.arange(32)
+    rel = again.run(x, rng=1)
+    assert rel.answers.shape == (W.shape[0],)
+    gauss = optimize(wl.prefix(16), noise="gaussian", family="tree", rng=0)
+    assert MatrixMechanism(wl.prefix(16), gauss, rho=1.0, noise="gaussian").optimized is gauss
+    with pytest.raises(InvalidPrivacyParameterError, match="optimised for gaussian"):
+        MatrixMechanism(wl.prefix(16), gauss, epsilon=1.0)
+    with pytest.raises(InvalidPrivacyParameterError, match="'optimized'"):
+        MatrixMechanism(W, "best", epsilon=1.0)
+    with pytest.raises(InvalidPrivacyParameterError, match="only to"):
+        MatrixMechanism(W, st.identity(32), epsilon=1.0, optimize_options={"family": "tree"})
+    with pytest.raises(ShapeError):
+        MatrixMechanism(wl.prefix(8), res, epsilon=1.0)  # optimised for 32 cells

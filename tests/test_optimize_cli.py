@@ -1,0 +1,101 @@
+"""``sparsedp optimize`` (issue 11): the chosen family, every candidate's error per query, the time."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from sparsedp import MatrixMechanism, expected_error, optimize
+from sparsedp import strategies as st
+from sparsedp import workloads as wl
+from sparsedp.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_optimize_named_workload_json_and_strategy(tmp_path, capsys):
+    out, saved = tmp_path / "o.json", tmp_path / "m.npz"
+    assert main(["optimize", "--workload", "prefix", "--n", "64", "--epsilon", "0.5", "--json", str(out),
+                 "--save", str(saved)]) == 0
+    printed = capsys.readouterr().out
+    rep = json.loads(out.read_text())
+    ch = rep["chosen"]
+    assert rep["queries"] == 64 and rep["cells"] == 64 and rep["epsilon"] == 0.5
+    assert f"chosen: {ch['family']} {ch['name']}" in printed and "optimised in" in printed
+    templates = [c for c in rep["candidates"] if c["family"] == "templates"]
+    assert {"identity", "haar", "fenwick", "hierarchical(k=2)"} <= {c["name"] for c in templates}
+    for c in templates:  # every template's error per query at epsilon 0.5, recomputed independently
+        assert c["name"] in printed
+    fen = next(c for c in templates if c["name"] == "fenwick")
+    direct = MatrixMechanism(wl.prefix(64), st.fenwick(64), epsilon=0.5, secure=False).error_report().per_query
+    assert fen["error_per_query"] == pytest.approx(direct, rel=1e-9)
+    assert ch["error_per_query"] <= min(c["error_per_query"] for c in templates)
+    assert rep["best_template"]["ratio_chosen_to_template"] <= 1.0
+    assert rep["seconds"] > 0
+    # the saved strategy measures to the reported error
+    M = sp.load_npz(saved)
+    err = MatrixMechanism(wl.prefix(64), M, epsilon=0.5, secure=False).error_report()
+    assert err.per_query == pytest.approx(ch["error_per_query"], rel=1e-9)
+
+
+def test_optimize_workload_file_and_gaussian(tmp_path):
+    n = 24
+    rows = [(i, j) for i in range(0, n, 3) for j in range(i, n, 5)]
+    W = sp.lil_matrix((len(rows), n))
+    for r, (i, j) in enumerate(rows):
+        W[r, i:j + 1] = 1.0
+    path = tmp_path / "w.npz"
+    sp.save_npz(path, W.tocsr())
+    out = tmp_path / "o.json"
+    assert main(["optimize", "--workload", str(path), "--noise", "gaussian", "--rho", "2", "--json", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    assert rep["noise"] == "gaussian" and rep["rho"] == 2 and rep["queries"] == len(rows)
+    res = optimize(W.tocsr(), noise="gaussian", rng=0)
+    assert rep["chosen"]["error_total"] == pytest.approx(res.error.total / 2, rel=1e-9)
+    dense = tmp_path / "w.npy"
+    np.save(dense, W.toarray())
+    assert main(["optimize", "--workload", str(dense), "--family", "templates"]) == 0
+
+
+def test_optimize_bad_input_exit_code_2(tmp_path, capsys):
+    assert main(["optimize", "--workload", "prefix"]) == 2  # no --n
+    assert "--n" in capsys.readouterr().err
+    assert main(["optimize", "--workload", "prefix", "--n", "0"]) == 2
+    assert main(["optimize", "--workload", "prefix", "--n", "8", "--epsilon", "-1"]) == 2
+    assert main(["optimize", "--workload", "prefix", "--n", "8", "--rho", "1"]) == 2  # rho with Laplace
+    assert main(["optimize", "--workload", str(tmp_path / "missing.npz")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    bad = tmp_path / "w.npy"
+    np.save(bad, np.array([[1.0, np.nan]]))
+    assert main(["optimize", "--workload", str(bad)]) == 2
+    assert "NaN" in capsys.readouterr().err
+    np.save(bad, np.ones(4))
+    assert main(["optimize", "--workload", str(bad)]) == 2
+    assert main(["optimize", "--workload", "weird.txt"]) == 2
+    assert main(["optimize", "--workload", "prefix", "--n", "8", "--json", str(tmp_path / "no" / "o.json")]) == 2
+
+
+def test_optimize_help_documents_every_option():
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-m", "sparsedp", "optimize", "--help"], capture_output=True, text=True,
+                         env=env, check=True).stdout
+    for opt in ("--workload", "--n", "--noise", "--family", "--epsilon", "--rho", "--time-limit", "--seed", "--json",
+                "--save", "all-ranges"):
+        assert opt in out
+    top = subprocess.run([sys.executable, "-m", "sparsedp", "--help"], capture_output=True, text=True, env=env,
+                         check=True).stdout
+    assert "optimize" in top
+
+
+def test_error_of_saved_strategy_matches_expected_error(tmp_path):
+    saved = tmp_path / "m.npz"
+    assert main(["optimize", "--workload", "all-ranges", "--n", "16", "--family", "tree", "--save", str(saved)]) == 0
+    M = sp.load_npz(saved)
+    res = optimize(wl.all_ranges(16), family="tree", rng=0)
+    var = 2.0 * res.sensitivity ** 2
+    assert expected_error(wl.all_ranges(16), M, var).total == pytest.approx(res.error.total, rel=1e-9)
