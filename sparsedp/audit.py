@@ -1,52 +1,75 @@
 """An empirical differential-privacy auditor: a statistical lower bound on a release's epsilon.
 
 For a release ``R`` and neighbouring inputs ``x, x'``, every event ``S`` satisfies
-``P[R(x) in S] <= e^eps P[R(x') in S]`` if ``R`` is ``eps``-DP.  So a pair of confidence bounds,
-``p_lo <= P[R(x) in S]`` and ``q_hi >= P[R(x') in S]``, gives ``eps >= ln(p_lo / q_hi)`` with the
-joint confidence of the two bounds.  The auditor (in the spirit of DP-Sniper, Bichsel et al.,
-IEEE S&P 2021, and the statistical testers of Ding et al., CCS 2018):
+``P[R(x) in S] <= e^eps P[R(x') in S] + delta`` if ``R`` is ``(eps, delta)``-DP.  So a pair of
+confidence bounds, ``p_lo <= P[R(x) in S]`` and ``q_hi >= P[R(x') in S]``, gives
+``eps >= ln((p_lo - delta) / q_hi)`` with the joint confidence of the two bounds (``delta = 0``
+for pure DP).  The auditor (in the spirit of DP-Sniper, Bichsel et al., IEEE S&P 2021, and the
+statistical testers of Ding et al., CCS 2018):
 
-1. draws ``trials`` outputs of ``R(x)`` and of ``R(x')``;
-2. on the first half (selection), projects every output onto candidate directions -- each output
-   coordinate and the difference of the two sample means -- and scores threshold events
-   ``{<v, R> > t}`` / ``{<v, R> < t}`` at quantile thresholds by their empirical log ratio,
-   keeping the best (both orders of ``x, x'``);
-3. on the held-out half, counts the chosen event and returns Clopper-Pearson bounds
+1. splits the ``trials`` per input into a *selection* part and a *held-out* part (half each by
+   default), drawn independently;
+2. on the selection part only, projects every output onto candidate directions -- each output
+   coordinate and the difference of the two selection means -- and scores threshold events
+   ``{<v, R> > t}`` / ``{<v, R> < t}`` at quantile thresholds (log-spaced into both tails, so rare
+   events with large ratios are tried) by the Clopper-Pearson bound they give on the selection
+   part itself, keeping the best (both orders of ``x, x'``);
+3. on the held-out part, counts the one chosen event and returns Clopper-Pearson bounds
    (``alpha / 2`` each side, so the bound holds with probability ``>= 1 - alpha``) and
-   ``epsilon_lower = ln(p_lo / q_hi)``.
+   ``epsilon_lower = ln((p_lo - delta) / q_hi)``.
 
-What it can and cannot prove: a lower bound above the claimed epsilon is evidence of a privacy
-bug (with confidence ``1 - alpha``); a bound below it proves nothing about the upper bound -- an
-auditor only finds violations it has the events and the samples to see.  Selecting the event on
-data independent of the counted half keeps the bound valid.
+The event is a function of the selection draws alone, which are independent of the held-out
+draws, so the held-out counts are binomial given the event: the bound is valid however hard the
+search looked.
+
+**Two release protocols.**  ``release(data, generator)`` returns one output vector (called once
+per trial; the original API).  With ``batched=True``, ``release(data, generator, k)`` returns a
+``(k, d)`` array of ``k`` independent outputs, which is how a million trials take seconds:
+:func:`plan_release` builds such a release from a :class:`~sparsedp.measure.MeasurementPlan`
+(the noise is drawn by the plan's own ``measure``: the measurement path stays the only noise
+drawer).  Outputs are drawn ``chunk`` trials at a time; the held-out part is counted chunk by chunk
+and never stored, so memory is ``O((selection trials + chunk) d)``.
+
+**What it can and cannot prove.**  A lower bound above the claimed epsilon is evidence, at
+confidence ``1 - alpha``, that the release is *not* as private as claimed (a calibration bug).  A
+bound below the claim proves nothing about the upper bound: an auditor only finds violations it
+has the events and the samples to see (its events are thresholds on linear projections; the
+neighbouring pair is the caller's choice; ``eps`` near the claim needs events of probability
+``>> 1 / trials``).  Auditing a deliberately broken copy (noise halved, so twice the claimed loss)
+shows whether the test *could* have seen a violation of that size.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
+import scipy.sparse as sp
 from scipy import stats
 
 from .errors import SparseDPError
 
-__all__ = ["AuditResult", "audit", "clopper_pearson"]
+__all__ = ["AuditResult", "audit", "clopper_pearson", "plan_release"]
 
 
 @dataclass(frozen=True)
 class AuditResult:
     """The outcome of :func:`audit`."""
 
-    epsilon_lower: float  # ln(p_lo / q_hi), or 0 if no event separates the outputs
-    p_hat: float  # frequency of the event under the first input (held-out half)
-    q_hat: float  # under the second input
+    epsilon_lower: float  # ln((p_lo - delta) / q_hi), or 0 if no event separates the outputs
+    p_hat: float  # frequency of the event under the input it favours (held-out part)
+    q_hat: float  # under the other input
     p_lower: float
     q_upper: float
     event: str  # description of the chosen event
-    trials: int  # per input
+    trials: int  # per input (selection + held-out)
     alpha: float
+    delta: float = 0.0  # the delta subtracted (0: a pure-DP bound)
+    selection_trials: int = 0  # per input, used only to choose the event
+    held_out_trials: int = 0  # per input, used only for the bound
 
 
 def clopper_pearson(k: int, n: int, alpha: float) -> tuple[float, float]:
@@ -56,74 +79,211 @@ def clopper_pearson(k: int, n: int, alpha: float) -> tuple[float, float]:
     return lo, hi
 
 
-def _outputs(release: Callable[..., Any], x: Any, trials: int, gen: np.random.Generator) -> np.ndarray:
-    rows = [np.atleast_1d(np.asarray(release(x, gen), dtype=np.float64)).ravel() for _ in range(trials)]
-    out = np.vstack(rows)
-    if not np.all(np.isfinite(out)):
+def _cp_lower(k: np.ndarray, n: int, alpha: float) -> np.ndarray:
+    k = np.asarray(k, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        lo = stats.beta.ppf(alpha / 2, np.maximum(k, 1), n - k + 1)
+    return np.where(k > 0, lo, 0.0)
+
+
+def _cp_upper(k: np.ndarray, n: int, alpha: float) -> np.ndarray:
+    k = np.asarray(k, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        hi = stats.beta.ppf(1 - alpha / 2, k + 1, np.maximum(n - k, 1))
+    return np.where(k < n, hi, 1.0)
+
+
+# ---- drawing outputs ------------------------------------------------------------------------------
+
+def _as_rows(out: Any, k: int) -> np.ndarray:
+    arr = np.asarray(out, dtype=np.float64)
+    arr = arr.reshape(k, -1) if arr.ndim != 2 or arr.shape[0] != k else arr
+    if not np.all(np.isfinite(arr)):
         raise SparseDPError("the release produced non-finite outputs")
-    return out
+    return arr
 
 
-def _best_event(A: np.ndarray, B: np.ndarray, directions: np.ndarray, min_count: int) -> tuple[float, int, float, int]:
-    """On selection samples: the (score, direction, threshold, sign) maximising ln(p / q)."""
-    best = (-math.inf, 0, 0.0, 1)
-    qs = np.linspace(0.01, 0.99, 33)
-    for d in range(directions.shape[0]):
-        a, b = A @ directions[d], B @ directions[d]
-        for sign in (1, -1):
-            sa, sb = sign * a, sign * b
-            for t in np.unique(np.quantile(sb, qs)):
-                p = np.count_nonzero(sa > t)
-                q = np.count_nonzero(sb > t)
-                if p < min_count:
-                    continue
-                score = math.log(p / len(sa)) - math.log(max(q, 1) / len(sb))
-                if score > best[0]:
-                    best = (score, d, float(t), sign)
+def _chunks(release: Callable[..., Any], data: Any, count: int, gen: np.random.Generator, batched: bool,
+            chunk: int) -> Iterator[np.ndarray]:
+    """``count`` outputs of ``release(data)``, ``chunk`` trials at a time, as ``(k, d)`` arrays."""
+    done = 0
+    while done < count:
+        k = min(chunk, count - done)
+        if batched:
+            arr = _as_rows(release(data, gen, k), k)
+        else:
+            arr = _as_rows(
+                np.vstack([np.atleast_1d(np.asarray(release(data, gen), dtype=np.float64)).ravel() for _ in range(k)]),
+                k)
+        done += k
+        yield arr
+
+
+# ---- choosing the event (selection part) -----------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Event:
+    score: float  # the event's bound on the selection part
+    direction: np.ndarray
+    sign: float
+    threshold: float
+    swap: bool  # True: the event is more likely under x_prime
+    name: str
+
+
+def _levels(n: int) -> np.ndarray:
+    """Quantile levels: log-spaced into both tails down to ~5 / n, and uniform in the middle."""
+    f0 = min(0.25, 5.0 / n)
+    tail = np.geomspace(f0, 0.5, 48)
+    return np.unique(np.concatenate([tail, 1.0 - tail, np.linspace(0.02, 0.98, 49)]))
+
+
+def _directions(Sa: np.ndarray, Sb: np.ndarray, max_coordinates: int = 256) -> tuple[np.ndarray, list[str]]:
+    """Unit directions: output coordinates (the ``max_coordinates`` with the largest standardized
+    mean difference when there are more) and the difference of the two selection means."""
+    dim = Sa.shape[1]
+    diff = Sa.mean(axis=0) - Sb.mean(axis=0)
+    if dim == 1:
+        return np.ones((1, 1)), ["coordinate 0"]
+    coords = np.arange(dim)
+    if dim > max_coordinates:
+        spread = np.sqrt(0.5 * (Sa.var(axis=0) + Sb.var(axis=0))) + 1e-300
+        coords = np.sort(np.argsort(-np.abs(diff) / spread)[:max_coordinates])
+    eye = np.zeros((coords.size, dim))
+    eye[np.arange(coords.size), coords] = 1.0
+    norm = float(np.linalg.norm(diff))
+    dirs = np.vstack([eye, diff[None, :] / (norm or 1.0)])
+    return dirs, [f"coordinate {c}" for c in coords] + ["mean difference"]
+
+
+def _best_event(Sa: np.ndarray, Sb: np.ndarray, alpha: float, delta: float) -> _Event | None:
+    """On the selection part: the threshold event with the largest Clopper-Pearson bound
+    ``ln((p_lo - delta) / q_hi)``, over directions, both signs and both orders of the inputs.
+    Counts for all thresholds at once by sorting (``O(n log n)`` per direction)."""
+    na, nb = Sa.shape[0], Sb.shape[0]
+    dirs, names = _directions(Sa, Sb)
+    levels = _levels(min(na, nb))
+    best: _Event | None = None
+    for v, name in zip(dirs, names):
+        a, b = Sa @ v, Sb @ v
+        for sign in (1.0, -1.0):
+            sa, sb = np.sort(sign * a), np.sort(sign * b)
+            t = np.unique(np.quantile(np.concatenate([sa, sb]), levels))
+            ka = na - np.searchsorted(sa, t, side="right")  # #{sa > t}
+            kb = nb - np.searchsorted(sb, t, side="right")
+            for swap, kp, np_, kq, nq in ((False, ka, na, kb, nb), (True, kb, nb, ka, na)):
+                p_lo = _cp_lower(kp, np_, alpha) - delta
+                q_hi = _cp_upper(kq, nq, alpha)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    score = np.where(p_lo > 0, np.log(np.maximum(p_lo, 1e-300) / q_hi), -np.inf)
+                i = int(np.argmax(score))
+                if math.isfinite(score[i]) and (best is None or score[i] > best.score):
+                    best = _Event(float(score[i]), v, sign, float(t[i]), swap, name)
     return best
 
 
+def _count(chunks: Iterator[np.ndarray], ev: _Event) -> tuple[int, int]:
+    k = n = 0
+    for arr in chunks:
+        k += int(np.count_nonzero(ev.sign * (arr @ ev.direction) > ev.threshold))
+        n += arr.shape[0]
+    return k, n
+
+
 def audit(
-    release: Callable[[Any, np.random.Generator], Any],
+    release: Callable[..., Any],
     x: Any,
     x_prime: Any,
     *,
     trials: int = 20000,
     alpha: float = 0.05,
     rng: Any = None,
+    batched: bool = False,
+    delta: float = 0.0,
+    chunk: int = 65536,
+    selection: float = 0.5,
 ) -> AuditResult:
     """A ``1 - alpha`` lower bound on the epsilon of ``release`` from ``x`` against ``x_prime``.
 
     ``release(data, generator)`` must return the released vector (noise drawn from
-    ``generator``, a seeded :class:`numpy.random.Generator` so runs are reproducible).  See the
-    module docstring for the method and what the bound means."""
+    ``generator``, a seeded :class:`numpy.random.Generator` so runs are reproducible); with
+    ``batched=True``, ``release(data, generator, k)`` returns a ``(k, d)`` array of ``k``
+    independent releases (see :func:`plan_release`).  ``trials`` per input are split into
+    ``selection * trials`` draws that choose the event and the rest, which bound it.  ``delta > 0``
+    gives an ``(eps, delta)`` bound, ``ln((p_lo - delta) / q_hi)``, for approximate-DP (e.g. zCDP
+    converted) claims.  See the module docstring for the method and what the bound means."""
     if trials < 200:
         raise SparseDPError("an audit needs at least 200 trials per input")
     if not 0 < alpha < 1:
         raise SparseDPError("alpha must lie in (0, 1)")
+    if not 0 <= delta < 1:
+        raise SparseDPError("delta must lie in [0, 1)")
+    if not 0 < selection < 1:
+        raise SparseDPError("selection must lie in (0, 1)")
+    chunk = max(1, int(chunk))
     gen = np.random.default_rng(rng)
-    A = _outputs(release, x, trials, gen)
-    B = _outputs(release, x_prime, trials, gen)
-    if A.shape[1] != B.shape[1]:
+    n_sel = min(max(int(trials * selection), 100), trials - 100)
+    n_hold = trials - n_sel
+
+    def draw(data: Any, count: int) -> Iterator[np.ndarray]:
+        return _chunks(release, data, count, gen, batched, chunk)
+
+    Sa = np.vstack(list(draw(x, n_sel)))
+    Sb = np.vstack(list(draw(x_prime, n_sel)))
+    if Sa.shape[1] != Sb.shape[1]:
         raise SparseDPError("the two inputs give outputs of different lengths")
-    half = trials // 2
-    sel_a, sel_b, hold_a, hold_b = A[:half], B[:half], A[half:], B[half:]
-    dim = A.shape[1]
-    diff = sel_a.mean(axis=0) - sel_b.mean(axis=0)
-    directions = np.vstack([np.eye(dim), diff[None, :] / (np.linalg.norm(diff) or 1.0)]) if dim > 1 else np.eye(1)
-    min_count = max(10, half // 1000)
-    forward = _best_event(sel_a, sel_b, directions, min_count)
-    backward = _best_event(sel_b, sel_a, directions, min_count)
-    swap = backward[0] > forward[0]
-    score, d, t, sign = backward if swap else forward
-    P, Q = (hold_b, hold_a) if swap else (hold_a, hold_b)
-    if not math.isfinite(score):
-        return AuditResult(0.0, 0.0, 0.0, 0.0, 1.0, "none", trials, alpha)
-    k_p = int(np.count_nonzero(sign * (P @ directions[d]) > t))
-    k_q = int(np.count_nonzero(sign * (Q @ directions[d]) > t))
-    p_lo, _ = clopper_pearson(k_p, P.shape[0], alpha)
-    _, q_hi = clopper_pearson(k_q, Q.shape[0], alpha)
-    eps = math.log(p_lo / q_hi) if p_lo > 0 else 0.0
-    name = f"coordinate {d}" if d < dim else "mean difference"
-    event = f"{'+' if sign > 0 else '-'}<{name}, R> > {t:g} (more likely under {'x_prime' if swap else 'x'})"
-    return AuditResult(max(eps, 0.0), k_p / P.shape[0], k_q / Q.shape[0], p_lo, q_hi, event, trials, alpha)
+    ev = _best_event(Sa, Sb, alpha, delta)
+    del Sa, Sb
+    if ev is None:
+        return AuditResult(0.0, 0.0, 0.0, 0.0, 1.0, "none", trials, alpha, delta, n_sel, n_hold)
+    k_a, n_a = _count(draw(x, n_hold), ev)
+    k_b, n_b = _count(draw(x_prime, n_hold), ev)
+    (k_p, n_p), (k_q, n_q) = ((k_b, n_b), (k_a, n_a)) if ev.swap else ((k_a, n_a), (k_b, n_b))
+    p_lo, _ = clopper_pearson(k_p, n_p, alpha)
+    _, q_hi = clopper_pearson(k_q, n_q, alpha)
+    eps = math.log((p_lo - delta) / q_hi) if p_lo > delta else 0.0
+    event = (f"{'+' if ev.sign > 0 else '-'}<{ev.name}, R> > {ev.threshold:g} "
+             f"(more likely under {'x_prime' if ev.swap else 'x'})")
+    return AuditResult(max(eps, 0.0), k_p / n_p, k_q / n_q, p_lo, q_hi, event, trials, alpha, delta, n_sel, n_hold)
+
+
+# ---- batched releases from a measurement plan ------------------------------------------------------
+
+def _replicate(plan: Any, k: int) -> Any:
+    """``k`` independent copies of ``plan`` as one block-diagonal plan: measuring ``tile(x, k)``
+    with it draws, through the plan's own :meth:`~sparsedp.measure.MeasurementPlan.measure`, the
+    noise of ``k`` independent measurements of ``x`` (same grid, same per-row scales and factors).
+    For auditing only: its charge is one plan's, not ``k``."""
+    from .operators import SparseOperator  # local: keep the auditor importable without the path
+
+    A = sp.csr_matrix(plan.measured.tosparse(), dtype=np.float64)
+    block = SparseOperator(sp.kron(sp.identity(k, format="csr"), A, format="csr"),
+                           name=f"{plan.strategy.name} x {k} audit trials")
+    rf = None if plan.row_factors is None else np.tile(plan.row_factors, k)
+    return dataclasses.replace(plan, strategy=block, measured=block, scales=np.tile(plan.scales, k),
+                               unit_scales=np.tile(plan.unit_scales, k), row_factors=rf)
+
+
+def plan_release(
+    plan: Any, statistic: Callable[[np.ndarray], Any] | None = None, *, counts: bool = True
+) -> Callable[[Any, np.random.Generator, int], np.ndarray]:
+    """A batched release (``audit(..., batched=True)``) of a :class:`~sparsedp.measure.MeasurementPlan`:
+    ``release(x, generator, k)`` measures ``x`` ``k`` independent times and returns the ``(k, rows)``
+    noisy answers, or ``statistic(Y)`` (a vectorised post-processing: ``(k, rows) -> (k, d)``).
+
+    The noise is drawn by the plan's own ``measure`` (on a block-diagonal copy of the plan, so one
+    call draws all ``k``; the measurement path stays the only noise drawer), with the plan's
+    validation (``counts=False`` for non-count data)."""
+    cache: dict[int, Any] = {}
+
+    def release(x: Any, gen: np.random.Generator, k: int) -> np.ndarray:
+        rep = cache.get(k)
+        if rep is None:
+            if len(cache) >= 4:
+                cache.clear()
+            rep = cache[k] = _replicate(plan, k)
+        xs = np.tile(np.asarray(x, dtype=np.float64).ravel(), k)
+        Y = np.asarray(rep.measure(xs, rng=gen, counts=counts).y, dtype=np.float64).reshape(k, plan.rows)
+        return Y if statistic is None else np.asarray(statistic(Y), dtype=np.float64).reshape(k, -1)
+
+    return release
