@@ -5,8 +5,9 @@ An executor has three methods:
 * ``scatter(objects) -> handles``: place long-lived objects (e.g. constraint blocks with their cached
   factorisations) where the work runs.  In-process and threads return the objects themselves; Dask
   scatters them once to the workers, so a block's factor is built once on its worker and reused.
-* ``map(fn, *iterables) -> list``: ``[fn(*args) for args in zip(*iterables)]``, possibly in
-  parallel; results come back in order.
+* ``map(fn, *iterables, callback=None) -> list``: ``[fn(*args) for args in zip(*iterables)]``,
+  possibly in parallel; results come back in order.  ``callback()`` (if given) is called once per
+  finished task, in the order they finish (progress bars).
 * ``close()``: release what the executor created (not a client it was given).
 
 Results do not depend on the executor: every task is a pure function of its arguments.
@@ -30,7 +31,8 @@ class Executor(Protocol):
 
     def scatter(self, objects: list[Any]) -> list[Any]: ...
 
-    def map(self, fn: Callable[..., Any], *iterables: Iterable[Any]) -> list[Any]: ...
+    def map(self, fn: Callable[..., Any], *iterables: Iterable[Any],
+            callback: Callable[[], Any] | None = None) -> list[Any]: ...
 
     def close(self) -> None: ...
 
@@ -43,8 +45,14 @@ class InProcessExecutor:
     def scatter(self, objects: list[Any]) -> list[Any]:
         return list(objects)
 
-    def map(self, fn: Callable[..., Any], *iterables: Iterable[Any]) -> list[Any]:
-        return [fn(*args) for args in zip(*iterables)]
+    def map(self, fn: Callable[..., Any], *iterables: Iterable[Any],
+            callback: Callable[[], Any] | None = None) -> list[Any]:
+        out = []
+        for args in zip(*iterables):
+            out.append(fn(*args))
+            if callback is not None:
+                callback()
+        return out
 
     def close(self) -> None:
         return None
@@ -66,8 +74,16 @@ class ThreadExecutor(InProcessExecutor):
             raise SparseDPError(f"max_workers must be >= 1, got {max_workers!r}")
         self._pool = _Pool(max_workers=max_workers)
 
-    def map(self, fn: Callable[..., Any], *iterables: Iterable[Any]) -> list[Any]:
-        return list(self._pool.map(fn, *iterables))
+    def map(self, fn: Callable[..., Any], *iterables: Iterable[Any],
+            callback: Callable[[], Any] | None = None) -> list[Any]:
+        if callback is None:
+            return list(self._pool.map(fn, *iterables))
+        from concurrent.futures import as_completed
+
+        futures = [self._pool.submit(fn, *args) for args in zip(*iterables)]
+        for _ in as_completed(futures):
+            callback()
+        return [f.result() for f in futures]
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
@@ -77,8 +93,10 @@ class DaskExecutor(InProcessExecutor):
     """Tasks on a ``dask.distributed.Client``: a ``LocalCluster`` on this machine or a remote scheduler.
 
     ``DaskExecutor(client)`` uses a client you own (``close()`` leaves it open);
-    ``DaskExecutor.local(n_workers, threads_per_worker, processes)`` starts a ``LocalCluster`` and
-    closes it on ``close()``; ``DaskExecutor.connect(address)`` connects to a running scheduler.
+    ``DaskExecutor.local(n_workers, threads_per_worker, processes, memory_limit)`` starts a
+    ``LocalCluster`` and closes it on ``close()``; ``DaskExecutor.connect(address)`` connects to a
+    running scheduler.  A task whose worker dies is run again on another worker by Dask (up to the
+    ``distributed.scheduler.allowed-failures`` setting); tasks must therefore be safe to repeat.
     """
 
     name = "dask"
@@ -88,14 +106,21 @@ class DaskExecutor(InProcessExecutor):
         self._owns = owns
 
     @classmethod
-    def local(cls, n_workers: int = 2, threads_per_worker: int = 1, processes: bool = True) -> "DaskExecutor":
+    def local(cls, n_workers: int = 2, threads_per_worker: int = 1, processes: bool = True,
+              memory_limit: str | int | None = None) -> "DaskExecutor":
+        """A new ``LocalCluster`` (``memory_limit`` per worker, e.g. ``"4GB"``; ``None``: Dask's
+        default, the machine's memory shared among the workers)."""
         from dask.distributed import Client, LocalCluster
 
+        if int(n_workers) < 1 or int(threads_per_worker) < 1:
+            raise SparseDPError(f"need n_workers >= 1 and threads_per_worker >= 1, got {n_workers}, {threads_per_worker}")
+        extra = {} if memory_limit is None else {"memory_limit": memory_limit}
         cluster = LocalCluster(
-            n_workers=n_workers,
-            threads_per_worker=threads_per_worker,
+            n_workers=int(n_workers),
+            threads_per_worker=int(threads_per_worker),
             processes=processes,
             dashboard_address=None,
+            **extra,
         )
         return cls(Client(cluster), owns=True)
 
@@ -108,10 +133,19 @@ class DaskExecutor(InProcessExecutor):
     def scatter(self, objects: list[Any]) -> list[Any]:
         return list(self.client.scatter(list(objects), hash=False))
 
-    def map(self, fn: Callable[..., Any], *iterables: Iterable[Any]) -> list[Any]:
+    def map(self, fn: Callable[..., Any], *iterables: Iterable[Any],
+            callback: Callable[[], Any] | None = None) -> list[Any]:
         args = [list(it) for it in iterables]
         futures = self.client.map(fn, *args, pure=False)
-        return list(self.client.gather(futures))
+        try:
+            if callback is not None:
+                from dask.distributed import as_completed
+
+                for _ in as_completed(futures):
+                    callback()
+            return list(self.client.gather(futures))
+        finally:
+            self.client.cancel(futures)  # results are copied here; free them on the workers
 
     def close(self) -> None:
         if self._owns:

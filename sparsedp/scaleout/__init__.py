@@ -1,0 +1,39 @@
+"""Scale-out releases: hierarchical (tree) histograms on partitioned data, chunk by chunk on Dask.
+
+Each chunk of ``k^j`` leaves is a complete subtree of the balanced ``k``-ary tree: workers measure
+its nodes through the one measurement path (independent per-chunk noise streams), run the upward
+pass of the O(n) two-pass BLUE and return only the subtree root's summary; the few top levels are
+measured and solved on the driver; the downward pass runs per chunk and writes the output chunk.
+The budget is charged once, on the driver, before any noise is drawn.  See ``docs/scaleout.md``.
+
+Modules: :mod:`~sparsedp.scaleout.tree` (the chunked tree, budgets and scales),
+:mod:`~sparsedp.scaleout.chunked` (inputs and outputs), :mod:`~sparsedp.scaleout.passes` (the
+two passes split at a subtree root), :mod:`~sparsedp.scaleout.subtree` (the per-chunk tasks),
+:mod:`~sparsedp.scaleout.top` (the top measurement and solve), :mod:`~sparsedp.scaleout.release`
+(the driver).
+"""
+
+from .chunked import as_input, as_output, open_array
+from .passes import UpwardState, downward, upward
+from .release import ScaleoutRelease, chunk_seeds, release_hierarchical
+from .subtree import ChunkSpec, ChunkSummary
+from .tree import ChunkedTree, check_chunking, chunk_layout, default_chunk, level_budgets
+
+__all__ = [
+    "ChunkSpec",
+    "ChunkSummary",
+    "ChunkedTree",
+    "ScaleoutRelease",
+    "UpwardState",
+    "as_input",
+    "as_output",
+    "check_chunking",
+    "chunk_layout",
+    "chunk_seeds",
+    "default_chunk",
+    "downward",
+    "level_budgets",
+    "open_array",
+    "release_hierarchical",
+    "upward",
+]

@@ -1,0 +1,270 @@
+"""Scale-out hierarchical releases (issue 14): chunk subtrees on executors == the whole-tree two-pass."""
+
+import os
+import uuid
+
+import numpy as np
+import pytest
+
+from sparsedp import strategies as st
+from sparsedp.errors import BudgetExceededError, NegativeCountError, NonFiniteInputError, ShapeError, SparseDPError
+from sparsedp.executors import DaskExecutor, ThreadExecutor
+from sparsedp.measure import MeasurementPlan
+from sparsedp.privacy import Accountant
+from sparsedp.scaleout import ChunkedTree, ChunkSpec, chunk_layout, chunk_seeds, level_budgets, release_hierarchical
+from sparsedp.scaleout.subtree import MIN_VARIANCE, chunk_plan
+from sparsedp.scaleout.top import top_plan
+from sparsedp.tree_estimator import tree_gls, two_pass
+from sparsedp.trees import Boost
+from sparsedp.trees.blue import blue
+
+
+def _histogram(n, seed=0):
+    return np.random.default_rng(seed).integers(0, 40, n)
+
+
+def _whole_tree_measurements(x, epsilon, k, chunk, seed, level_weights=None):
+    """The release's node measurements and variances, re-drawn in process from the same per-chunk
+    streams and assembled in the row order of the whole tree ``hierarchical(n, k)`` (root first)."""
+    n = x.size
+    tree = ChunkedTree(n, k, chunk)
+    scales = tree.node_scales(level_budgets(tree.levels, epsilon, level_weights))
+    spec = ChunkSpec(k, tree.chunk_levels, tuple(float(s) for s in scales[tree.top_levels:]), True)
+    seeds = chunk_seeds(seed, tree.chunks + 1)
+    G = st.TreeLayout.balanced(n, k)
+    assert G.levels == tree.levels
+    y = np.empty(G.nodes)
+    v = np.empty(G.nodes)
+    per_level_y = [[] for _ in range(tree.chunk_levels)]
+    per_level_v = [[] for _ in range(tree.chunk_levels)]
+    totals = []
+    for q in range(tree.chunks):
+        lo, hi = tree.bounds(q)
+        cp = chunk_plan(spec, hi - lo)
+        meas = cp.plan.measure(x[lo:hi], rng=np.random.Generator(np.random.PCG64(seeds[q])))
+        lay = chunk_layout(hi - lo, k, tree.chunk_levels)
+        for lev in range(tree.chunk_levels):
+            per_level_y[lev].append(lay.level_rows(meas.y, lev))
+            per_level_v[lev].append(lay.level_rows(cp.variances, lev))
+        totals.append(int(x[lo:hi].sum()))
+    for lev in range(tree.chunk_levels):
+        y[G.row_offsets[lev]: G.row_offsets[lev] + G.sizes[lev]] = np.concatenate(per_level_y[lev])
+        v[G.row_offsets[lev]: G.row_offsets[lev] + G.sizes[lev]] = np.concatenate(per_level_v[lev])
+    tp = top_plan(tree, scales, True)
+    if tp.plan is not None:
+        top = tp.plan.measure(np.array(totals), rng=np.random.Generator(np.random.PCG64(seeds[-1])))
+        y[: tp.inner] = top.y
+        v[: tp.inner] = np.maximum(tp.plan.variances(), MIN_VARIANCE)
+    return G, y, v, scales
+
+
+CASES = [  # n, k, chunk
+    (4096, 4, 256),
+    (4096 + 100, 4, 256),  # a short last chunk
+    (1000, 2, 64),
+    (16**3, 16, 16),
+    (729, 3, 27),
+    (500, 5, 125),
+    (90, 3, 1),  # every leaf a chunk
+    (256, 2, 256),  # one chunk: no top tree
+]
+
+
+@pytest.mark.parametrize("n,k,chunk", CASES)
+def test_equals_whole_tree_two_pass(n, k, chunk):
+    x = _histogram(n)
+    r = release_hierarchical(x, 1.0, k=k, chunk=chunk, rng=11)
+    G, y, v, _ = _whole_tree_measurements(x, 1.0, k, chunk, 11)
+    parent, level_start = G.bfs()
+    whole = two_pass(parent, level_start, y, v)
+    leaves = G.level_rows(whole, 0)
+    np.testing.assert_allclose(r.estimate, leaves, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(r.estimate, tree_gls(G, y, v), rtol=1e-9, atol=1e-9)  # the MatrixMechanism path
+    np.testing.assert_allclose(r.top_values[0], whole[0], rtol=1e-9)  # the root
+    assert r.estimate.sum() == pytest.approx(whole[0], rel=1e-9)
+    assert r.loss <= 1.0 and not r.private and r.secure
+
+
+def test_same_tree_scales_and_blue_as_boost():
+    n, k = 4**6, 4
+    x = _histogram(n, 3)
+    r = release_hierarchical(x, 0.7, k=k, chunk=64, rng=5)
+    G, y, v, scales = _whole_tree_measurements(x, 0.7, k, 64, 5)
+    pub = Boost(0.7, k=k)
+    plan = pub._prepare(x.astype(np.float64))
+    per_row = np.repeat(np.arange(G.levels), [G.sizes[lev] for lev in reversed(range(G.levels))])
+    np.testing.assert_array_equal(plan.measurement.scales, r.level_scales[per_row])  # the same noise per node
+    assert np.all(r.level_scales >= scales)  # the path only rounds up
+    lo, hi = G.intervals()
+    np.testing.assert_array_equal(plan.tree.lo, lo)
+    np.testing.assert_array_equal(plan.tree.hi, hi)
+    H = st.hierarchical(n, k)  # MatrixMechanism's strategy: the same node intervals
+    np.testing.assert_array_equal(H.lo, lo)
+    np.testing.assert_allclose(r.estimate, blue(plan.tree, y, variances=v)[plan.tree.leaves], rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(r.level_variances, plan.measurement.variances()[list(G.row_offsets[::-1])], rtol=0)
+
+
+def test_level_weights_per_level_budgets():
+    n, k, c = 2000, 3, 81
+    x = _histogram(n, 4)
+    w = np.arange(1, ChunkedTree(n, k, c).levels + 1, dtype=float)
+    r = release_hierarchical(x, 2.0, k=k, chunk=c, rng=2, level_weights=w)
+    G, y, v, scales = _whole_tree_measurements(x, 2.0, k, c, 2, level_weights=w)
+    assert np.unique(r.level_scales).size == r.levels
+    assert float(np.sum(1.0 / r.level_scales)) <= 2.0
+    np.testing.assert_allclose(r.estimate, tree_gls(G, y, v), rtol=1e-9, atol=1e-9)
+
+
+def test_executors_agree_and_write_npy(tmp_path):
+    n = 3000
+    x = _histogram(n, 8)
+    path = tmp_path / "x.npy"
+    np.save(path, x)
+    base = release_hierarchical(x, 1.0, k=4, chunk=256, rng=3)
+    threads = ThreadExecutor(2)
+    dask_ex = DaskExecutor.local(n_workers=2, threads_per_worker=1, processes=False)
+    try:
+        for ex in (threads, dask_ex):
+            r = release_hierarchical(str(path), 1.0, k=4, chunk=256, rng=3, executor=ex, out=tmp_path / f"{ex.name}.npy")
+            assert r.estimate is None and r.executor == ex.name
+            np.testing.assert_array_equal(r.load(), base.estimate)
+    finally:
+        threads.close()
+        dask_ex.close()
+    assert not [p for p in os.listdir(tmp_path) if p.startswith("sparsedp-scaleout-")]  # scratch removed
+
+
+def test_unaligned_chunks_refused_or_rechunked():
+    da = pytest.importorskip("dask.array")
+    x = _histogram(1000)
+    d = da.from_array(x, chunks=100)
+    with pytest.raises(SparseDPError, match="not subtrees"):
+        release_hierarchical(d, 1.0, k=4, rng=1)
+    with pytest.raises(SparseDPError, match="power of k"):
+        release_hierarchical(x, 1.0, k=4, chunk=100, rng=1)
+    with pytest.raises(SparseDPError, match="power of k"):
+        release_hierarchical(x, 1.0, k=4, chunk=4096, rng=1)  # larger than n
+    r = release_hierarchical(d, 1.0, k=4, chunk=64, rng=1)  # an explicit chunk rechunks
+    np.testing.assert_array_equal(r.estimate, release_hierarchical(x, 1.0, k=4, chunk=64, rng=1).estimate)
+    aligned = release_hierarchical(da.from_array(x, chunks=256), 1.0, k=4, rng=1)  # aligned blocks are kept
+    assert aligned.chunk == 256
+
+
+def test_budget_charged_once_and_refused_before_noise(monkeypatch):
+    calls = []
+    real = MeasurementPlan.measure
+
+    def spy(self, *a, **kw):
+        calls.append(kw.get("accountant"))
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(MeasurementPlan, "measure", spy)
+    acc = Accountant(epsilon=1.5)
+    x = _histogram(1100)
+    r = release_hierarchical(x, 1.0, k=2, chunk=128, rng=4, accountant=acc)
+    assert acc.spent == 1.0 and len(acc.ledger) == 1
+    entry = acc.ledger[0]
+    assert entry is r.ledger and entry.rows == ChunkedTree(1100, 2, 128).nodes() and entry.columns == 1100
+    assert entry.sensitivity == r.levels and entry.private is False
+    assert len(calls) == r.chunks + 1 and all(a is None for a in calls)  # chunks + top, none charges again
+    calls.clear()
+    with pytest.raises(BudgetExceededError):
+        release_hierarchical(x, 1.0, k=2, chunk=128, rng=4, accountant=acc)
+    assert calls == [] and acc.spent == 1.0 and len(acc.ledger) == 1
+
+
+@pytest.mark.parametrize("bad,err", [
+    (np.array([1.0, np.nan] + [1.0] * 62), NonFiniteInputError),
+    (np.array([1, -1] + [1] * 62), NegativeCountError),
+    (np.array([1.5] + [1.0] * 63), NegativeCountError),
+    (np.ones((8, 8)), ShapeError),
+    (np.array([2**49, 2**49, 2**49] + [0] * 61), SparseDPError),  # total above 2^50
+])
+def test_bad_input_refused_before_charge_and_noise(monkeypatch, bad, err):
+    calls = []
+    monkeypatch.setattr(MeasurementPlan, "measure", lambda self, *a, **kw: calls.append(1))
+    acc = Accountant(epsilon=5.0)
+    with pytest.raises(err):
+        release_hierarchical(bad, 1.0, k=2, chunk=8, rng=1, accountant=acc)
+    assert calls == [] and acc.spent == 0 and acc.ledger == ()
+
+
+def test_parameters_checked():
+    x = _histogram(64)
+    for kw in ({"k": 1}, {"k": 2.5}, {"secure": 1}, {"rng": -1}, {"rng": "seed"}, {"level_weights": [1, 2]}):
+        with pytest.raises(SparseDPError):
+            release_hierarchical(x, 1.0, **{"k": 2, "chunk": 8, **kw})
+    with pytest.raises(SparseDPError):
+        release_hierarchical(x, 0.0, k=2, chunk=8)
+
+
+def test_os_entropy_default_is_private_and_consistent():
+    x = _histogram(2000)
+    acc = Accountant(epsilon=1.0)
+    r = release_hierarchical(x, 1.0, k=4, chunk=64, accountant=acc)
+    assert r.private and r.secure and acc.ledger[0].private is True
+    r2 = release_hierarchical(x, 1e-3 * 999, k=4, chunk=64)
+    assert not np.array_equal(r.estimate, r2.estimate)  # fresh noise
+    # consistent: every chunk's leaves sum to its root's final value
+    m = r.chunks
+    sums = np.add.reduceat(r.estimate, np.arange(0, 2000, 64))
+    np.testing.assert_allclose(sums, r.top_values[-m:], rtol=1e-9, atol=1e-6)
+
+
+def test_seeds_spawned_independently():
+    a = chunk_seeds(5, 4)
+    b = chunk_seeds(np.random.SeedSequence(5), 4)
+    assert [s.entropy for s in a] == [s.entropy for s in b] and len({tuple(s.spawn_key) for s in a}) == 4
+    assert chunk_seeds(None, 3) == [None, None, None]
+
+
+# -- a real LocalCluster (worker processes): the same answer, and the same answer when a worker dies
+
+
+def _kill_once_reader(path, marker_dir, after, block_info=None):
+    """Read a .npy block; the first read past ``after`` reads kills its worker process."""
+    os.makedirs(marker_dir, exist_ok=True)
+    open(os.path.join(marker_dir, f"read-{uuid.uuid4().hex}"), "w").close()
+    if len([f for f in os.listdir(marker_dir) if f.startswith("read-")]) > after:
+        try:
+            fd = os.open(os.path.join(marker_dir, "killed"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            pass
+        else:
+            os.close(fd)
+            os._exit(1)
+    lo, hi = block_info[None]["array-location"][0]
+    return np.array(np.load(path, mmap_mode="r")[lo:hi])
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    pytest.importorskip("dask.distributed")
+    ex = DaskExecutor.local(n_workers=2, threads_per_worker=1, processes=True, memory_limit="1GB")
+    yield ex
+    ex.close()
+
+
+def test_local_cluster_equals_in_process_and_survives_a_killed_worker(cluster, tmp_path):
+    import cloudpickle
+    import dask.array as da
+    import sys
+
+    n, k, c = 5000, 4, 256
+    x = _histogram(n, 9)
+    path = tmp_path / "x.npy"
+    np.save(path, x)
+    base = release_hierarchical(x, 1.0, k=k, chunk=c, rng=21)
+    r = release_hierarchical(str(path), 1.0, k=k, chunk=c, rng=21, executor=cluster, out=tmp_path / "out.npy")
+    np.testing.assert_array_equal(r.load(), base.estimate)
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the killer reader travels by value
+    m = ChunkedTree(n, k, c).chunks
+    marker = str(tmp_path / "marker")
+    d = da.map_blocks(_kill_once_reader, str(path), marker, m + 3, chunks=(ChunkedTree(n, k, c).lengths(),),
+                      dtype=x.dtype, meta=np.empty(0, x.dtype))
+    acc = Accountant(epsilon=1.0)
+    killed = release_hierarchical(d, 1.0, k=k, rng=21, executor=cluster, accountant=acc)
+    assert os.path.exists(os.path.join(marker, "killed"))  # a worker did die mid-measurement
+    np.testing.assert_array_equal(killed.estimate, base.estimate)  # its task ran again: the same noise
+    assert acc.spent == 1.0 and len(acc.ledger) == 1
