@@ -3,22 +3,82 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..errors import SparseDPError
+import numpy as np
+
+from ..errors import InputBoundError, NonFiniteInputError, SparseDPError
+from ..io import read_values
+from ..progress import progress_bar
+from ..validation import MAX_MAGNITUDE
 from ._stream import INCREMENTS
 from .counter import ContinualCounter
+from .fenwick import check_horizon
 from .glstree import GLSTreeCounter
 from .report import error_table, format_table
 
 __all__ = ["register"]
 
 
+def _row_name(path: Path, i: int) -> str:
+    """How the ``i``-th value (0-based) of a data file is named in an error message."""
+    return f"{path.name}: row {i + 2}" if path.suffix.lower() == ".csv" else f"{path.name}: value {i + 1}"
+
+
+def load_increments(path: str | Path, column: str | None, increments: str, horizon: int) -> np.ndarray:
+    """The increments of a whole stream from a ``.npy`` array or a CSV / Parquet column, in order,
+    checked against the increment domain, the ``2^50`` bound of the running sum and the horizon
+    before any counter exists (so before any noise is drawn)."""
+    p = Path(path)
+    values = read_values(p, column)  # missing file / column, non-numeric, empty: SparseDPError
+    bad = np.flatnonzero(~np.isfinite(values))
+    if bad.size:
+        raise NonFiniteInputError(f"{_row_name(p, int(bad[0]))} is missing, NaN or infinite "
+                                  f"({bad.size} such value(s))")
+    if values.size > horizon:
+        raise InputBoundError(f"{p.name} holds {values.size} increments but --horizon is {horizon}")
+    if increments == "unit":
+        bad = np.flatnonzero((values < 0) | (values > 1))
+        if bad.size:
+            raise InputBoundError(f"{_row_name(p, int(bad[0]))}: increment {float(values[bad[0]])!r} outside [0, 1] "
+                                  f"(--increments unit; {bad.size} such value(s))")
+        return values
+    bad = np.flatnonzero((values < 0) | (values != np.floor(values)))
+    if bad.size:
+        raise InputBoundError(f"{_row_name(p, int(bad[0]))}: increment {float(values[bad[0]])!r} is not a non-negative "
+                              f"integer count ({bad.size} such value(s); --increments unit takes reals in [0, 1])")
+    over = np.flatnonzero(np.cumsum(values) > MAX_MAGNITUDE)
+    if over.size:
+        raise InputBoundError(f"{_row_name(p, int(over[0]))} takes the running sum above 2^50")
+    return values
+
+
+def _stdin_values(stdin: TextIO) -> Iterator[float]:
+    for lineno, line in enumerate(stdin, start=1):
+        text = line.strip()
+        if not text:
+            continue
+        try:
+            value = float(text)
+        except ValueError as exc:
+            raise SparseDPError(f"line {lineno}: not a number: {text!r}") from exc
+        if not math.isfinite(value):
+            raise NonFiniteInputError(f"line {lineno}: not a finite number: {text!r}")
+        yield value
+
+
 def _stream(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
     if args.horizon is None:
         raise SparseDPError("--horizon is required (or use --report N)")
+    if args.column is not None and args.data is None:
+        raise SparseDPError("--column names a column of a DATA file; stdin takes one number per line")
+    file_values = None
+    if args.data is not None:  # the whole stream is read and checked before any counter exists
+        file_values = load_increments(args.data, args.column, args.increments, check_horizon(args.horizon))
     state = Path(args.state) if args.state else None
     if args.method == "gls-tree" and (args.rho is not None or state is not None):
         raise SparseDPError("--method gls-tree is pure DP (--epsilon) and has no --state (its noise is drawn ahead)")
@@ -44,14 +104,16 @@ def _stream(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: Tex
         stderr.write("sparsedp: warning: --seed makes the noise reproducible by anyone who knows the seed: "
                      "these outputs are NOT private (omit --seed for fresh operating-system entropy)\n")
         stderr.flush()
-    for lineno, line in enumerate(stdin, start=1):
-        text = line.strip()
-        if not text:
-            continue
-        try:
-            value = float(text)
-        except ValueError as exc:
-            raise SparseDPError(f"line {lineno}: not a number: {text!r}") from exc
+    values: Iterable[float]
+    if file_values is None:
+        values = _stdin_values(stdin)
+    else:
+        left = counter.horizon - counter.t  # a resumed --state run has used some steps
+        if file_values.size > left:
+            raise InputBoundError(f"{args.data} holds {file_values.size} increments but only {left} of the "
+                                  f"--horizon {counter.horizon} steps are left")
+        values = progress_bar(file_values.tolist(), desc="continual", unit="step", disable=None)
+    for value in values:
         noisy = counter.update(value)
         if args.std:
             stdout.write(f"{noisy:.6f}\t{counter.last_variance ** 0.5:.6f}\n")
@@ -81,8 +143,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``continual`` command."""
     p = subparsers.add_parser(
         "continual",
-        help="private running sums of a stream (one increment per line on stdin)",
-        description="Read one increment per line from stdin and print the differentially private running "
+        help="private running sums of a stream (one increment per line on stdin, or a file's column)",
+        description="Read one increment per line from stdin (or, in order, the values of DATA: a .npy array or "
+        "the --column of a CSV / Parquet file, all checked before any noise is drawn) and print the "
+        "differentially private running "
         "sum after each line, immediately (flushed per line), with the optimally weighted Fenwick "
         "counter of seed 000 (O(log N) per step). The whole run of at most --horizon steps is "
         "epsilon-DP (Laplace) or rho-zCDP (Gaussian, with --rho) for streams that differ in one record: "
@@ -96,7 +160,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "0600 (owner only). With --report N, print instead the analytic per-step error of every "
         "continual-release method for horizon N.",
     )
-    p.add_argument("--horizon", type=int, help="maximum number of steps N; step N+1 is refused")
+    p.add_argument("data", nargs="?", default=None,
+                   help="optional: the stream as a file, one increment per row in order: a 1-D .npy array or a "
+                   "CSV / Parquet file with --column (default: stdin, one number per line). The whole file is "
+                   "checked first (missing column, non-numeric, missing or out-of-domain values, more rows than "
+                   "--horizon) and refused before anything is released")
+    p.add_argument("--column", default=None, help="the column of a CSV / Parquet DATA file holding the increments")
+    p.add_argument("--horizon", type=int, help="maximum number of steps N (public: not derived from the data); "
+                   "step N+1 is refused")
     p.add_argument("--epsilon", type=float, default=None,
                    help="pure DP budget of the whole run (Laplace noise; default 1.0)")
     p.add_argument("--rho", type=float, default=None, help="zCDP budget of the whole run (Gaussian noise instead)")
