@@ -86,6 +86,7 @@ class MeasurementPlan:
     loss: float  # certified epsilon (Laplace) or rho (Gaussian) of these scales on this matrix
     cost: PrivacyCost  # what is charged: the stated budget, which covers ``loss``
     row_factors: np.ndarray | None = None  # integer-row form: y = f * (integer rows x + noise)
+    identity: bool = False  # the measured matrix is the identity (checked entry by entry): y = x + z
 
     @property
     def rows(self) -> int:
@@ -174,6 +175,8 @@ class MeasurementPlan:
     ) -> Measurement:
         """Validate ``x``, then charge ``accountant``, then draw ``y = A x + z``."""
         n = self.measured.shape[1]
+        if self.identity:
+            return self._measure_identity(x, accountant, rng, counts, label)
         xv = check_counts(x, n, "x") if counts else check_vector(x, n, "x")
         check_magnitude(xv, "x")
         if self.secure and self.grid_exact and not np.all(xv == np.round(xv)):
@@ -198,6 +201,43 @@ class MeasurementPlan:
             y = exact + _noise.noise(self.noise, self._unit_noise(), size=self.rows, rng=gen, secure=False)
         return Measurement(
             y=np.asarray(y, dtype=np.float64),
+            strategy=self.strategy,
+            noise=self.noise,
+            scales=self.scales,
+            variances=self.variances(),
+            sensitivity=self.data_sensitivity,
+            cost=self.cost,
+            secure=self.secure,
+            private=not seeded,
+            entry=entry,
+        )
+
+
+    def _measure_identity(self, x: Any, accountant: Accountant | None, rng: Any, counts: bool,
+                          label: str) -> Measurement:
+        """:meth:`measure` for the identity (``plan.identity``): the same checks in the same order --
+        shape, finite, counts, the input bound ``2^50``, integral data for exact noise, the
+        generator and the accountant -- then the charge, then ``y = x + z``.  ``A x = x`` needs no
+        product and no second bound check; for exact noise the plan's grid is 1, so ``x`` is its own
+        grid cell and ``y = x + k`` (integers below ``2^53``: exact).  The release has the law (and,
+        for the same generator, the values) of the general path's."""
+        n = self.measured.shape[1]
+        xv = check_counts(x, n, "x") if counts else check_vector(x, n, "x")
+        if not counts:  # check_counts has checked the bound and integrality already
+            check_magnitude(xv, "x")
+            if self.secure and not np.array_equal(xv, np.round(xv)):
+                raise SparseDPError("secure mode with an exact grid needs integral data; pass grid= or round x")
+        _check_accountant(accountant)
+        seeded, gen = _generator(rng)
+        entry = self._charge(accountant, label, seeded, n)
+        if self.secure:  # int64 draws added to the integers x: one pass, exact below 2^53
+            sampler = _noise.discrete_laplace if self.noise == "laplace" else _noise.discrete_gaussian
+            y = np.add(xv, sampler(self._unit_noise(), self.rows, gen), dtype=np.float64)
+        else:
+            y = _noise.noise(self.noise, self._unit_noise(), size=self.rows, rng=gen, secure=False)
+            y += xv  # in place: the noise array is ours
+        return Measurement(
+            y=y,
             strategy=self.strategy,
             noise=self.noise,
             scales=self.scales,
@@ -317,20 +357,38 @@ def _times(value: float, factor: float) -> float:
     return math.nextafter(prod, math.inf)
 
 
+def _is_identity(A: sp.csr_matrix) -> bool:
+    """Whether the CSR matrix ``A`` is the identity, checked entry by entry (never from a claimed
+    structure): square, one stored entry per row (``indptr = 0, 1, .., n``), on the diagonal
+    (``indices = 0, .., n - 1``), equal to 1."""
+    n = A.shape[0]
+    if A.shape[1] != n or A.nnz != n or A.indptr[0] != 0 or A.indices.size != n:
+        return False
+    ramp = np.arange(n + 1, dtype=A.indptr.dtype)
+    return (np.array_equal(A.indptr, ramp) and np.array_equal(A.indices, ramp[:n].astype(A.indices.dtype, copy=False))
+            and bool(np.all(A.data == 1.0)))
+
+
 def _explicit_calibration(
     op: Operator, secure: bool, g: float, p: int, unit_scales: np.ndarray | None
-) -> tuple[Operator, bool, float, float, float]:
-    """From the explicit entries: (measured operator, grid exact, sensitivity, loss of the scales)."""
+) -> tuple[Operator, bool, float, float, float, bool]:
+    """From the explicit entries: (measured operator, grid exact, sensitivity, loss of the scales,
+    identity).  The identity (float noise, or exact noise on the grid 1) is recognised from its
+    entries: every column holds one 1, so ``Delta_1 = Delta_2 = 1`` exactly, the grid is exact,
+    and :meth:`MeasurementPlan.measure` skips the product (``y = x + z``)."""
     A = sp.csr_matrix(op.tosparse(), dtype=np.float64)
     if A.shape != op.shape:
         raise ShapeError(f"the strategy's explicit form has shape {A.shape}, not {op.shape}")
+    if (not secure or g == 1.0) and _is_identity(A):
+        loss = float("nan") if unit_scales is None else _loss(A, unit_scales, p)
+        return SparseOperator(A, name=op.name), True, 1.0, 1.0, loss, True
     if A.nnz and not np.all(np.isfinite(A.data)):
         raise ShapeError("the strategy contains NaN or infinite entries")
     # the matrix in the sampler's units: A / g (exact grid), or ceil(|A| / g) + 1 (rounding)
     grid_exact = True
     unit = A
     if secure:
-        unit = sp.csr_matrix(A / g)
+        unit = sp.csr_matrix(A / g) if g != 1.0 else A  # A / 1 is A: no copy, one sensitivity below
         grid_exact = bool(np.all(unit.data == np.round(unit.data)))
         if not grid_exact:
             unit = unit.copy()
@@ -338,12 +396,12 @@ def _explicit_calibration(
     sens = _sensitivity(unit, p)
     data_sens = sens if unit is A else _sensitivity(A, p)
     loss = float("nan") if unit_scales is None else _loss(unit, unit_scales, p)
-    return SparseOperator(A, name=op.name), grid_exact, sens, data_sens, loss
+    return SparseOperator(A, name=op.name), grid_exact, sens, data_sens, loss, False
 
 
 def _interval_calibration(
     op: IntervalRows, secure: bool, g: float, p: int, unit_scales: np.ndarray | None
-) -> tuple[Operator, bool, float, float, float]:
+) -> tuple[Operator, bool, float, float, float, bool]:
     """The same for interval rows, by the exact integer coverage of :class:`IntervalRows`."""
     grid_exact = True
     unit = op
@@ -357,7 +415,7 @@ def _interval_calibration(
     sens = _sensitivity(unit, p)
     data_sens = sens if unit is op else _sensitivity(op, p)
     loss = float("nan") if unit_scales is None else _loss(unit, unit_scales, p)
-    return op, grid_exact, sens, data_sens, loss
+    return op, grid_exact, sens, data_sens, loss, False
 
 
 def _sensitivity(A: IntervalRows | sp.spmatrix, p: int) -> float:
@@ -512,7 +570,7 @@ def plan_measurement(
     given = unit_scales if scales is not None else None
     # exact structured loss for interval rows; anything else (subclasses included) from its entries
     calibrate = _interval_calibration if type(op) is IntervalRows else _explicit_calibration
-    measured, grid_exact, sens, data_sens, given_loss = calibrate(op, secure, g, p, given)
+    measured, grid_exact, sens, data_sens, given_loss, is_identity = calibrate(op, secure, g, p, given)
     if sens == 0:
         raise ShapeError("the strategy has no non-zero entry: nothing to measure")
     if c != 1.0:
@@ -546,6 +604,7 @@ def plan_measurement(
         data_sensitivity=data_sens,
         loss=loss,
         cost=cost,
+        identity=is_identity,
     )
 
 

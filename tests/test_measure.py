@@ -194,3 +194,115 @@ def test_weighted_strategies_get_exact_noise_on_their_integer_rows(kind):
     x = rng.integers(0, 20, size=32)
     ys = np.array([exact.measure(x, rng=i).y for i in range(2000)])
     np.testing.assert_allclose(ys.mean(axis=0), A.matvec(x), atol=4 * np.sqrt(exact.variances().max() / 2000) + 1e-9)
+
+
+# ---- the identity fast path (no product, no second pass: y = x + z) ---------------------------------
+
+def _general_path(monkeypatch):
+    """Plans built inside this context take the general explicit-matrix path even for the identity."""
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("sparsedp.measure"), "_is_identity", lambda A: False)
+
+
+@pytest.mark.parametrize("noise", ["laplace", "gaussian"])
+@pytest.mark.parametrize("secure", [False, True])
+@pytest.mark.parametrize("counts", [True, False])
+@pytest.mark.parametrize("unit", [1.0, 3.5])
+def test_identity_fast_path_equals_the_general_path(noise, secure, counts, unit, monkeypatch):
+    budget = dict(epsilon=0.7) if noise == "laplace" else dict(rho=0.3)
+    n = 200
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 40, size=n).astype(float) - (0 if counts else 20)
+    fast = plan_measurement(st.identity(n), noise=noise, secure=secure, unit=unit, **budget)
+    scaled = plan_measurement(st.identity(n), noise=noise, secure=secure, scales=np.linspace(1, 3, n))
+    assert fast.identity and scaled.identity and fast.sensitivity == _exact_sens(unit)
+    total = dict(epsilon=5.0) if noise == "laplace" else dict(rho=5.0)
+    acc_fast, acc_general = Accountant(**total), Accountant(**total)
+    m_fast = fast.measure(x, rng=11, counts=counts, accountant=acc_fast, label="m")
+    s_fast = scaled.measure(x, rng=12, counts=counts)
+    with monkeypatch.context() as mp:
+        _general_path(mp)
+        general = plan_measurement(st.identity(n), noise=noise, secure=secure, unit=unit, **budget)
+        scaled_general = plan_measurement(st.identity(n), noise=noise, secure=secure, scales=np.linspace(1, 3, n))
+    assert not general.identity and not scaled_general.identity
+    for a, b in ((fast, general), (scaled, scaled_general)):
+        assert (a.sensitivity, a.data_sensitivity, a.loss, a.cost, a.grid_exact) == \
+            (b.sensitivity, b.data_sensitivity, b.loss, b.cost, b.grid_exact)
+        np.testing.assert_array_equal(a.scales, b.scales)
+        np.testing.assert_array_equal(a.variances(), b.variances())
+    m_general = general.measure(x, rng=11, counts=counts, accountant=acc_general, label="m")
+    np.testing.assert_array_equal(m_fast.y, m_general.y)  # same generator: the same release, bit for bit
+    np.testing.assert_array_equal(s_fast.y, scaled_general.measure(x, rng=12, counts=counts).y)
+    a, b = acc_fast.ledger[0], acc_general.ledger[0]
+    assert (a.cost, a.sensitivity, a.rows, a.columns, a.secure, a.scale_min) == \
+        (b.cost, b.sensitivity, b.rows, b.columns, b.secure, b.scale_min)
+    if secure:
+        assert np.all(m_fast.y == np.round(m_fast.y))
+
+
+def _exact_sens(unit):
+    from sparsedp.measure import _times
+
+    return _times(1.0, unit)
+
+
+@pytest.mark.parametrize("secure", [False, True])
+@pytest.mark.parametrize("bad", [dict(x=[1, 2, np.nan, 4]), dict(x=[1, 2, 3]), dict(x=[[1, 2], [3, 4]]),
+                                 dict(x=[-1, 0, 0, 0]), dict(x=[2**51, 0, 0, 0]), dict(x=[0, 0, 0, -(2**51)], counts=False),
+                                 dict(x=[1, 0, np.inf, 0], counts=False), dict(x=[0.5, 0, 0, 0]),
+                                 dict(rng="x"), dict(accountant="acc"), dict(accountant="overspent")])
+def test_identity_fast_path_refuses_bad_input_before_the_charge(bad, secure, monkeypatch):
+    def boom(*a, **k):  # pragma: no cover
+        raise AssertionError("noise drawn")
+
+    for name in ("noise", "discrete_laplace", "discrete_gaussian", "laplace", "gaussian"):
+        monkeypatch.setattr(noise_module, name, boom)
+    acc = Accountant(epsilon=1.0)
+    kwargs = dict(x=[1, 2, 3, 4], accountant=acc)
+    kwargs.update(bad)
+    if kwargs["accountant"] == "overspent":
+        acc.spend(sparsedp_cost(0.8))
+        kwargs["accountant"] = acc
+    plan = plan_measurement(st.identity(4), epsilon=0.5, secure=secure)
+    assert plan.identity
+    spent = acc.spent
+    with pytest.raises(SparseDPError):
+        plan.measure(kwargs.pop("x"), **kwargs)
+    assert acc.spent == spent and len(acc.ledger) == (1 if bad.get("accountant") == "overspent" else 0)
+
+
+def test_identity_fast_path_refuses_fractional_data_for_exact_noise_only():
+    plan = plan_measurement(st.identity(3), epsilon=1.0, secure=True)
+    with pytest.raises(SparseDPError, match="integral"):
+        plan.measure([0.5, -1.0, 2.0], counts=False)
+    y = plan_measurement(st.identity(3), epsilon=1.0, secure=False).measure([0.5, -1.0, 2.0], counts=False, rng=0).y
+    assert y.shape == (3,) and np.all(np.isfinite(y))
+
+
+def sparsedp_cost(eps):
+    from sparsedp.privacy import PrivacyCost
+
+    return PrivacyCost(epsilon=eps)
+
+
+def test_identity_is_recognised_from_the_entries_never_from_a_claim():
+    from sparsedp.operators import SparseOperator
+
+    n = 6
+    I = sp.identity(n, format="csr")
+    not_identity = {
+        "twice": SparseOperator(2 * I, structure="identity", name="claims identity"),
+        "permutation": sp.csr_matrix(np.eye(n)[::-1]),
+        "missing entry": sp.csr_matrix(np.diag([1, 1, 1, 0, 1, 1.0])),
+        "explicit zero": sp.csr_matrix((np.array([1, 1, 1, 1, 1, 1, 0.0]), np.array([0, 1, 2, 3, 4, 5, 0]),
+                                        np.array([0, 1, 2, 3, 4, 5, 7])), shape=(n, n)),
+        "rectangular": sp.csr_matrix(np.eye(n, n + 1)),
+    }
+    for name, A in not_identity.items():
+        plan = plan_measurement(A, epsilon=1.0, secure=False)
+        assert not plan.identity, name
+    assert plan_measurement(not_identity["twice"], epsilon=1.0, secure=False).sensitivity == 2.0
+    assert plan_measurement(sp.csr_matrix(np.eye(n)), epsilon=1.0).identity
+    assert plan_measurement(I, epsilon=1.0, secure=False, grid=0.5).identity  # float noise: no grid
+    assert not plan_measurement(I, epsilon=1.0, secure=True, grid=0.5).identity  # exact, grid != 1: general

@@ -198,11 +198,11 @@ def privatize_observations(
     clipped = np.clip(pat.values, lo, hi)
     if secure:
         gamma = check_positive(grid, "grid") if grid is not None else (hi - lo) / 1024.0
-        snapped = _snap(clipped, gamma, lo, hi)
+        values = _snap(clipped, gamma, lo, hi)
         units = int(snap_to_grid(hi, gamma)) - int(snap_to_grid(lo, gamma))  # Delta_k, grid units
         if units < 1:
             raise InvalidPrivacyParameterError(f"grid {gamma!r} is coarser than the bounds {(lo, hi)!r}")
-        values, unit = snapped.astype(np.float64), _ceil_float(Fraction(units * per_row))
+        unit = _ceil_float(Fraction(units * per_row))
     else:
         gamma, values = None, clipped
         unit = exact_width(lo, hi, per_row)
@@ -221,7 +221,7 @@ def privatize_observations(
     meas = plan.measure(values, accountant=accountant, rng=None if rng is None else gen, counts=False,
                         label=f"completion: Laplace on observed entries ({unit_name} level)")
     t = float(plan.scales[0])
-    noisy = meas.y * gamma if secure else meas.y
+    noisy = np.multiply(meas.y, gamma, out=meas.y) if secure else meas.y  # y is ours: scale in place
     matrix = sp.csr_matrix((noisy, (rows, cols)), shape=pat.shape)
     return PrivateObservations(
         matrix=matrix, epsilon=eps, bounds=(lo, hi), scale=gamma * t if secure else t,
@@ -232,9 +232,12 @@ def privatize_observations(
 
 
 def _snap(values: np.ndarray, gamma: float, lo: float, hi: float) -> np.ndarray:
-    """``round(values / gamma)`` as int64, checked before anything is charged: the grid must hold the
-    bounds in at most ``2^50`` units (so the integers plus noise stay exact in float64)."""
+    """``round(values / gamma)`` (half to even, as :func:`~sparsedp.noise.snap_to_grid`), as float64
+    integers, computed in place in ``values`` (finite, already clipped to ``[lo, hi]``), checked before
+    anything is charged: the grid must hold the bounds in at most ``2^50`` units, so every snapped
+    value is an exact float64 integer and the integers plus noise stay exact (no int64 round trip)."""
     if max(abs(lo), abs(hi)) / gamma > MAX_MAGNITUDE:
         raise InvalidPrivacyParameterError(
             f"grid {gamma!r} is too fine for the bounds {(lo, hi)!r}: more than 2^50 grid units")
-    return snap_to_grid(values, gamma)
+    out = np.divide(values, gamma, out=values)
+    return np.rint(out, out=out)
