@@ -59,6 +59,7 @@ from .tree_estimator import upward_variances
 
 __all__ = [
     "DEFAULT_MEMORY_LIMIT",
+    "IntervalTreeCovariance",
     "MemoryLimitError",
     "StructuredCovariance",
     "check_memory",
@@ -308,6 +309,202 @@ class TreeCovariance(StructuredCovariance):
                 alpha = t / S
             out[rows] = np.bincount(qid, weights=gamma + alpha * alpha * self.s[-1][0], minlength=blk.shape[0])
         return out
+
+
+# -- interval trees of any shape -----------------------------------------------------------------
+
+
+class IntervalTreeCovariance(StructuredCovariance):
+    """Covariance of the two-pass GLS (BLUE) estimate on an interval tree of any shape: leaves at
+    different depths (SC trees, trees from splits), any branching, any per-node variances ``v``
+    (breadth-first node order, as :class:`sparsedp.trees.IntervalTree` and
+    :func:`sparsedp.tree_estimator.two_pass` use).
+
+    ``tree`` needs the arrays ``n``, ``lo``, ``hi``, ``parent``, ``child_start`` and
+    ``level_start`` of an :class:`~sparsedp.trees.IntervalTree`.  The recursion is the one of the
+    module docstring (:class:`TreeCovariance` is its layered special case).  For a range
+    ``[a, e)`` the partially covered nodes are those strictly containing a cut point ``a`` or
+    ``e``: two root paths.  The path of cut ``c`` ends at ``N(c)``, the parent of ``T(c)``, the
+    shallowest node starting at ``c`` (a node is ``T(lo)`` iff it is not the first child of its
+    parent); ``N(c)``'s children starting at ``T(c)`` lie right of the cut.  Bottom-up, depth by
+    depth, a left-path node adds its children right of the cut, a right-path node those left of
+    it, the node where the paths meet those between, each as a within-group prefix sum of ``s``;
+    a node above the meeting point has one partial child.  ``O(nodes)`` set-up, ``O(path
+    lengths)`` per range, no matrix."""
+
+    kind = "tree"
+
+    def __init__(self, tree: object, v: np.ndarray):
+        t = tree
+        self.n = int(t.n)  # type: ignore[attr-defined]
+        lo, parent = np.asarray(t.lo), np.asarray(t.parent)  # type: ignore[attr-defined]
+        cstart, ls = np.asarray(t.child_start), np.asarray(t.level_start)  # type: ignore[attr-defined]
+        size = lo.size
+        v = np.asarray(v, dtype=np.float64)
+        if v.shape != (size,):
+            raise SparseDPError(f"variances must have one entry per tree node ({size}), got shape {v.shape}")
+        if not np.all(np.isfinite(v)) or np.any(v <= 0):
+            raise SparseDPError("variances must be finite and > 0 on every node")
+        self.parent = parent
+        self._lo, self._ls = lo, ls
+        self.levels = int(ls.size - 1)
+        self.depth = np.repeat(np.arange(self.levels, dtype=np.int64), np.diff(ls))
+        s = v.copy()
+        S = np.zeros(size)
+        internal = np.diff(cstart) > 0
+        for d in range(self.levels - 1, 0, -1):  # children at depth d are final: sum them into depth d - 1
+            a, b, pa = int(ls[d]), int(ls[d + 1]), int(ls[d - 1])
+            S[pa:a] = np.bincount(parent[a:b] - pa, weights=s[a:b], minlength=a - pa)
+            up = np.flatnonzero(internal[pa:a]) + pa
+            s[up] = 1.0 / (1.0 / v[up] + 1.0 / S[up])
+        self.s, self.S = s, S
+        # within each sibling group, the sum of s over the earlier siblings (per depth: no long sums)
+        pre = np.zeros(size)
+        for d in range(1, self.levels):
+            a, b = int(ls[d]), int(ls[d + 1])
+            cs = np.cumsum(s[a:b])
+            first = cstart[parent[a:b]] - a  # first sibling of each node, relative to a
+            pre[a:b] = cs - s[a:b] - np.concatenate(([0.0], cs))[first]
+        self.pre = pre
+        top = np.zeros(self.n, dtype=np.int64)  # T(c): the shallowest node starting at bin c
+        nonfirst = np.flatnonzero(lo[1:] != lo[parent[1:]]) + 1
+        top[lo[nonfirst]] = nonfirst
+        self.top = top
+
+    def _fixed(self) -> float:
+        return 5.0 * self.s.size + self.n
+
+    def memory(self, queries: int) -> float:
+        return 8.0 * (self._fixed() + 24 * min(queries, _BATCH) + queries)
+
+    def _ranges(self, a: np.ndarray, e: np.ndarray) -> np.ndarray:
+        s, S, pre, parent, depth = self.s, self.S, self.pre, self.parent, self.depth
+        q = a.size
+        hasL, hasR = a > 0, e < self.n
+        TL = self.top[np.where(hasL, a, 0)]
+        TR = self.top[np.where(hasR, e, 0)]
+        curL = np.where(hasL, parent[TL], 0)
+        curR = np.where(hasR, parent[TR], 0)
+        dA = np.where(hasL, depth[curL], -1)
+        dE = np.where(hasR, depth[curR], -1)
+        pcL = np.full(q, -1, dtype=np.int64)  # the last path node done (the partial child of the next)
+        pcR = np.full(q, -1, dtype=np.int64)
+        aL, gL = np.zeros(q), np.zeros(q)  # left state; the merged state once the paths meet
+        aR, gR = np.zeros(q), np.zeros(q)
+        merged = np.zeros(q, dtype=bool)
+        top_depth = int(max(dA.max(initial=-1), dE.max(initial=-1)))
+        for d in range(top_depth, -1, -1):
+            actL = dA >= d
+            actR = dE >= d
+            both = actL & actR & (curL == curR)
+            # nodes above the meeting point: one partial child
+            i = np.flatnonzero(both & merged)
+            if i.size:
+                u, c = curL[i], pcL[i]
+                t = aL[i] * s[c]
+                gL[i] += aL[i] * t - t * t / S[u]
+                aL[i] = t / S[u]
+                pcL[i] = u
+            # the meeting point: the partial children of both sides and the whole children between
+            i = np.flatnonzero(both & ~merged)
+            if i.size:
+                u, cl, cr = curL[i], pcL[i], pcR[i]
+                hl, hr = cl >= 0, cr >= 0
+                cl0, cr0 = np.maximum(cl, 0), np.maximum(cr, 0)
+                tl = np.where(hl, aL[i] * s[cl0], 0.0)
+                tr = np.where(hr, aR[i] * s[cr0], 0.0)
+                start = np.where(hl, cl0 + 1, TL[i])
+                stop = np.where(hr, cr0, TR[i])
+                mid = np.maximum(pre[stop] - pre[start], 0.0)
+                t = tl + tr + mid
+                gL[i] += gR[i] + np.where(hl, aL[i] * tl, 0.0) + np.where(hr, aR[i] * tr, 0.0) + mid - t * t / S[u]
+                aL[i] = t / S[u]
+                pcL[i] = u
+                merged[i] = True
+            # left path only: the partial child and the whole children right of the cut
+            i = np.flatnonzero(actL & ~both)
+            if i.size:
+                u, c = curL[i], pcL[i]
+                h = c >= 0
+                c0 = np.maximum(c, 0)
+                tp = np.where(h, aL[i] * s[c0], 0.0)
+                rest = np.where(h, S[u] - pre[c0] - s[c0], S[u] - pre[TL[i]])
+                rest = np.maximum(rest, 0.0)
+                t = tp + rest
+                gL[i] += np.where(h, aL[i] * tp, 0.0) + rest - t * t / S[u]
+                aL[i] = t / S[u]
+                pcL[i] = u
+            # right path only: the partial child and the whole children left of the cut
+            i = np.flatnonzero(actR & ~both)
+            if i.size:
+                u, c = curR[i], pcR[i]
+                h = c >= 0
+                c0 = np.maximum(c, 0)
+                tp = np.where(h, aR[i] * s[c0], 0.0)
+                rest = np.where(h, pre[c0], pre[TR[i]])
+                t = tp + rest
+                gR[i] += np.where(h, aR[i] * tp, 0.0) + rest - t * t / S[u]
+                aR[i] = t / S[u]
+                pcR[i] = u
+            moveL = np.flatnonzero(actL)
+            curL[moveL] = parent[curL[moveL]]
+            moveR = np.flatnonzero(actR)
+            curR[moveR] = parent[curR[moveR]]
+        root = s[0]
+        out = np.where(hasL, gL + aL * aL * root, np.where(hasR, gR + aR * aR * root, root))
+        return out
+
+    def functional(self, q: np.ndarray) -> float:
+        """``Var(q^T x_hat)`` for one dense vector ``q`` over the ``n`` bins (``O(nodes)``)."""
+        return float(self.functionals(np.asarray(q, dtype=np.float64)[:, None])[0])
+
+    def functionals(self, Q: np.ndarray) -> np.ndarray:
+        """``Var(q^T x_hat)`` for every column ``q`` of the dense ``(n, k)`` array ``Q``, bottom-up
+        over all nodes (``O(nodes k)``)."""
+        Q = np.asarray(Q, dtype=np.float64)
+        if Q.ndim != 2 or Q.shape[0] != self.n:
+            raise SparseDPError(f"queries must have shape ({self.n}, k), got {Q.shape}")
+        size = self.s.size
+        leaf = self.S == 0
+        alpha = np.zeros((size, Q.shape[1]))
+        gamma = np.zeros((size, Q.shape[1]))
+        alpha[leaf] = Q[self._lo[leaf]]
+        ls = self._ls
+        s, S = self.s[:, None], self.S
+        for d in range(self.levels - 1, 0, -1):
+            a, b, pa = int(ls[d]), int(ls[d + 1]), int(ls[d - 1])
+            p = self.parent[a:b] - pa
+            m = a - pa
+            t = _group_rows(p, alpha[a:b] * s[a:b], m)
+            sq = _group_rows(p, alpha[a:b] ** 2 * s[a:b], m)
+            g = _group_rows(p, gamma[a:b], m)
+            inner = np.flatnonzero(S[pa:a] > 0)
+            Su = S[pa:a][inner, None]
+            gamma[pa:a][inner] = g[inner] + sq[inner] - t[inner] ** 2 / Su
+            alpha[pa:a][inner] = t[inner] / Su
+        return gamma[0] + alpha[0] ** 2 * self.s[0]
+
+    def rows(self, W: sp.csr_matrix, memory_limit: float = DEFAULT_MEMORY_LIMIT) -> np.ndarray:
+        """Every row of a sparse ``W``, in dense blocks of columns (``O(nodes)`` per row): for range
+        workloads use :meth:`ranges`."""
+        W = sp.csr_matrix(W, dtype=np.float64)
+        per_col = 8.0 * 3 * self.s.size
+        check_memory(per_col + 8.0 * self._fixed(), memory_limit, "the per-query variances of this workload")
+        k = max(1, min(W.shape[0], int(memory_limit / 4 // per_col), 256))
+        out = np.empty(W.shape[0])
+        for start in range(0, W.shape[0], k):
+            stop = min(start + k, W.shape[0])
+            out[start:stop] = self.functionals(W[start:stop].T.toarray())
+        return out
+
+
+def _group_rows(p: np.ndarray, a: np.ndarray, m: int) -> np.ndarray:
+    """``out[j] = sum_{i: p_i = j} a[i]`` for a 2-D ``a`` (``m`` groups)."""
+    out = np.zeros((m, a.shape[1]))
+    if p.size:
+        starts = np.flatnonzero(np.concatenate(([True], p[1:] != p[:-1])))  # parents are sorted
+        out[p[starts]] = np.add.reduceat(a, starts, axis=0)
+    return out
 
 
 # -- Fenwick -------------------------------------------------------------------------------------

@@ -53,6 +53,7 @@ raw noisy node counts by the vectorised canonical decomposition instead (the err
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,7 @@ import scipy.sparse as sp
 
 from .. import strategies as st
 from .. import workloads as wl
+from ..accuracy import ErrorReport
 from ..errors import (
     InputBoundError,
     InvalidPrivacyParameterError,
@@ -72,6 +74,7 @@ from ..intervals import IntervalRows
 from ..measure import MeasurementPlan, plan_measurement
 from ..mechanism import MatrixMechanism
 from ..privacy import Accountant, LedgerEntry, PrivacyCost
+from ..range_variance import IntervalTreeCovariance, structured_covariance
 from ..release_file import load_release_file, save_release
 from ..strategies import _interval_rows
 from ..validation import MAX_MAGNITUDE, check_counts, check_epsilon, check_vector
@@ -84,7 +87,8 @@ from .budget import (
     uniform_budget,
 )
 from .build import IntervalTree, as_interval_tree, kary_layout
-from .coverage import answer_ranges, check_ranges, coverage_probabilities
+from .gls_budget import gls_budget, gls_error, query_coverage
+from .coverage import answer_ranges, check_ranges, coverage_probabilities, decompose
 from .sc import sc_layout
 
 __all__ = [
@@ -128,9 +132,11 @@ class HistogramRelease:
     noise_variances: np.ndarray | None = field(default=None, repr=False, compare=False)
     ledger: LedgerEntry | None = field(default=None, compare=False)
     _prefix: np.ndarray = field(init=False, repr=False, compare=False)
+    _cache: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_prefix", np.concatenate(([0.0], np.cumsum(self.estimate))))
+        object.__setattr__(self, "_cache", {})
 
     @property
     def n(self) -> int:
@@ -161,6 +167,29 @@ class HistogramRelease:
         """Answer to the inclusive 0-based range ``[lo, hi]``."""
         return float(self.ranges(np.array([[lo, hi]]))[0])
 
+    # -- per-answer accuracy (issue 20) --------------------------------------------------------
+    def error_report(self, pairs: Any = None) -> ErrorReport:
+        """Variance of each answer to the inclusive ranges ``pairs`` (every bin when ``None``), exact,
+        as an :class:`~sparsedp.accuracy.ErrorReport` (``.variances``, ``.total``,
+        ``.confidence_intervals(answers, level)``).  From the measured rows' actual noise variances:
+        a consistent tree release by :class:`~sparsedp.range_variance.IntervalTreeCovariance` (the
+        BLUE's covariance on any tree shape, ``O(nodes)`` once, then ``O(depth)`` per range), an
+        inconsistent one as the sum over the canonical decomposition, Dwork and Privelet by the
+        identity and Haar closed forms."""
+        return _answer_report(self, pairs)
+
+    def variances(self, pairs: Any = None) -> np.ndarray:
+        """``Var`` of each answer of :meth:`ranges` (every bin when ``pairs`` is ``None``), exact."""
+        return self.error_report(pairs).variances  # type: ignore[return-value]
+
+    def confidence_intervals(self, pairs: Any = None, level: float = 0.95,
+                             method: str = "auto") -> tuple[np.ndarray, np.ndarray]:
+        """``(lower, upper)`` around the answers to ``pairs`` (every bin when ``None``) at confidence
+        ``level``: :meth:`ErrorReport.confidence_intervals <sparsedp.accuracy.ErrorReport.confidence_intervals>`
+        (``auto``: Laplace's guaranteed multiplier for float noise, Chebyshev for exact noise)."""
+        answers = self.estimate if pairs is None else self.ranges(pairs)
+        return self.error_report(pairs).confidence_intervals(answers, level, method)
+
     def save(self, path: str | Path) -> Path:
         """Write the release as a sparsedp release file (:mod:`sparsedp.release_file`: the released
         arrays, a JSON description with ``method``, ``epsilon``, ``consistent`` and ``secure``, the
@@ -179,6 +208,46 @@ class HistogramRelease:
                        "secure": bool(self.secure)}
         return save_release(path, "histogram", arrays, ledger=[self.ledger] if self.ledger is not None else [],
                             description=description, private=bool(self.private))
+
+
+def _node_noise_variances(rel: HistogramRelease) -> np.ndarray:
+    """Per measured row the noise variance: the measurement's own, or ``2 b^2`` for float Laplace."""
+    if rel.noise_variances is not None:
+        return np.asarray(rel.noise_variances, dtype=np.float64)
+    if rel.noise_scales is not None and not rel.secure:
+        b = np.asarray(rel.noise_scales, dtype=np.float64)
+        return 2.0 * b * b
+    raise SparseDPError("this release does not record its noise variances, so its accuracy is unknown")
+
+
+def _answer_report(rel: HistogramRelease, pairs: Any = None) -> ErrorReport:
+    """:meth:`HistogramRelease.error_report` (see there)."""
+    if pairs is None:
+        lo = np.arange(rel.n, dtype=np.int64)
+        hi = lo + 1
+    else:
+        lo, hi = check_ranges(pairs, rel.n, "pairs")
+    v = np.maximum(_node_noise_variances(rel), MIN_VARIANCE)  # the weights the estimate used
+    if rel.tree is not None and rel.consistent:
+        cov = rel._cache.get("cov")
+        if cov is None:
+            cov = rel._cache.setdefault("cov", IntervalTreeCovariance(rel.tree, v))
+        var, how = cov.ranges(lo, hi), "exact-tree"
+    elif rel.tree is not None:
+        q, node = decompose(rel.tree, lo, hi)
+        var, how = np.bincount(q, weights=v[node], minlength=lo.size), "exact-decomposition"
+    elif rel.method == Dwork.name:
+        cs = np.concatenate(([0.0], np.cumsum(v)))
+        var, how = cs[hi] - cs[lo], "exact-identity"
+    elif rel.method == Privelet.name:
+        cov = structured_covariance(st.haar(rel.n), v)
+        if cov is None:  # pragma: no cover - st.haar is always recognised
+            raise SparseDPError("no closed form for this Haar strategy")
+        var, how = cov.ranges(lo, hi), "exact-haar"
+    else:
+        raise SparseDPError(f"no per-answer accuracy for method {rel.method!r}")
+    total = float(var.sum())
+    return ErrorReport(total, total / max(lo.size, 1), how, variances=var, noise="laplace", secure=bool(rel.secure))
 
 
 def _entry_from_dict(d: dict) -> LedgerEntry:
@@ -343,6 +412,15 @@ class TreePublisher:
         """Answer to the inclusive 0-based range ``[lo, hi]``."""
         return self._release().range(lo, hi)
 
+    def variances(self, pairs: Any = None) -> np.ndarray:
+        """Exact variance of each answer (see :meth:`HistogramRelease.error_report`)."""
+        return self._release().variances(pairs)
+
+    def confidence_intervals(self, pairs: Any = None, level: float = 0.95,
+                             method: str = "auto") -> tuple[np.ndarray, np.ndarray]:
+        """``(lower, upper)`` at confidence ``level`` (see :meth:`HistogramRelease.confidence_intervals`)."""
+        return self._release().confidence_intervals(pairs, level, method)
+
 
 #: Smallest per-node budget a tree publisher measures with: its noise scale ``1e100`` keeps every
 #: noisy count, BLUE variance ``1 / eps^2`` (and their sums) and estimate finite in float64 (float
@@ -456,6 +534,17 @@ class LUEDPTree(_TreeMethod):
     still measured).  ``eps_per_node``: your own budgets (one per node, breadth-first, all > 0)
     instead of the optimised ones; refused before any charge unless every root-to-leaf path sums to
     at most ``epsilon`` exactly.  ``secure=False``: float noise (an explicit opt-out).
+
+    ``whole_domain`` in ``[0, 1]``: the probability of the whole-domain query ``[0, n - 1]`` mixed
+    into the query distribution (uniform ranges or the list).  ``objective``: ``"lue"`` (default, the
+    paper's proxy: the error *before* consistency, eq. 3.6, minimised in closed form) or ``"gls"``
+    (:func:`~sparsedp.trees.gls_budget.gls_budget`: the exact expected squared error of the BLUE
+    answer to one query of the distribution, ``sum_q D(q) q^T P^{-1} q`` with
+    ``P = sum_x m_x m_x^T eps_x^2 / 2``, minimised over per-node budgets by L-BFGS-B with exact
+    gradients from :mod:`sparsedp.optimize`; needs ``consistency=True``; at most ``gls_seconds``
+    per search; the budgets are data-independent and cached per tree).  After ``fit``,
+    :meth:`expected_error` is that exact error at the budgets used (float Laplace variances
+    ``2 / eps_x^2``; the exact sampler's scales are rounded up, see the module docstring).
     """
 
     name = "lue-dptree"
@@ -469,12 +558,26 @@ class LUEDPTree(_TreeMethod):
         upper: int = 20,
         queries: Any = None,
         weights: Any = None,
+        whole_domain: float = 0.0,
+        objective: str = "lue",
         eps_per_node: Any = None,
         consistency: bool = True,
         accountant: Accountant | None = None,
         secure: bool = True,
+        gls_seconds: float | None = 30.0,
     ) -> None:
         super().__init__(epsilon, accountant, secure=secure)
+        if objective not in ("lue", "gls"):
+            raise SparseDPError(f"objective must be 'lue' or 'gls', got {objective!r}")
+        wd = float(whole_domain)
+        if not 0.0 <= wd <= 1.0:
+            raise SparseDPError(f"whole_domain must be in [0, 1], got {whole_domain!r}")
+        if objective == "gls" and not consistency:
+            raise SparseDPError("objective='gls' optimises the consistent (BLUE) answers: use consistency=True")
+        if eps_per_node is not None and (objective == "gls" or wd):
+            raise SparseDPError("give either eps_per_node or an objective / whole_domain, not both")
+        self.objective, self.whole_domain, self.gls_seconds = objective, wd, gls_seconds
+        self._gls_cache: dict[tuple, np.ndarray] = {}
         if isinstance(tree, str) and tree not in ("sc", "kary"):
             raise SparseDPError(f"tree must be 'sc', 'kary' or a graph, got {tree!r}")
         self.tree_spec = tree if isinstance(tree, str) else as_interval_tree(tree)
@@ -500,11 +603,27 @@ class LUEDPTree(_TreeMethod):
             if self.budget.size != tree.size:
                 raise ShapeError(f"eps_per_node has {self.budget.size} entries for {tree.size} nodes")
             return self.budget
-        p = coverage_probabilities(tree, self.queries, self.weights)
-        if self.queries is not None:
-            p = np.maximum(p, 1e-9 * p.max())
+        p = query_coverage(tree, self.queries, self.weights, self.whole_domain)
         self.probabilities_ = p
-        return allocate_budget(tree, self.epsilon, p)
+        if self.objective == "lue":
+            eps = allocate_budget(tree, self.epsilon, p)
+        else:
+            key = (tree.n, tree.size, hashlib.sha1(tree.lo.tobytes() + tree.hi.tobytes()).hexdigest())
+            if key not in self._gls_cache:  # data-independent unit budgets, computed once per tree
+                self._gls_cache[key] = gls_budget(tree, 1.0, self.queries, self.weights, self.whole_domain,
+                                                  seconds=self.gls_seconds)
+            eps = normalise_budget(tree, self._gls_cache[key] * self.epsilon, self.epsilon)
+        return eps
+
+    def expected_error(self) -> float:
+        """Exact expected squared error of the BLUE answer to one query of this publisher's query
+        distribution at the budgets of the last release (Laplace variances ``2 / eps_x^2``,
+        :func:`~sparsedp.trees.gls_budget.gls_error`); needs ``consistency=True``."""
+        if self.release_ is None:
+            raise SparseDPError(f"{self.name}: call fit() first")
+        if not self.consistency:
+            raise SparseDPError("expected_error is the error of the consistent (BLUE) answers")
+        return gls_error(self.tree_, self.eps_per_node_, self.queries, self.weights, self.whole_domain)
 
 
 class Boost(_TreeMethod):
