@@ -12,6 +12,11 @@ over ``[start, stop)``; records outside are refused unless ``clip=True`` puts th
 bins.  The domain (``start``, ``stop``, ``width``) is public: it must not be derived from the data.
 Every failure is a :class:`~sparsedp.errors.SparseDPError` that names the problem (missing file or
 column, non-numeric or empty data, values outside the domain).
+
+A matrix of observed entries (:func:`load_entries`, for matrix completion) is read from records
+``(row, column, value)``: the named columns of a CSV / Parquet file, the arrays of an ``.npz``
+(or a scipy.sparse matrix saved with ``scipy.sparse.save_npz``, its stored entries the
+observations), or a 2-D ``.npy`` array whose ``NaN`` entries are the unobserved ones.
 """
 
 from __future__ import annotations
@@ -21,14 +26,15 @@ import math
 import numbers
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
+import scipy.sparse as sp
 
 from .errors import NonFiniteInputError, ShapeError, SparseDPError
 from .validation import check_counts
 
-__all__ = ["Bins", "read_values", "load_histogram", "bin_records"]
+__all__ = ["Bins", "read_values", "read_columns", "load_histogram", "load_entries", "bin_records"]
 
 
 @dataclass(frozen=True)
@@ -98,39 +104,79 @@ def read_values(path: str | Path, column: str | None = None) -> np.ndarray:
 def _csv_column(p: Path, column: str | None) -> np.ndarray:
     if column is None:
         raise SparseDPError(f"{p.name} is a table: name its column (column=...)")
+    return _csv_columns(p, [column])[column]
+
+
+def _csv_columns(p: Path, columns: Sequence[str]) -> dict[str, np.ndarray]:
     with open(p, newline="") as fh:
         reader = csv.DictReader(fh)
         if reader.fieldnames is None:
             raise SparseDPError(f"{p} is empty")
-        if column not in reader.fieldnames:
-            raise SparseDPError(f"{p} has no column {column!r}; columns: {', '.join(reader.fieldnames)}")
-        raw = [row[column] for row in reader]
-    out = np.empty(len(raw))
-    for i, s in enumerate(raw):
-        try:
-            out[i] = float(s)
-        except (TypeError, ValueError):
-            raise SparseDPError(f"{p}: row {i + 2} of column {column!r} is not numeric: {s!r}") from None
+        for column in columns:
+            if column not in reader.fieldnames:
+                raise SparseDPError(f"{p} has no column {column!r}; columns: {', '.join(reader.fieldnames)}")
+        raw = {c: [] for c in columns}  # type: dict[str, list[Any]]
+        for row in reader:
+            for c in columns:
+                raw[c].append(row[c])
+    out = {}
+    for column in columns:
+        values = np.empty(len(raw[column]))
+        for i, text in enumerate(raw[column]):
+            try:
+                values[i] = float(text)
+            except (TypeError, ValueError):
+                raise SparseDPError(f"{p}: row {i + 2} of column {column!r} is not numeric: {text!r}") from None
+        out[column] = values
     return out
 
 
 def _parquet_column(p: Path, column: str | None) -> np.ndarray:
     if column is None:
         raise SparseDPError(f"{p.name} is a table: name its column (column=...)")
+    return _parquet_columns(p, [column])[column]
+
+
+def _parquet_columns(p: Path, columns: Sequence[str]) -> dict[str, np.ndarray]:
     try:
         import pandas as pd
     except ImportError as exc:  # pragma: no cover - the io extra
         raise SparseDPError("reading Parquet needs pandas and pyarrow: pip install 'sparsedp[io]'") from exc
     try:
-        frame = pd.read_parquet(p, columns=[column])
+        frame = pd.read_parquet(p, columns=list(columns))
     except ImportError as exc:
         raise SparseDPError("reading Parquet needs pyarrow: pip install 'sparsedp[io]'") from exc
     except (KeyError, ValueError) as exc:
-        raise SparseDPError(f"{p}: cannot read column {column!r} ({exc})") from exc
-    series = frame[column]
-    if not pd.api.types.is_numeric_dtype(series):
-        raise SparseDPError(f"{p}: column {column!r} is not numeric (dtype {series.dtype})")
-    return series.to_numpy(dtype=np.float64, na_value=np.nan)
+        raise SparseDPError(f"{p}: cannot read column(s) {', '.join(map(repr, columns))} ({exc})") from exc
+    out = {}
+    for column in columns:
+        series = frame[column]
+        if not pd.api.types.is_numeric_dtype(series):
+            raise SparseDPError(f"{p}: column {column!r} is not numeric (dtype {series.dtype})")
+        out[column] = series.to_numpy(dtype=np.float64, na_value=np.nan)
+    return out
+
+
+def read_columns(path: str | Path, columns: Sequence[str]) -> dict[str, np.ndarray]:
+    """The numeric values of several columns of a CSV / Parquet file (float64, one per row, in
+    order; a missing Parquet value is ``NaN``).  Missing file or column, non-numeric values and a
+    file without rows raise :class:`~sparsedp.errors.SparseDPError`."""
+    p = Path(path)
+    if not p.exists():
+        raise SparseDPError(f"no such file: {p}")
+    cols = list(columns)
+    if not cols or not all(isinstance(c, str) for c in cols):
+        raise SparseDPError(f"columns must be a non-empty list of column names, got {columns!r}")
+    suffix = p.suffix.lower()
+    if suffix == ".csv":
+        out = _csv_columns(p, cols)
+    elif suffix in (".parquet", ".pq"):
+        out = _parquet_columns(p, cols)
+    else:
+        raise SparseDPError(f"unsupported table {p.name}: use .csv or .parquet")
+    if out[cols[0]].size == 0:
+        raise SparseDPError(f"{p} holds no values")
+    return out
 
 
 def load_histogram(path: str | Path, column: str | None = None, bins: Bins | None = None,
@@ -150,3 +196,125 @@ def as_bins(spec: Any) -> Bins | None:
         return Bins(**dict(spec))
     except TypeError as exc:
         raise SparseDPError(f"bins must have start, stop and optionally width: {exc}") from exc
+
+
+def load_entries(
+    path: str | Path,
+    row: str = "row",
+    col: str = "col",
+    value: str = "value",
+    shape: tuple[int, int] | None = None,
+) -> sp.csr_matrix:
+    """A sparse matrix whose stored entries are the observed ``(row, col, value)`` records of a file.
+
+    * ``.csv`` / ``.parquet``: the columns named ``row``, ``col`` and ``value``, one record a line;
+    * ``.npz``: a scipy.sparse matrix (``scipy.sparse.save_npz``; its stored entries, explicit
+      zeros included), or arrays named ``row``, ``col``, ``value`` (``numpy.savez``);
+    * ``.npy``: a 2-D float array; its ``NaN`` entries are unobserved, every other entry observed.
+
+    Indices are 0-based integers; ``shape`` (default: the largest indices + 1; the pattern of
+    observed entries is public in :mod:`sparsedp.completion`'s privacy model) bounds them.  A
+    missing column, non-numeric, missing or infinite values, fractional, negative or out-of-range
+    indices, a repeated ``(row, col)`` pair or no record at all raise
+    :class:`~sparsedp.errors.SparseDPError`.  Values are not clipped here: a privacy mechanism
+    clips them to its own public bounds.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise SparseDPError(f"no such file: {p}")
+    suffix = p.suffix.lower()
+    if suffix in (".csv", ".parquet", ".pq"):
+        cols = read_columns(p, [row, col, value])
+        r, c, v = cols[row], cols[col], cols[value]
+    elif suffix == ".npz":
+        r, c, v, stored_shape = _npz_entries(p, row, col, value)
+        if stored_shape is not None:
+            shape = _check_shape(p, shape if shape is not None else stored_shape)
+            if shape != stored_shape:
+                raise ShapeError(f"{p} holds a {stored_shape[0]} x {stored_shape[1]} matrix, not {shape[0]} x {shape[1]}")
+    elif suffix == ".npy":
+        try:
+            arr = np.load(p, allow_pickle=False)
+        except ValueError as exc:
+            raise SparseDPError(f"cannot read {p}: {exc}") from exc
+        if arr.ndim != 2:
+            raise ShapeError(f"{p} holds an array of shape {arr.shape}; a 2-D matrix (NaN = unobserved) is needed")
+        if not np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.complexfloating):
+            raise SparseDPError(f"{p}: values are not real numbers (dtype {arr.dtype})")
+        arr = arr.astype(np.float64, copy=False)
+        if shape is not None and tuple(shape) != arr.shape:
+            raise ShapeError(f"{p} holds a {arr.shape[0]} x {arr.shape[1]} matrix, not {shape[0]} x {shape[1]}")
+        shape = arr.shape
+        r, c = np.nonzero(~np.isnan(arr))
+        v = arr[r, c]
+        if np.any(np.isinf(v)):
+            raise NonFiniteInputError(f"{p}: {int(np.isinf(v).sum())} entries are infinite (NaN marks unobserved)")
+    else:
+        raise SparseDPError(f"unsupported data file {p.name}: use .csv, .parquet, .npz or .npy")
+    return _entries_matrix(p, r, c, v, shape, (row, col, value))
+
+
+def _npz_entries(p: Path, row: str, col: str, value: str) -> tuple[Any, Any, Any, tuple[int, int] | None]:
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            names = set(z.files)
+            if "format" in names:  # scipy.sparse.save_npz
+                m = sp.load_npz(p).tocoo()
+                return m.row, m.col, m.data, (int(m.shape[0]), int(m.shape[1]))
+            missing = [n for n in (row, col, value) if n not in names]
+            if missing:
+                raise SparseDPError(f"{p} is neither a scipy.sparse matrix nor arrays {row!r}, {col!r}, {value!r} "
+                                    f"(missing {', '.join(map(repr, missing))}; it holds {', '.join(sorted(names))})")
+            arrays = [np.asarray(z[n]) for n in (row, col, value)]
+    except (ValueError, OSError) as exc:
+        raise SparseDPError(f"cannot read {p}: {exc}") from exc
+    for name, a in zip((row, col, value), arrays):
+        if a.ndim != 1:
+            raise ShapeError(f"{p}: array {name!r} has shape {a.shape}; 1-D arrays of records are needed")
+        if not np.issubdtype(a.dtype, np.number) or np.issubdtype(a.dtype, np.complexfloating):
+            raise SparseDPError(f"{p}: array {name!r} is not numeric (dtype {a.dtype})")
+    if not arrays[0].size == arrays[1].size == arrays[2].size:
+        raise ShapeError(f"{p}: arrays {row!r}, {col!r}, {value!r} differ in length")
+    return arrays[0], arrays[1], arrays[2], None
+
+
+def _check_shape(p: Path, shape: Any) -> tuple[int, int]:
+    try:
+        m, n = (int(s) for s in shape)
+    except (TypeError, ValueError) as exc:
+        raise ShapeError(f"shape must be two integers, got {shape!r}") from exc
+    if m < 1 or n < 1 or (m, n) != tuple(shape):
+        raise ShapeError(f"shape must be two positive integers, got {shape!r}")
+    return m, n
+
+
+def _entries_matrix(p: Path, r: Any, c: Any, v: Any, shape: Any, names: tuple[str, str, str]) -> sp.csr_matrix:
+    r, c, v = (np.asarray(a, dtype=np.float64) for a in (r, c, v))
+    if v.size == 0:
+        raise SparseDPError(f"{p} holds no observed entries")
+    for a, name in ((r, names[0]), (c, names[1]), (v, names[2])):
+        bad = np.flatnonzero(~np.isfinite(a))
+        if bad.size:
+            raise NonFiniteInputError(f"{p}: {bad.size} value(s) of {name!r} are missing, NaN or infinite "
+                                      f"(first: record {int(bad[0]) + 1})")
+    for a, name in ((r, names[0]), (c, names[1])):
+        bad = np.flatnonzero((a < 0) | (a != np.floor(a)))
+        if bad.size:
+            raise ShapeError(f"{p}: {name!r} must hold 0-based integer indices; record {int(bad[0]) + 1} has "
+                             f"{float(a[bad[0]])!r}")
+    ri, ci = r.astype(np.int64), c.astype(np.int64)
+    if shape is None:
+        shape = (int(ri.max()) + 1, int(ci.max()) + 1)
+    m, n = _check_shape(p, shape)
+    for a, bound, name in ((ri, m, names[0]), (ci, n, names[1])):
+        bad = np.flatnonzero(a >= bound)
+        if bad.size:
+            raise ShapeError(f"{p}: {bad.size} index(es) of {name!r} are outside the {m} x {n} matrix "
+                             f"(first: record {int(bad[0]) + 1}, {int(a[bad[0]])})")
+    key = ri * n + ci
+    if np.unique(key).size != key.size:
+        order = np.argsort(key, kind="stable")
+        dup = order[1:][np.diff(key[order]) == 0][0]
+        raise ShapeError(f"{p}: entry ({int(ri[dup])}, {int(ci[dup])}) is observed more than once "
+                         f"(record {int(dup) + 1}); give one value per entry")
+    return sp.csr_matrix((v, (ri, ci)), shape=(m, n))

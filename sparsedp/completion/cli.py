@@ -13,6 +13,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import ShapeError, SparseDPError
+from ..io import load_entries
 from . import METHODS
 from ._loop import check_iteration_args
 from ._observed import as_pattern
@@ -28,8 +29,14 @@ fraction --observed of the --size x --size entries observed with Laplace noise o
 prints and saves the RSE against X, the asymptotic oracle floor (oracle_rse) and the exact oracle
 (oracle_exact: least squares over the true tangent space, same noise draw).
 
-User data: DATA.npz, a scipy.sparse matrix saved with scipy.sparse.save_npz whose stored entries are
-the observations.  With --epsilon and --bounds the entries are first clipped and protected with
+User data: DATA holds the observed entries as (row, column, value) records: a CSV or Parquet file
+with the columns named by --row, --col and --value (default row, col, value; 0-based integer
+indices), an .npz holding a scipy.sparse matrix saved with scipy.sparse.save_npz (its stored
+entries are the observations) or arrays of those names (numpy.savez), or a 2-D .npy array whose NaN
+entries are the unobserved ones.  --shape ROWS COLS fixes the size (default: the largest indices
++ 1; the pattern of observed entries is public in this model).  A missing column, non-numeric,
+missing or infinite values, negative, fractional or out-of-range indices, an entry given twice or
+an empty file stop the command before any noise is drawn.  With --epsilon and --bounds the entries are first clipped and protected with
 Laplace noise of scale (hi - lo) / epsilon per entry (entry-level DP; --max-per-row k for user-level
 DP), exact discrete Laplace noise on a grid (--grid; the default) from fresh operating-system
 entropy; --float-noise switches to float64 Laplace noise (an explicit opt-out for experiments: it
@@ -49,7 +56,14 @@ unregularised rank-r least-squares fit of DLNM-QR, SOR and AM instead."""
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("complete", help="DP low-rank matrix completion (DLNM-QR, SOR, AM, Soft-Impute)",
                               description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("data", nargs="?", default=None, help="sparse matrix .npz (scipy.sparse.save_npz); omit for a synthetic problem")
+    p.add_argument("data", nargs="?", default=None,
+                   help="observed entries: CSV / Parquet records (--row, --col, --value), .npz (scipy.sparse.save_npz, "
+                   "or arrays row, col, value), or a 2-D .npy with NaN = unobserved; omit for a synthetic problem")
+    p.add_argument("--row", default="row", help="user data: column (or .npz array) of 0-based row indices (default row)")
+    p.add_argument("--col", default="col", help="user data: column (or .npz array) of 0-based column indices (default col)")
+    p.add_argument("--value", default="value", help="user data: column (or .npz array) of the observed values (default value)")
+    p.add_argument("--shape", type=int, nargs=2, metavar=("ROWS", "COLS"), default=None,
+                   help="user data: matrix size (default: the largest indices + 1)")
     p.add_argument("--size", type=int, default=1000, help="synthetic: number of rows and columns (default 1000)")
     p.add_argument("--rank", type=int, default=10,
                    help="rank of the fit, the maximum rank for --method soft (and the synthetic truth's rank) (default 10)")
@@ -99,13 +113,12 @@ def _check_fit_args(args: argparse.Namespace) -> None:
             raise ShapeError(f"{flag}: the directory of {target} does not exist")
 
 
-def _load(path: Path) -> sp.spmatrix:
+def _load(path: Path, args: argparse.Namespace) -> sp.csr_matrix:
+    """The observed entries of a user's file (:func:`sparsedp.io.load_entries`)."""
     if not path.is_file():
         raise ShapeError(f"no such file: {path}")
-    try:
-        return sp.load_npz(path)
-    except (ValueError, OSError, KeyError) as exc:
-        raise ShapeError(f"{path} is not a scipy.sparse .npz file: {exc}") from exc
+    return load_entries(path, row=args.row, col=args.col, value=args.value,
+                        shape=tuple(args.shape) if args.shape is not None else None)
 
 
 def _complete(args: argparse.Namespace) -> int:
@@ -113,6 +126,8 @@ def _complete(args: argparse.Namespace) -> int:
     truth, floor, known = None, None, False
     report: dict[str, Any] = {"method": args.method, "rank": args.rank}
     saved: dict[str, Any] = {}
+    if args.data is None and args.shape is not None:
+        raise ShapeError("--shape is for a DATA file (the synthetic problem takes --size)")
     if args.data is None:
         observed, truth = synthetic_problem(args.size, rank=args.rank, p=args.observed,
                                             noise_scale=args.noise_scale, rng=args.seed)
@@ -124,7 +139,7 @@ def _complete(args: argparse.Namespace) -> int:
                       private=False, privacy="synthetic problem: no private data (its noise is simulated)")
     else:
         path = Path(args.data)
-        observed = _load(path)
+        observed = _load(path, args)
         noise_std = math.sqrt(2) * args.noise_scale
         if args.epsilon is None:
             if not args.no_privacy:
