@@ -53,6 +53,7 @@ raw noisy node counts by the vectorised canonical decomposition instead (the err
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,7 @@ from .budget import (
     uniform_budget,
 )
 from .build import IntervalTree, as_interval_tree, kary_layout
+from .gls import gls_budget, gls_error, query_coverage
 from .coverage import answer_ranges, check_ranges, coverage_probabilities, decompose
 from .sc import sc_layout
 
@@ -532,6 +534,17 @@ class LUEDPTree(_TreeMethod):
     still measured).  ``eps_per_node``: your own budgets (one per node, breadth-first, all > 0)
     instead of the optimised ones; refused before any charge unless every root-to-leaf path sums to
     at most ``epsilon`` exactly.  ``secure=False``: float noise (an explicit opt-out).
+
+    ``whole_domain`` in ``[0, 1]``: the probability of the whole-domain query ``[0, n - 1]`` mixed
+    into the query distribution (uniform ranges or the list).  ``objective``: ``"lue"`` (default, the
+    paper's proxy: the error *before* consistency, eq. 3.6, minimised in closed form) or ``"gls"``
+    (:func:`~sparsedp.trees.gls.gls_budget`: the exact expected squared error of the BLUE
+    answer to one query of the distribution, ``sum_q D(q) q^T P^{-1} q`` with
+    ``P = sum_x m_x m_x^T eps_x^2 / 2``, minimised over per-node budgets by L-BFGS-B with exact
+    gradients from :mod:`sparsedp.optimize`; needs ``consistency=True``; at most ``gls_seconds``
+    per search; the budgets are data-independent and cached per tree).  After ``fit``,
+    :meth:`expected_error` is that exact error at the budgets used (float Laplace variances
+    ``2 / eps_x^2``; the exact sampler's scales are rounded up, see the module docstring).
     """
 
     name = "lue-dptree"
@@ -545,12 +558,26 @@ class LUEDPTree(_TreeMethod):
         upper: int = 20,
         queries: Any = None,
         weights: Any = None,
+        whole_domain: float = 0.0,
+        objective: str = "lue",
         eps_per_node: Any = None,
         consistency: bool = True,
         accountant: Accountant | None = None,
         secure: bool = True,
+        gls_seconds: float | None = 30.0,
     ) -> None:
         super().__init__(epsilon, accountant, secure=secure)
+        if objective not in ("lue", "gls"):
+            raise SparseDPError(f"objective must be 'lue' or 'gls', got {objective!r}")
+        wd = float(whole_domain)
+        if not 0.0 <= wd <= 1.0:
+            raise SparseDPError(f"whole_domain must be in [0, 1], got {whole_domain!r}")
+        if objective == "gls" and not consistency:
+            raise SparseDPError("objective='gls' optimises the consistent (BLUE) answers: use consistency=True")
+        if eps_per_node is not None and (objective == "gls" or wd):
+            raise SparseDPError("give either eps_per_node or an objective / whole_domain, not both")
+        self.objective, self.whole_domain, self.gls_seconds = objective, wd, gls_seconds
+        self._gls_cache: dict[tuple, np.ndarray] = {}
         if isinstance(tree, str) and tree not in ("sc", "kary"):
             raise SparseDPError(f"tree must be 'sc', 'kary' or a graph, got {tree!r}")
         self.tree_spec = tree if isinstance(tree, str) else as_interval_tree(tree)
@@ -576,11 +603,27 @@ class LUEDPTree(_TreeMethod):
             if self.budget.size != tree.size:
                 raise ShapeError(f"eps_per_node has {self.budget.size} entries for {tree.size} nodes")
             return self.budget
-        p = coverage_probabilities(tree, self.queries, self.weights)
-        if self.queries is not None:
-            p = np.maximum(p, 1e-9 * p.max())
+        p = query_coverage(tree, self.queries, self.weights, self.whole_domain)
         self.probabilities_ = p
-        return allocate_budget(tree, self.epsilon, p)
+        if self.objective == "lue":
+            eps = allocate_budget(tree, self.epsilon, p)
+        else:
+            key = (tree.n, tree.size, hashlib.sha1(tree.lo.tobytes() + tree.hi.tobytes()).hexdigest())
+            if key not in self._gls_cache:  # data-independent unit budgets, computed once per tree
+                self._gls_cache[key] = gls_budget(tree, 1.0, self.queries, self.weights, self.whole_domain,
+                                                  seconds=self.gls_seconds)
+            eps = normalise_budget(tree, self._gls_cache[key] * self.epsilon, self.epsilon)
+        return eps
+
+    def expected_error(self) -> float:
+        """Exact expected squared error of the BLUE answer to one query of this publisher's query
+        distribution at the budgets of the last release (Laplace variances ``2 / eps_x^2``,
+        :func:`~sparsedp.trees.gls.gls_error`); needs ``consistency=True``."""
+        if self.release_ is None:
+            raise SparseDPError(f"{self.name}: call fit() first")
+        if not self.consistency:
+            raise SparseDPError("expected_error is the error of the consistent (BLUE) answers")
+        return gls_error(self.tree_, self.eps_per_node_, self.queries, self.weights, self.whole_domain)
 
 
 class Boost(_TreeMethod):
