@@ -268,3 +268,26 @@ def test_local_cluster_equals_in_process_and_survives_a_killed_worker(cluster, t
     assert os.path.exists(os.path.join(marker, "killed"))  # a worker did die mid-measurement
     np.testing.assert_array_equal(killed.estimate, base.estimate)  # its task ran again: the same noise
     assert acc.spent == 1.0 and len(acc.ledger) == 1
+
+
+def test_cli_histogram_executor(tmp_path, capsys):
+    import json
+
+    from sparsedp.cli import main
+
+    x = _histogram(3000, 6)
+    data = tmp_path / "x.npy"
+    np.save(data, x)
+    out = tmp_path / "out.npy"
+    args = ["histogram", str(data), "--epsilon", "1", "--executor", "inprocess", "--k", "4", "--chunk", "256"]
+    assert main(args + ["--seed", "3", "--out", str(out)]) == 0
+    assert "NOT private" in capsys.readouterr().out
+    np.testing.assert_array_equal(np.load(out), release_hierarchical(x, 1.0, k=4, chunk=256, rng=3).estimate)
+    meta = json.loads((tmp_path / "out.npy.release.json").read_text())
+    assert meta["private"] is False and meta["ledger"][0]["epsilon"] == 1.0 and meta["chunks"] == 12
+    assert main(args + ["--out", str(tmp_path / "o.npz")]) == 2  # not .npy / .zarr
+    assert main(["histogram", str(data), "--epsilon", "1", "--chunk", "256", "--out", str(tmp_path / "o.npz")]) == 2
+    assert main(args[:-2] + ["--chunk", "100", "--out", str(out)]) == 2
+    assert main(args + ["--method", "lue", "--out", str(out)]) == 2
+    assert main(args + ["--scheduler", "tcp://127.0.0.1:1", "--out", str(out)]) == 2  # needs --executor dask
+    assert "error" in capsys.readouterr().err

@@ -6,12 +6,21 @@ its low bits, Mironov 2012: for experiments only; the file records ``secure = Fa
 run is reproducible and therefore NOT a private release: it says so on stdout and saves
 ``private = False`` in the release file, and ``sparsedp query`` warns on stderr when it reads such a
 file.
+
+``--executor inprocess|threads|dask`` publishes chunk by chunk instead (:mod:`sparsedp.scaleout`,
+issue 14): ``--method boost`` (uniform budget, the BLUE) on a balanced ``--k``-ary tree (default 16)
+whose subtrees of ``--chunk`` leaves are measured, reduced and released one task each, on a new
+``LocalCluster`` (``--workers K --worker-memory 4GB``) or a running scheduler (``--scheduler
+ADDRESS``); DATA is a ``.npy`` (memory-mapped) or ``.zarr`` array and ``--out`` a ``.npy`` / ``.zarr``
+array of leaf estimates written block by block, with the ledger in ``OUT.release.json``.  A progress
+bar counts chunks on a terminal.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 from pathlib import Path
 
@@ -22,7 +31,62 @@ from .publishers import PUBLISHERS, LUEDPTree, load_release
 __all__ = ["register"]
 
 
+def _scaleout_executor(args: argparse.Namespace):
+    from ..executors import DaskExecutor, InProcessExecutor, ThreadExecutor
+
+    if args.executor == "inprocess":
+        return InProcessExecutor()
+    if args.executor == "threads":
+        return ThreadExecutor(args.workers)
+    if args.scheduler:
+        return DaskExecutor.connect(args.scheduler)
+    return DaskExecutor.local(n_workers=args.workers or 2, threads_per_worker=1, processes=True,
+                              memory_limit=args.worker_memory)
+
+
+def _histogram_scaleout(args: argparse.Namespace) -> int:
+    from ..errors import SparseDPError
+    from ..scaleout import release_hierarchical
+
+    method = args.method or "boost"
+    if method != "boost":
+        raise SparseDPError(f"--executor publishes --method boost (uniform budget, BLUE) chunk by chunk; got {method!r}")
+    if args.column is not None or args.bins is not None:
+        raise SparseDPError("--executor reads a .npy or .zarr array of counts (no --column / --bins)")
+    if Path(args.out).suffix not in (".npy", ".zarr"):
+        raise SparseDPError(f"--out must be a .npy or .zarr path with --executor, got {args.out}")
+    ex = _scaleout_executor(args)
+    try:
+        r = release_hierarchical(args.data, args.epsilon, k=args.k or 16, chunk=args.chunk, executor=ex,
+                                 rng=args.seed, out=args.out, secure=not args.float_noise, progress=None)
+    finally:
+        ex.close()
+    meta = {"method": "boost", "n": r.n, "k": r.k, "chunk": r.chunk, "chunks": r.chunks, "levels": r.levels,
+            "epsilon": r.epsilon, "certified_loss": r.loss, "level_scales": r.level_scales.tolist(),
+            "level_variances": r.level_variances.tolist(), "private": r.private, "secure": r.secure,
+            "executor": r.executor, "ledger": [r.ledger.as_dict()], "estimate": str(args.out)}
+    side = Path(str(args.out) + ".release.json")
+    side.write_text(json.dumps(meta, indent=1))
+    noise = "exact discrete Laplace" if r.secure else "float Laplace (--float-noise)"
+    print(f"boost: published {r.n} bins at epsilon {r.epsilon} on {r.executor} ({r.chunks} chunks of {r.chunk} "
+          f"leaves, k = {r.k}), {noise} noise in {r.timings['total']:.1f} s -> {args.out} (ledger: {side})")
+    if args.seed is not None:
+        print("WARNING: NOT private: --seed makes the noise reproducible (the ledger records private=False); "
+              "omit it for a real release.")
+    return 0
+
+
 def _histogram(args: argparse.Namespace) -> int:
+    from ..errors import SparseDPError
+
+    if args.executor is None and (args.scheduler or args.workers or args.worker_memory or args.chunk):
+        raise SparseDPError("--scheduler, --workers, --worker-memory and --chunk need --executor")
+    if args.scheduler and args.executor != "dask":
+        raise SparseDPError("--scheduler needs --executor dask")
+    if args.executor is not None:
+        return _histogram_scaleout(args)
+    if args.method is None:
+        args.method = "lue"
     bins = None
     if args.bins is not None:
         start, stop, width = args.bins
@@ -79,11 +143,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     h.add_argument("--clip", action="store_true", help="clip records outside the domain into the end bins "
                    "(default: refuse them)")
     h.add_argument("--epsilon", type=float, required=True, help="privacy budget epsilon > 0 (pure DP)")
-    h.add_argument("--method", choices=sorted(PUBLISHERS), default="lue", help="publisher (default %(default)s)")
+    h.add_argument("--method", choices=sorted(PUBLISHERS), default=None,
+                   help="publisher (default lue; boost with --executor)")
     h.add_argument("--tree", choices=("sc", "kary"), default="sc",
                    help="tree for --method lue: sc = Struct-Construct, kary = balanced (default %(default)s)")
     h.add_argument("--k", type=int, default=None,
-                   help="branching: for lue sc chosen in [2, UPPER] if omitted; kary/boost default 2")
+                   help="branching: for lue sc chosen in [2, UPPER] if omitted; kary/boost default 2 (16 with --executor)")
     h.add_argument("--upper", type=int, default=20,
                    help="largest branching SC may choose (default %(default)s)")
     h.add_argument("--seed", type=int, default=None,
@@ -92,7 +157,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     h.add_argument("--float-noise", action="store_true",
                    help="float64 Laplace noise instead of the default exact discrete Laplace (leaks through its "
                    "low bits, Mironov 2012: for experiments only; the file records secure=False)")
-    h.add_argument("--out", required=True, help="output release file (.npz)")
+    h.add_argument("--out", required=True, help="output release file (.npz); with --executor the leaf estimates "
+                   "(.npy or .zarr, written chunk by chunk) and OUT.release.json")
+    s = h.add_argument_group("scale-out (chunk by chunk, sparsedp.scaleout; --method boost)")
+    s.add_argument("--executor", choices=("inprocess", "threads", "dask"), default=None,
+                   help="publish chunk by chunk on this executor (default: the whole array in this process)")
+    s.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="with --executor dask: a running scheduler (tcp://host:8786) instead of a new LocalCluster")
+    s.add_argument("--workers", type=int, default=None, help="workers of the new LocalCluster (default 2) or threads")
+    s.add_argument("--worker-memory", default=None, metavar="SIZE",
+                   help="memory limit per LocalCluster worker, e.g. 4GB (default: Dask's share of the machine)")
+    s.add_argument("--chunk", type=int, default=None,
+                   help="leaves per task, a power of --k (default: the largest power of k up to 2^20)")
     h.set_defaults(func=_histogram)
     q = subparsers.add_parser(
         "query",

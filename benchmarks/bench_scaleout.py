@@ -1,0 +1,220 @@
+"""Scale-out hierarchical release (issue 14): a LocalCluster against in-process, n = 2^24 ... 2^28.
+
+For every size ``n`` (``--sizes``, log2), a histogram of ``n`` int64 counts is written to a ``.npy``
+file under ``--dir`` (default ``/tmp``; generated block by block, never whole in memory) and
+released with ``sparsedp.scaleout.release_hierarchical`` (BLUE, uniform budget = Boost, ``k = 16``,
+chunks of ``2^20`` leaves, exact noise from OS entropy, epsilon 1) on:
+
+* ``dask``: a fresh ``LocalCluster`` of ``--workers`` worker processes (1 thread each) with a
+  ``--memory`` limit each, output written block by block to a ``.npy`` file;
+* ``inprocess-chunked``: the same code on the in-process executor (one process, chunk by chunk);
+* ``inprocess-boost``: ``Boost(1, k=16).fit`` on the whole array in memory (the publisher; same
+  tree and scales), at sizes up to ``--inprocess-max`` (it holds everything: ~3 GB at 2^24).
+
+Each configuration runs in its own subprocess, so that process's peak RSS is the driver's memory.
+Reported: wall seconds (per phase for the chunked runs), peak RSS of the driver and of every
+worker (``ru_maxrss``: fresh workers per size), the bytes moved (``driver->workers``: pickled task
+arguments; ``workers->driver`` and ``between workers``: the workers' own transfer counters;
+``disk``: input read twice (validate, measure), scratch written and read, output written), and the
+ratios against the in-process runs of the same size in the same run.  The machine has 2 cores and
+is shared with other jobs: timings are noisy (they say so in the results).  BLAS is pinned to one
+thread (not used by these kernels).
+
+    python benchmarks/bench_scaleout.py [--sizes 24 26 28] [--workers 2] [--memory 4GB] [--dir /tmp]
+        [--inprocess-max 24] [--out benchmarks/results/scaleout.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from sparsedp._threads import blas_threads  # noqa: E402
+from sparsedp.executors import DaskExecutor  # noqa: E402
+
+K = 16
+EPSILON = 1.0
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def make_input(path: Path, n: int, block: int = 2**24, seed: int = 0) -> None:
+    """``n`` int64 counts (Poisson(20)-ish, uniform 0..40) written block by block."""
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=np.int64, shape=(n,))
+    rng = np.random.default_rng(seed)
+    for lo in range(0, n, block):
+        hi = min(lo + block, n)
+        out[lo:hi] = rng.integers(0, 41, hi - lo)
+    out.flush()
+    del out
+
+
+class CountingDask(DaskExecutor):
+    """A DaskExecutor that adds up the pickled size of every task's arguments (what the driver sends)."""
+
+    sent = 0
+
+    def map(self, fn, *iterables, callback=None):
+        args = [list(it) for it in iterables]
+        for row in zip(*args):
+            self.sent += len(pickle.dumps(row, protocol=5))
+        return super().map(fn, *args, callback=callback)
+
+
+def _worker_stats(dask_worker=None) -> dict:
+    return {
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        "outgoing_bytes": int(getattr(dask_worker, "transfer_outgoing_bytes_total", 0)),
+        "incoming_bytes": int(sum(e.get("total", 0) for e in getattr(dask_worker, "transfer_incoming_log", []))),
+    }
+
+
+def run_one(mode: str, path: str, out: str, workers: int, memory: str) -> dict:
+    """One configuration (in this process): timings and memory."""
+    from sparsedp.scaleout import ChunkedTree, release_hierarchical
+
+    n = int(np.load(path, mmap_mode="r").shape[0])
+    res: dict = {"mode": mode, "n": n}
+    with blas_threads(1):
+        if mode == "inprocess-boost":
+            from sparsedp.trees import Boost
+
+            t0 = time.perf_counter()
+            x = np.load(path)
+            pub = Boost(EPSILON, k=K).fit(x)
+            est = pub.release_.estimate
+            res["seconds"] = time.perf_counter() - t0
+            res["checksum"] = float(est.sum())
+        elif mode == "inprocess-chunked":
+            r = release_hierarchical(path, EPSILON, k=K, out=out)
+            res["seconds"] = r.timings["total"]
+            res["phases"] = r.timings
+            res["chunks"], res["chunk"] = r.chunks, r.chunk
+        else:
+            t0 = time.perf_counter()
+            ex = CountingDask.local(n_workers=workers, threads_per_worker=1, processes=True, memory_limit=memory)
+            res["cluster_start_seconds"] = time.perf_counter() - t0
+            try:
+                r = release_hierarchical(path, EPSILON, k=K, executor=ex, out=out)
+                stats = ex.client.run(_worker_stats)
+            finally:
+                ex.close()
+            res["seconds"] = r.timings["total"]
+            res["phases"] = r.timings
+            res["chunks"], res["chunk"] = r.chunks, r.chunk
+            res["workers"] = {addr: s for addr, s in stats.items()}
+            res["worker_peak_rss_mb"] = max(s["peak_rss_mb"] for s in stats.values())
+            tree = ChunkedTree(n, K, r.chunk)
+            res["bytes"] = {
+                "driver_to_workers": ex.sent,
+                "workers_outgoing": sum(s["outgoing_bytes"] for s in stats.values()),
+                "between_workers_incoming": sum(s["incoming_bytes"] for s in stats.values()),
+                "disk_input_read": 2 * n * 8,
+                "disk_scratch_write_read": 2 * (tree.nodes() - tree.top.nodes + tree.chunks) * 8,
+                "disk_output_write": n * 8,
+            }
+        res["driver_peak_rss_mb"] = peak_rss_mb()
+    return res
+
+
+def spawn(mode: str, path: Path, out: Path, args: argparse.Namespace) -> dict:
+    cmd = [sys.executable, __file__, "--one", mode, "--input", str(path), "--output", str(out),
+           "--workers", str(args.workers), "--memory", args.memory]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TQDM_DISABLE": "1"})
+    if proc.returncode != 0:
+        return {"mode": mode, "error": proc.stderr[-2000:]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[24, 26, 28], help="log2 of n")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--memory", default="4GB", help="memory limit per worker")
+    ap.add_argument("--dir", default="/tmp", help="where the input and output files go (deleted after)")
+    ap.add_argument("--inprocess-max", type=int, default=24, help="largest log2 n for the whole-array Boost run")
+    ap.add_argument("--chunked-max", type=int, default=26, help="largest log2 n for the in-process chunked run")
+    ap.add_argument("--out", default=str(HERE / "results" / "scaleout.json"))
+    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--input", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--output", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        print(json.dumps(run_one(args.one, args.input, args.output, args.workers, args.memory)))
+        return
+
+    results = []
+    base = Path(args.dir) / f"sparsedp-bench-scaleout-{os.getpid()}"
+    base.mkdir(parents=True, exist_ok=True)
+    print(f"{'n':>6} {'mode':>18} {'seconds':>9} {'driver MB':>10} {'worker MB':>10} {'ratio':>7}")
+    try:
+        for lg in args.sizes:
+            n = 2**lg
+            path = base / f"x{lg}.npy"
+            t0 = time.perf_counter()
+            make_input(path, n)
+            gen = time.perf_counter() - t0
+            modes = ["dask"]
+            if lg <= args.chunked_max:
+                modes.append("inprocess-chunked")
+            if lg <= args.inprocess_max:
+                modes.append("inprocess-boost")
+            rows = {}
+            for mode in modes:
+                out = base / f"out{lg}-{mode}.npy"
+                rows[mode] = spawn(mode, path, out, args)
+                out.unlink(missing_ok=True)
+            for mode, r in rows.items():
+                if "error" in r:
+                    print(f"2^{lg:<4} {mode:>18} FAILED: {r['error'][-300:]}")
+                    continue
+                for other in ("inprocess-chunked", "inprocess-boost"):
+                    if other in rows and "seconds" in rows[other] and mode == "dask":
+                        r[f"ratio_vs_{other}"] = r["seconds"] / rows[other]["seconds"]
+                ratio = r.get("ratio_vs_inprocess-boost", r.get("ratio_vs_inprocess-chunked", float("nan")))
+                print(f"2^{lg:<4} {mode:>18} {r['seconds']:9.2f} {r['driver_peak_rss_mb']:10.0f} "
+                      f"{r.get('worker_peak_rss_mb', float('nan')):10.0f} {ratio:7.2f}")
+            results.append({"log2_n": lg, "n": n, "generate_seconds": gen, "runs": rows})
+            path.unlink(missing_ok=True)
+    finally:
+        for p in base.glob("*"):
+            p.unlink(missing_ok=True)
+        base.rmdir()
+    doc = {
+        "benchmark": "bench_scaleout",
+        "command": "python " + " ".join(["benchmarks/bench_scaleout.py"] + sys.argv[1:]),
+        "k": K, "epsilon": EPSILON, "method": "BLUE, uniform budget (Boost), exact discrete Laplace, OS entropy",
+        "workers": args.workers, "worker_memory": args.memory, "threads_per_worker": 1, "blas_threads": 1,
+        "machine": {"cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+                    "note": "2-core machine shared with up to 7 other jobs running at the same time: timings are noisy"},
+        "results": results,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    if len(args.sizes) and Path(args.out).exists():
+        try:
+            old = json.loads(Path(args.out).read_text())
+            keep = [r for r in old.get("results", []) if r["log2_n"] not in args.sizes]
+            doc["results"] = sorted(keep + results, key=lambda r: r["log2_n"])
+        except (ValueError, KeyError):
+            pass
+    Path(args.out).write_text(json.dumps(doc, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
