@@ -22,6 +22,8 @@
 * Beyond the seed: :class:`KaryCounter` (k-ary trees, optimal per-level weights, streaming BLUE),
   :class:`NegDigitCounter` (k-ary tree with negative digits, Andersson-Pagh-Torkamani 2024),
   :class:`SqrtCounter` (square-root factorisation, zCDP), :class:`BLTCounter` / :func:`fit_blt`.
+* :class:`OptimizedCounter` (issue 11): any strategy from :func:`sparsedp.optimize` for the prefix
+  workload (weighted trees, p-Identity), run online as ``s_t + e_t``.
 """
 
 from .adaptive import adaptive_run
@@ -48,6 +50,7 @@ from .glstree import (
 )
 from .kary import KaryCounter, kary_error, kary_weights
 from .negdigit import NegDigitCounter, balanced_digits, negdigit_error, negdigit_weights
+from .optimized import OptimizedCounter, optimized_counter_error, optimized_prefix_strategy
 from .report import error_table, format_table
 from .toeplitz import BLT, BLTCounter, SqrtCounter, ToeplitzCounter, fit_blt, sqrt_coefficients, sqrt_error
 from .weights import FenwickWeights, optimal_weights, weights_sensitivity
@@ -64,6 +67,7 @@ __all__ = [
     "KaryCounter",
     "NaiveCounter",
     "NegDigitCounter",
+    "OptimizedCounter",
     "SqrtCounter",
     "ToeplitzCounter",
     "adaptive_run",
@@ -87,6 +91,8 @@ __all__ = [
     "negdigit_error",
     "negdigit_weights",
     "optimal_weights",
+    "optimized_counter_error",
+    "optimized_prefix_strategy",
     "path_variances",
     "sqrt_coefficients",
     "sqrt_error",

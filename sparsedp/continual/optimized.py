@@ -1,0 +1,239 @@
+"""Counters from optimised strategies: any strategy that determines every step, run online as
+"running sum + data-independent offset" (issue 11).
+
+Strategy ``M`` (``m x N``, one column per step, full column rank): an optimised strategy for the
+prefix workload ``W`` (``W_ts = 1`` for ``s <= t``) from :func:`sparsedp.optimize` -- a weighted
+interval tree (integer node weights, any ``N``) or HDMM's p-Identity ``[I; Theta] D`` (integer
+entries, dense, ``N <= DENSE_MAX_N``) -- or any strategy the caller brings (an
+:class:`~sparsedp.optimize.OptimizedStrategy` or an operator).
+
+Release.  ``y = M x + z`` would be the offline measurement and ``x^ = G y`` its GLS estimate,
+``G = (M^T V^{-1} M)^{-1} M^T V^{-1}`` (``V`` the per-row noise variances), so ``G M = I`` and
+``W x^ = s + W G z`` with ``s_t`` the running sums.  The offsets ``e = W G z`` do not depend on the
+data: the counter draws ``z`` at construction (charging once, before the draw), computes ``e`` --
+``O(N)`` for trees (two-pass GLS, :func:`sparsedp.tree_estimator.tree_gls`), a QR of the whitened
+``M`` otherwise -- and releases ``s~_t = s_t + e_t`` online in ``O(1)`` per step.
+
+Privacy (pure DP, ``epsilon``).  The noise is calibrated by :func:`sparsedp.measure.plan_measurement`
+from the measured entries: ``Delta_1 = max_j sum_i |M_ij|`` -- exact for the integer strategies the
+optimiser returns (integer sums below ``2^53``), a certified upper bound of the float sums
+otherwise -- with ``z_i ~ Lap(b_i)`` (exact discrete Laplace on the data's lattice by default,
+``secure=True``) and the plan's certified loss ``max_j sum_i |M_ij| / b_i <= epsilon`` (one scale
+``b = Delta_1 / epsilon`` rounded up, or per-row scales of an integer-row form).  ``s + e = W G (M x
++ z)`` is post-processing of that measurement, so the whole stream is ``epsilon``-DP for a fixed
+stream, and also for adaptively chosen streams by :mod:`.adaptive` with ``B = W G`` (the offsets
+are a fixed linear map of noise drawn independently of the data; here all of it is drawn ahead).
+With ``rho`` instead: Gaussian noise, ``Delta_2``, ``rho``-zCDP (adaptive streams: Denisov et al.
+2022).  As for :class:`~sparsedp.continual.GLSTreeCounter`, ``e`` is evaluated in floating point
+from the exact ``z``; the float rounding of ``e`` depends on ``z`` only.
+
+Error.  ``Var(s~_t) = [W (M^T V^{-1} M)^{-1} W^T]_tt`` (:meth:`OptimizedCounter.step_variances`):
+trees by :func:`~sparsedp.continual.path_variances` (``O(N L^2)``), dense strategies from ``R^{-1}``
+of the QR.  With float noise ``V = 2 b^2 I``; with exact noise the discrete Laplace variance of the
+same scale (smaller by ``O(b^-2)`` relative).  Measured (``benchmarks/bench_continual.py
+--optimized``): see ``docs/continual.md``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+import scipy.linalg as sla
+import scipy.sparse as sp
+
+from ..errors import ShapeError, SparseDPError
+from ..intervals import IntervalRows
+from ..measure import MeasurementPlan
+from ..operators import Operator, aslinearoperator
+from ..privacy import Accountant
+from ..strategies import TreeLayout
+from ..tree_estimator import tree_gls
+from ..validation import check_epsilon, check_positive, check_rho
+from ._stream import StreamingCounter, check_accountant, plan_rows, row_variances
+from .error import ContinualError, noise_calibration
+from .fenwick import check_horizon
+from .glstree import path_variances
+
+__all__ = ["DENSE_MAX_N", "OptimizedCounter", "optimized_counter_error", "optimized_prefix_strategy"]
+
+#: Largest horizon for strategies without a tree layout (dense QR, ``O(N^3)``).
+DENSE_MAX_N = 4096
+#: Horizons up to this get the p-Identity family in the default optimisation (dense, seconds);
+#: longer ones the weighted-tree family.
+PIDENTITY_MAX_HORIZON = 1024
+
+
+def _noise_kind(epsilon: Any, rho: Any) -> str:
+    return noise_calibration(epsilon, rho, 1.0)[0]  # exactly one budget, in range
+
+
+@functools.lru_cache(maxsize=8)
+def _optimized(N: int, noise: str, family: str, time_limit: float | None) -> Any:
+    from .. import workloads
+    from ..optimize import optimize
+
+    return optimize(workloads.prefix(N), noise=noise, family=family, time_limit=time_limit, rng=0)
+
+
+def optimized_prefix_strategy(N: int, noise: str = "laplace", family: str | None = None,
+                              time_limit: float | None = None) -> Any:
+    """:func:`sparsedp.optimize` of the prefix workload over ``N`` steps (seeded, so reproducible;
+    cached per process).  ``family=None``: ``"auto"`` (templates, trees, p-Identity) for
+    ``N <= PIDENTITY_MAX_HORIZON``, else ``"tree"``."""
+    N = check_horizon(N, "N")
+    if family is None:
+        family = "auto" if N <= PIDENTITY_MAX_HORIZON else "tree"
+    if time_limit is not None:
+        time_limit = float(check_positive(time_limit, "time_limit"))
+    return _optimized(N, noise, family, time_limit)
+
+
+def _tree_layout(op: Operator) -> TreeLayout | None:
+    """The layout of a tree strategy given as interval rows in the layout's row order, else None."""
+    layout = getattr(op, "meta", {}).get("layout") if isinstance(op, IntervalRows) else None
+    if not isinstance(layout, TreeLayout) or layout.n != op.shape[1] or layout.nodes != op.shape[0]:
+        return None
+    lo, hi = layout.intervals()
+    if not (np.array_equal(lo, op.lo) and np.array_equal(hi, op.hi)):
+        return None
+    return layout
+
+
+def _resolve_strategy(strategy: Any, N: int, noise: str, family: str | None, time_limit: float | None) -> Operator:
+    from ..optimize import OptimizedStrategy
+
+    if strategy is None:
+        strategy = optimized_prefix_strategy(N, noise, family, time_limit)
+    if isinstance(strategy, OptimizedStrategy):
+        if strategy.noise != noise:
+            raise SparseDPError(f"the strategy was optimised for {strategy.noise} noise, the budget asks for {noise}")
+        strategy = strategy.strategy
+    op = aslinearoperator(strategy, name="strategy")
+    if op.shape[1] != N:
+        raise ShapeError(f"the strategy has {op.shape[1]} columns, the horizon is {N}")
+    return op
+
+
+class _Solver:
+    """``e = W G z`` and ``diag(W (M^T V^-1 M)^-1 W^T)`` for one strategy and per-row variances."""
+
+    def __init__(self, op: Operator, variances: np.ndarray):
+        self.layout = _tree_layout(op)
+        v = np.asarray(variances, dtype=np.float64)
+        if self.layout is not None:
+            w = np.asarray(op.weights, dtype=np.float64)
+            if np.any(w == 0) or not np.all(np.isfinite(w)):
+                raise ShapeError("every node of a tree strategy must have a non-zero weight")
+            self._w = w
+            self.v_sum = v / (w * w)  # node variances in sum units: y_u / w_u = x(I_u) + z_u / w_u
+            return
+        N = op.shape[1]
+        if N > DENSE_MAX_N:
+            raise ShapeError(f"a strategy without a tree layout is solved densely: horizon at most {DENSE_MAX_N}, "
+                             f"got {N} (use a weighted-tree strategy)")
+        A = op.tosparse() if hasattr(op, "tosparse") else sp.csr_matrix(op.matmat(np.eye(N)))
+        self._s = 1.0 / np.sqrt(v)
+        Aw = np.asarray(sp.csr_matrix(A).toarray(), dtype=np.float64) * self._s[:, None]
+        self._Q, self._R = np.linalg.qr(Aw)
+        d = np.abs(np.diag(self._R))
+        if d.size < N or float(d.min()) <= 1e-10 * float(d.max()):
+            raise ShapeError("the strategy must have full column rank (it must determine every step)")
+
+    def offsets(self, z: np.ndarray) -> np.ndarray:
+        if self.layout is not None:
+            return np.cumsum(tree_gls(self.layout, z / self._w, self.v_sum))
+        xz = sla.solve_triangular(self._R, self._Q.T @ (z * self._s), lower=False, check_finite=False)
+        return np.cumsum(xz)
+
+    def step_variances(self) -> np.ndarray:
+        if self.layout is not None:
+            return path_variances(self.layout, self.v_sum)
+        N = self._R.shape[1]
+        Rinv = sla.solve_triangular(self._R, np.eye(N), lower=False, check_finite=False)
+        return np.einsum("ij,ij->i", np.cumsum(Rinv, axis=0), np.cumsum(Rinv, axis=0))
+
+
+class OptimizedCounter(StreamingCounter):
+    """Online counter ``s~_t = s_t + e_t`` with ``e = W G z`` the GLS running-sum error of an optimised
+    strategy (see the module docstring for the release, its privacy and its variance).
+
+    Parameters
+    ----------
+    horizon:
+        Number of steps ``N``.
+    epsilon, rho:
+        Exactly one: ``epsilon`` (Laplace, pure DP) or ``rho`` (Gaussian, zCDP).
+    strategy:
+        ``None`` (default): :func:`optimized_prefix_strategy` for ``N`` and the noise (``family``,
+        ``time_limit`` passed on; cached per process).  Or an
+        :class:`~sparsedp.optimize.OptimizedStrategy` / operator with ``N`` columns and full column
+        rank (trees with a layout: any ``N``; others: ``N <= DENSE_MAX_N``).
+    rng:
+        Seed or generator (seeded noise is reproducible, hence not private); ``None``: fresh.
+    increments, accountant, secure:
+        As for every counter (:mod:`._stream`): the increment domain, charged once at creation, exact
+        discrete noise by default.
+    """
+
+    name = "optimized"
+
+    def __init__(self, horizon: int, epsilon: float | None = None, strategy: Any = None, rng: Any = None,
+                 rho: float | None = None, *, family: str | None = None, time_limit: float | None = None,
+                 increments: str = "counts", accountant: Accountant | None = None, secure: bool = True) -> None:
+        super().__init__(horizon, increments, secure)
+        accountant = check_accountant(accountant)
+        self.kind = _noise_kind(epsilon, rho)
+        self.epsilon = None if epsilon is None else check_epsilon(epsilon, "epsilon")
+        self.rho = None if rho is None else check_rho(rho, "rho")
+        self.strategy = _resolve_strategy(strategy, self.horizon, self.kind, family, time_limit)
+
+        def build(grid: float) -> MeasurementPlan:
+            return plan_rows(self.strategy, epsilon=self.epsilon, rho=self.rho, secure=self.secure, grid=grid)
+
+        self._make_plan(build)
+        assert self.plan is not None
+        self._solver = _Solver(self.strategy, row_variances(self.plan))  # rank checked before the charge
+        self.sensitivity = float(self.plan.data_sensitivity)
+        self._open(accountant, rng)  # charges, before the noise of every row is drawn, below
+        self._offsets = self._solver.offsets(self._noise.all()).tolist()
+        self._s = 0.0
+        self._var: np.ndarray | None = None
+
+    def step_variances(self) -> np.ndarray:
+        """``Var(s~_t)`` for every step (exact, from the plan's per-row variances; computed on first use)."""
+        if self._var is None:
+            self._var = self._solver.step_variances()
+        return self._var
+
+    @property
+    def last_variance(self) -> float:
+        """Exact variance of the last output (``nan`` before the first step)."""
+        return float(self.step_variances()[self.t - 1]) if self.t else float("nan")
+
+    @last_variance.setter
+    def last_variance(self, value: float) -> None:  # the base class initialises it; derived here
+        pass
+
+    def _step(self, a: float) -> float:
+        self._s += a
+        return self._s + self._offsets[self.t]
+
+
+def optimized_counter_error(N: int, epsilon: float | None = None, strategy: Any = None, rho: float | None = None,
+                            *, family: str | None = None, time_limit: float | None = None,
+                            secure: bool = False) -> ContinualError:
+    """Exact per-step variances of :class:`OptimizedCounter` (float noise by default: ``V = 2 b^2``
+    or ``sigma^2``; ``secure=True``: the exact discrete variances).  Nothing is drawn or charged."""
+    N = check_horizon(N)
+    kind = _noise_kind(epsilon, rho)
+    eps = None if epsilon is None else check_epsilon(epsilon, "epsilon")
+    r = None if rho is None else check_rho(rho, "rho")
+    op = _resolve_strategy(strategy, N, kind, family, time_limit)
+    plan = plan_rows(op, epsilon=eps, rho=r, secure=bool(secure))
+    var = row_variances(plan)
+    steps = _Solver(op, var).step_variances()
+    total = float(steps.sum())
+    return ContinualError(steps, total, total / N, float(plan.data_sensitivity), float(var.max()),
+                          f"optimized [{op.name}], {kind}")
