@@ -16,7 +16,7 @@ from sparsedp.trees import (
     sc_layout,
     tree_from_splits,
 )
-from sparsedp.trees.gls_budget import (
+from sparsedp.trees.gls import (
     GLSQueryObjective,
     embed_layout,
     gls_budget,

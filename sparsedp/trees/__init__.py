@@ -27,6 +27,7 @@ from .build import (
 )
 from .compile import to_constraints, to_strategy
 from .coverage import answer_ranges, coverage_probabilities, decompose
+from .gls import gls_budget, gls_error
 from .publishers import (
     Boost,
     BoostUN,
@@ -63,6 +64,8 @@ __all__ = [
     "normalise_budget",
     "uniform_budget",
     "level_budget",
+    "gls_budget",
+    "gls_error",
     "blue",
     "TreePublisher",
     "HistogramRelease",
