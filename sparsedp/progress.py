@@ -11,6 +11,12 @@ off; ``disable=False`` forces one on.  By default a bar appears only after ``del
   (``sparsedp.consistency.solve(..., callback=...)``): the bar advances with
   ``log(1 + 1/residual) / log(1 + 1/tol)`` (digits of the residual gained towards ``tol``) and
   shows the iteration and the residual.
+
+Library loops (the flows projection's CG / alternating sweeps, the completion iterations, the
+optimiser's L-BFGS evaluations) make their bars with ``disable=``:func:`loop_disable` ``()``: off
+unless they run inside :func:`command_progress`, which the ``sparsedp`` command (and a benchmark
+script) wraps around its work.  A library call from a user's program or a test never draws; a
+command run on a terminal does.
 """
 
 from __future__ import annotations
@@ -18,15 +24,35 @@ from __future__ import annotations
 import math
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, TextIO
 
 from tqdm import tqdm
 
-__all__ = ["SolverProgress", "disabled_by_env", "progress_bar"]
+__all__ = ["SolverProgress", "command_progress", "disabled_by_env", "loop_disable", "progress_bar"]
 
 DELAY = 1.0  # seconds before a bar appears
 MININTERVAL = 0.5  # seconds between redraws
+_IN_COMMAND: ContextVar[bool] = ContextVar("sparsedp_progress_in_command", default=False)
+
+
+@contextmanager
+def command_progress(enabled: bool = True) -> Iterator[None]:
+    """Within this block the library's own loops may draw bars (on a terminal only); ``sparsedp``
+    commands and benchmark scripts run inside it.  ``enabled=False`` silences them again."""
+    token = _IN_COMMAND.set(bool(enabled))
+    try:
+        yield
+    finally:
+        _IN_COMMAND.reset(token)
+
+
+def loop_disable() -> bool | None:
+    """The ``disable=`` for a bar inside a library loop: ``None`` (tqdm's terminal rule) within
+    :func:`command_progress`, ``True`` (never draw) outside it."""
+    return None if _IN_COMMAND.get() else True
 
 
 def disabled_by_env(environ: Any = None) -> bool:
@@ -43,18 +69,20 @@ def progress_bar(
     unit: str = "it",
     disable: bool | None = None,
     file: TextIO | None = None,
-    delay: float = DELAY,
+    delay: float | None = None,
     **kwargs: Any,
 ) -> tqdm:
     """A tqdm bar on ``file`` (default ``sys.stderr``), drawn only on a terminal (``disable=None``).
 
     ``disable=True`` never draws, ``False`` always does; ``TQDM_DISABLE`` set in the environment
-    wins over ``None``.  Other keyword arguments go to ``tqdm``.  Use it as a context manager or
+    wins over ``None``.  ``delay``: seconds before the bar appears (default ``DELAY``, 1 s).
+    Other keyword arguments go to ``tqdm``.  Use it as a context manager or
     call ``close()``.
     """
     stream = sys.stderr if file is None else file
     if disable is None and disabled_by_env():
         disable = True
+    delay = DELAY if delay is None else delay
     kwargs.setdefault("mininterval", MININTERVAL)
     kwargs.setdefault("leave", False)
     kwargs.setdefault("dynamic_ncols", True)
@@ -73,7 +101,7 @@ class SolverProgress:
     STEPS = 1000
 
     def __init__(self, tol: float | None, *, desc: str = "solve", disable: bool | None = None,
-                 file: TextIO | None = None, delay: float = DELAY) -> None:
+                 file: TextIO | None = None, delay: float | None = None) -> None:
         self.tol = math.inf if tol is None else float(tol)
         self.bounded = math.isfinite(self.tol) and self.tol > 0
         self.bar = progress_bar(total=self.STEPS if self.bounded else None, desc=desc,

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import Bounds, minimize
 
+from ..progress import loop_disable, progress_bar
+
 __all__ = ["Deadline", "SearchResult", "lbfgs"]
 
 
@@ -68,6 +70,7 @@ def lbfgs(
     best: list = [math.inf, x0.copy()]
     count = [0]
     last = [0.0]
+    bar = progress_bar(desc="optimise", unit="eval", disable=loop_disable())  # drawn in a command on a terminal
 
     def wrapped(x: np.ndarray) -> tuple[float, np.ndarray]:
         if count[0] and deadline is not None and deadline.remaining() < (1.0 + reserve) * last[0]:
@@ -80,6 +83,8 @@ def lbfgs(
             return 1e300, np.zeros_like(x)
         if f < best[0]:
             best[0], best[1] = f, x.copy()
+            bar.set_postfix_str(f"best {f:.6g}", refresh=False)
+        bar.update(1)
         return f, g
 
     bnds = None
@@ -99,4 +104,6 @@ def lbfgs(
         stopped = str(res.message)
     except _OutOfTime:
         stopped = "time limit"
+    finally:
+        bar.close()
     return SearchResult(best[1], float(best[0]), count[0], stopped)
