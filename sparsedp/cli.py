@@ -23,6 +23,7 @@ from . import workloads as wl
 from .datasets import DEFAULT_DPBENCH, demo_histogram
 from .errors import SparseDPError
 from .mechanism import MatrixMechanism
+from .progress import command_progress
 
 STRATEGIES: dict[str, Callable[[int], object]] = {
     "identity": st.identity,
@@ -169,7 +170,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        return int(args.func(args))
+        with command_progress():  # long library loops may draw tqdm bars (on a terminal only)
+            return int(args.func(args))
     except SparseDPError as exc:
         print(f"sparsedp: error: {exc}", file=sys.stderr)
         return 2

@@ -111,3 +111,86 @@ def test_as_a_consistency_callback():
         p.bar.refresh()
     assert res.converged and p.iterations >= 1 and p.steps == p.bar.n > 0
     assert "residual" in out.getvalue()
+
+
+# -- library loops: bars only inside a command (issue 15) ------------------------------------------
+
+def test_loop_disable_is_on_only_inside_a_command():
+    from sparsedp.progress import command_progress, loop_disable
+
+    assert loop_disable() is True
+    with command_progress():
+        assert loop_disable() is None
+        with command_progress(False):
+            assert loop_disable() is True
+        assert loop_disable() is None
+    assert loop_disable() is True
+
+
+def _flows_case(seed=2):
+    from sparsedp.flows import conservation_system, flow_counts, random_trips, road_grid
+
+    road = road_grid(6, 7, seed=1)
+    x = flow_counts(road, random_trips(road, 150, seed=seed, max_edges=5))
+    system = conservation_system(road)
+    return x + np.random.default_rng(7).normal(0, 3, x.size), system
+
+
+def _library_runs():
+    """One short run of every library loop that reports progress: flows CG and alternating
+    projections, a completion method, the optimiser."""
+    from sparsedp import optimize
+    from sparsedp import workloads as wl
+    from sparsedp.completion import lmafit_sor, synthetic_problem
+    from sparsedp.flows import project
+
+    noisy, system = _flows_case()
+    cg = project(noisy, system, method="cg", tol=1e-9)
+    alt = project(noisy, system, method="alternating", tol=1e-6)
+    observed, _ = synthetic_problem(40, 30, rank=2, p=0.5, noise_scale=0.1, rng=1)
+    comp = lmafit_sor(observed, 2, max_iter=20, rng=0)
+    opt = optimize(wl.prefix(16), family="tree", rng=0)
+    return cg, alt, comp, opt
+
+
+def test_library_loops_draw_inside_a_command_on_a_terminal_only(monkeypatch):
+    import sparsedp.progress as progress
+
+    monkeypatch.setattr(progress, "DELAY", 0.0)
+    monkeypatch.setattr(progress, "MININTERVAL", 0.0)
+    term = Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    quiet = _library_runs()  # a library call from a program: never a bar
+    assert term.getvalue() == ""
+    with progress.command_progress():
+        loud = _library_runs()
+    text = term.getvalue()
+    for desc in ("CG + Jacobi", "alternating projections", "completion", "optimise"):
+        assert desc in text
+    assert "residual" in text and "eval" in text
+    # the bars change nothing: same iterations, same answers
+    assert loud[0].iterations == quiet[0].iterations and np.allclose(loud[0].x, quiet[0].x)
+    assert loud[1].iterations == quiet[1].iterations
+    assert loud[2].iterations == quiet[2].iterations and np.allclose(loud[2].left, quiet[2].left)
+    assert loud[3].error.total == quiet[3].error.total
+    # inside a command but not on a terminal: nothing
+    plain = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", plain)
+    with progress.command_progress():
+        _library_runs()
+    assert plain.getvalue() == ""
+
+
+def test_cli_runs_its_work_inside_command_progress(monkeypatch):
+    import sparsedp.cli as cli
+    from sparsedp.progress import loop_disable
+
+    seen = []
+
+    def fake(args):
+        seen.append(loop_disable())
+        return 0
+
+    monkeypatch.setattr(cli, "_error", fake)
+    assert cli.main(["error"]) == 0 and seen == [None]
+    assert loop_disable() is True

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import ShapeError
+from ..progress import loop_disable, progress_bar
 from ..validation import check_positive
 from ._observed import Pattern
 from .metrics import RSETracker, rse
@@ -47,6 +48,8 @@ class Monitor:
         self.converged = False
         self.previous: tuple[np.ndarray, np.ndarray] | None = None
         self.size = np.inf  # ||X_{k-1}||_F
+        # a tqdm bar of the iterations inside a sparsedp command on a terminal (sparsedp.progress)
+        self.bar = progress_bar(total=self.max_iter, desc="completion", disable=loop_disable())
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0 - self.excluded
@@ -68,6 +71,8 @@ class Monitor:
         self.previous, self.size = (A, B), size
         if r <= self.abs_tol or (flat and (moved <= self.tol or negligible)):
             self.converged = True
+        self.bar.update(1)
+        self.bar.set_postfix_str(f"residual {r:.3e}", refresh=False)
         return self.converged or len(self.residuals) >= self.max_iter
 
     def _moved(self, A: np.ndarray, B: np.ndarray) -> float:
@@ -81,6 +86,7 @@ class Monitor:
         return rse(self.previous, (A, B)) if not zero_before else np.inf
 
     def result(self, A: np.ndarray, B: np.ndarray, method: str, extra: Mapping[str, Any] | None = None) -> CompletionResult:
+        self.bar.close()
         return CompletionResult(
             left=A, right=B, method=method, iterations=len(self.residuals), seconds=self.elapsed(),
             converged=self.converged, residual=self.residuals[-1] if self.residuals else float("nan"),

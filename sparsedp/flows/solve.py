@@ -32,6 +32,7 @@ from scipy.sparse.csgraph import connected_components
 from scipy.sparse.linalg import cg, splu
 
 from ..errors import SparseDPError
+from ..progress import SolverProgress, loop_disable
 from ..validation import check_positive, check_vector
 from .conservation import FlowSystem
 
@@ -161,14 +162,19 @@ def _krylov(S: sp.csr_matrix, r: np.ndarray, method: str, tol: float, maxiter: i
         M = sp.diags(1.0 / d)
         solver = "CG + Jacobi"
     count = [0]
-
-    def cb(_: np.ndarray) -> None:
-        count[0] += 1
-
     # the S-residual equals the constraint residual; CG's rtol is relative to ||r||_2
     scale = np.linalg.norm(r)
     rtol = min(0.5, tol / scale) if scale > 0 else 0.5
-    lam, info = cg(S, r, rtol=rtol, atol=0.0, maxiter=maxiter, M=M, callback=cb)
+    progress = SolverProgress(rtol, desc=solver, disable=loop_disable())
+    live = not progress.bar.disable  # the residual (one more product per step) only for a drawn bar
+
+    def cb(lam_k: np.ndarray) -> None:
+        count[0] += 1
+        if live:
+            progress(count[0], lam_k, float(np.linalg.norm(r - S @ lam_k)) / scale if scale > 0 else 0.0)
+
+    with progress:
+        lam, info = cg(S, r, rtol=rtol, atol=0.0, maxiter=maxiter, M=M, callback=cb)
     if info > 0:
         raise SparseDPError(f"{solver} did not reach tol {tol} in {maxiter} iterations")
     return lam, count[0], solver
@@ -214,10 +220,13 @@ def _alternating(x0: np.ndarray, system: FlowSystem, var: np.ndarray, tol: float
     classes = [np.flatnonzero(colour == c) for c in range(int(colour.max()) + 1)]
     blocks = [(idx, sp.csr_matrix(C[idx]), np.asarray(C[idx].multiply(C[idx]) @ var).ravel()) for idx in classes]
     x = x0.copy()
-    for sweep in range(1, maxiter + 1):
-        for idx, Cc, diag in blocks:
-            r = Cc @ x - system.b[idx]
-            x -= var * (Cc.T @ (r / diag))
-        if np.abs(C @ x - system.b).max() <= tol:
-            return x, sweep
+    with SolverProgress(tol, desc="alternating projections", disable=loop_disable()) as progress:
+        for sweep in range(1, maxiter + 1):
+            for idx, Cc, diag in blocks:
+                r = Cc @ x - system.b[idx]
+                x -= var * (Cc.T @ (r / diag))
+            residual = float(np.abs(C @ x - system.b).max())
+            progress(sweep, x, residual)
+            if residual <= tol:
+                return x, sweep
     raise SparseDPError(f"alternating projections did not reach tol {tol} in {maxiter} sweeps")
