@@ -54,6 +54,8 @@ from .errors import SparseDPError
 
 __all__ = ["AuditResult", "audit", "clopper_pearson", "plan_release"]
 
+_MAX_BLOCK_ENTRIES = 1 << 22  # plan_release: entries of one block-diagonal copy (memory bound)
+
 
 @dataclass(frozen=True)
 class AuditResult:
@@ -272,18 +274,33 @@ def plan_release(
     noisy answers, or ``statistic(Y)`` (a vectorised post-processing: ``(k, rows) -> (k, d)``).
 
     The noise is drawn by the plan's own ``measure`` (on a block-diagonal copy of the plan, so one
-    call draws all ``k``; the measurement path stays the only noise drawer), with the plan's
-    validation (``counts=False`` for non-count data)."""
+    call draws up to ``k``; the measurement path stays the only noise drawer), with the plan's
+    validation (``counts=False`` for non-count data).  A copy holds at most about ``2^22``
+    matrix entries (larger ``k`` is drawn in several calls), so memory stays bounded for big plans.
+    No accountant is charged: this is a test harness, and the copy's ledger cost is one plan's."""
     cache: dict[int, Any] = {}
+    A = plan.measured
+    # block-diagonal copies hold k (nnz + rows + columns) numbers: at most ~2^22 per call
+    per_trial = int(sp.csr_matrix(A.tosparse()).nnz) + int(A.shape[0]) + int(A.shape[1])
+    most = max(1, _MAX_BLOCK_ENTRIES // max(per_trial, 1))
 
-    def release(x: Any, gen: np.random.Generator, k: int) -> np.ndarray:
+    def block(x: np.ndarray, gen: np.random.Generator, k: int) -> np.ndarray:
         rep = cache.get(k)
         if rep is None:
             if len(cache) >= 4:
                 cache.clear()
             rep = cache[k] = _replicate(plan, k)
-        xs = np.tile(np.asarray(x, dtype=np.float64).ravel(), k)
-        Y = np.asarray(rep.measure(xs, rng=gen, counts=counts).y, dtype=np.float64).reshape(k, plan.rows)
-        return Y if statistic is None else np.asarray(statistic(Y), dtype=np.float64).reshape(k, -1)
+        Y = rep.measure(np.tile(x, k), rng=gen, counts=counts).y
+        return np.asarray(Y, dtype=np.float64).reshape(k, plan.rows)
+
+    def release(x: Any, gen: np.random.Generator, k: int) -> np.ndarray:
+        xv = np.asarray(x, dtype=np.float64).ravel()
+        parts, done = [], 0
+        while done < k:
+            j = min(most, k - done)
+            Y = block(xv, gen, j)
+            parts.append(Y if statistic is None else np.asarray(statistic(Y), dtype=np.float64).reshape(j, -1))
+            done += j
+        return parts[0] if len(parts) == 1 else np.vstack(parts)
 
     return release

@@ -10,6 +10,7 @@ import pytest
 from sparsedp import SparseDPError
 from sparsedp import noise as nz
 from sparsedp import strategies as st
+from sparsedp import audit as audit_module
 from sparsedp.audit import audit, clopper_pearson, plan_release
 from sparsedp.measure import plan_measurement
 
@@ -141,6 +142,12 @@ def test_plan_release_has_the_law_of_the_plan(monkeypatch):
     np.testing.assert_array_equal(k, np.round(k))
     stat = plan_release(plan, lambda Y: Y[:, :2].sum(axis=1))(x, np.random.default_rng(1), 10)
     assert stat.shape == (10, 1)
+    monkeypatch.setattr(audit_module, "_MAX_BLOCK_ENTRIES", 64)  # memory bound: several smaller copies
+    calls.clear()
+    Y = plan_release(plan)(x, np.random.default_rng(2), 100)
+    assert Y.shape == (100, 4) and len(calls) > 1
+    k = (Y - exact) / plan.row_factors
+    np.testing.assert_array_equal(k, np.round(k))
 
 
 def test_zcdp_audit_with_delta_flags_halved_sigma():
