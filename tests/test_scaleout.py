@@ -291,3 +291,23 @@ def test_cli_histogram_executor(tmp_path, capsys):
     assert main(args + ["--method", "lue", "--out", str(out)]) == 2
     assert main(args + ["--scheduler", "tcp://127.0.0.1:1", "--out", str(out)]) == 2  # needs --executor dask
     assert "error" in capsys.readouterr().err
+
+
+def test_zarr_and_npy_dask_arrays_in_and_out(tmp_path):
+    zarr = pytest.importorskip("zarr")
+    from sparsedp.scaleout import open_array
+
+    x = _histogram(5000, 12)
+    z = zarr.open_array(str(tmp_path / "x.zarr"), mode="w", shape=x.shape, chunks=(256,), dtype="i8")
+    z[:] = x
+    np.save(tmp_path / "x.npy", x)
+    base = release_hierarchical(x, 1.0, k=4, chunk=256, rng=1)
+    r = release_hierarchical(str(tmp_path / "x.zarr"), 1.0, k=4, rng=1, out=tmp_path / "o.zarr")  # its own chunks
+    assert r.chunk == 256
+    np.testing.assert_array_equal(r.load(), base.estimate)
+    for d in (open_array(tmp_path / "x.zarr", 256), open_array(tmp_path / "x.npy", 256)):
+        np.testing.assert_array_equal(release_hierarchical(d, 1.0, k=4, rng=1).estimate, base.estimate)
+    bad = zarr.open_array(str(tmp_path / "b.zarr"), mode="w", shape=x.shape, chunks=(300,), dtype="i8")
+    bad[:] = x
+    with pytest.raises(SparseDPError, match="not subtrees"):
+        release_hierarchical(str(tmp_path / "b.zarr"), 1.0, k=4, rng=1)
