@@ -21,8 +21,22 @@ Exact against float noise (issue 13, key ``measure``): seconds of ``LUEDPTree(1)
 medians is the issue's throughput target (<= 1.25).  ``--measure-only`` runs just this part and
 updates the ``measure`` key of an existing results file.
 
+Exact post-BLUE budgets (issue 11, key ``gls``): on every DPBench data set (n = 4096) and eps in
+{1, 0.1}, side by side in one run with the same noise stream per publisher: LUE-DPTree (SC tree,
+the paper's proxy budgets), ``LUEDPTree(objective="gls")`` for uniform random ranges on the same
+tree, the same with the whole-domain query listed (``whole_domain=GLS_WHOLE``), and a uniform
+16-ary tree (``Boost(k=16)``).  Expected errors are exact (:class:`sparsedp.trees.gls.GLSQueryObjective`
+on each release's actual per-node noise variances: the random-range MSE over all ``n(n+1)/2``
+ranges, and the whole-domain variance), checked against the empirical squared errors of
+``--gls-reps`` releases (1000 random ranges; the whole domain, pooled over data sets since its
+error does not depend on the data).  Targets: random-range MSE of gls <= 0.9 x LUE-DPTree's,
+whole-domain error of gls (whole domain listed) <= 2 x the 16-ary tree's.  Also the exact
+trade-off between the two as the whole-domain weight grows.  ``--gls-only`` runs just this part
+and updates the ``gls`` key of an existing results file.
+
     python benchmarks/bench_trees.py [--reps 50] [--max-log-n 24] [--out benchmarks/results/trees.json]
     python benchmarks/bench_trees.py --measure-only [--measure-reps 7]
+    python benchmarks/bench_trees.py --gls-only [--gls-reps 100] [--datasets 16]
 
 BLAS is pinned to one thread (threadpoolctl).
 """
@@ -45,6 +59,7 @@ sys.path.insert(0, str(HERE.parent))
 from sparsedp.datasets import dpbench_names, load_dpbench, synthetic_histogram  # noqa: E402
 from sparsedp.intervals import IntervalRows  # noqa: E402
 from sparsedp.measure import plan_measurement  # noqa: E402
+from sparsedp.trees.gls import GLSQueryObjective  # noqa: E402
 from sparsedp.trees import (  # noqa: E402
     Boost,
     BoostUN,
@@ -194,6 +209,108 @@ def measure_throughput(log_n: int, reps: int, seed: int) -> list[dict]:
     return rows
 
 
+#: Probability of the whole-domain query in the "whole domain listed" configuration.
+GLS_WHOLE = 0.6
+GLS_EPSILONS = (1.0, 0.1)
+GLS_METHODS = {
+    "lue-dptree": lambda e: LUEDPTree(e),
+    "lue-gls": lambda e: LUEDPTree(e, objective="gls"),
+    "lue-gls-k16": lambda e: LUEDPTree(e, tree="kary", k=16, objective="gls"),
+    "lue-gls-whole": lambda e: LUEDPTree(e, objective="gls", whole_domain=GLS_WHOLE),
+    "boost-16": lambda e: Boost(e, k=16),
+}
+
+
+def gls_compare(datasets: dict[str, np.ndarray], reps: int, seed: int) -> dict:
+    """objective="gls" against LUE-DPTree and a uniform 16-ary tree (module docstring)."""
+    rows = []
+    pubs = {(m, eps): make(eps) for m, make in GLS_METHODS.items() for eps in GLS_EPSILONS}
+    t0 = time.perf_counter()
+    for pub in pubs.values():  # budgets are data-independent: optimise once (timed), reuse per release
+        pub.fit(next(iter(datasets.values())).astype(np.int64), rng=seed)
+    budget_s = time.perf_counter() - t0
+    whole_sq: dict[tuple[str, float], list[float]] = {k: [] for k in pubs}
+    for idata, (dname, x) in enumerate(datasets.items()):
+        n = x.size
+        xi = x.astype(np.int64)
+        pairs = random_ranges(n, 1000, np.random.default_rng(seed))
+        t_pairs, total = truth(x, pairs), float(x.sum())
+        for ie, eps in enumerate(GLS_EPSILONS):
+            for mname in GLS_METHODS:
+                pub = pubs[(mname, eps)]
+                rng = np.random.default_rng([seed, ie, 7, idata])  # one noise stream per (data set, eps)
+                rr, wd = [], []
+                for _ in range(reps):
+                    rel = pub.fit(xi, rng=rng).release_
+                    rr.append(float(np.mean((rel.ranges(pairs) - t_pairs) ** 2)))
+                    wd.append((rel.range(0, n - 1) - total) ** 2)
+                whole_sq[(mname, eps)] += wd
+                v = rel.noise_variances
+                exact_rr = GLSQueryObjective(rel.tree).error(v)
+                exact_wd = GLSQueryObjective(rel.tree, whole_domain=1.0).error(v)
+                rows.append({"dataset": dname, "n": n, "epsilon": eps, "method": mname, "reps": reps,
+                             "tree_nodes": rel.tree.size, "exact_range_mse": exact_rr, "exact_whole_domain": exact_wd,
+                             "empirical_range_mse": float(np.mean(rr)), "empirical_whole_domain": float(np.mean(wd))})
+            r = {m["method"]: m for m in rows[-len(GLS_METHODS):]}
+            print(f"  {dname:<48} eps={eps:<4} range MSE exact/emp: " + "  ".join(
+                f"{m}={v['exact_range_mse']:.4g}/{v['empirical_range_mse']:.4g}" for m, v in r.items()), flush=True)
+    # exact trade-off between random ranges and the whole domain (SC tree, n = 4096, eps = 1)
+    trade = []
+    from sparsedp.trees import gls_budget, gls_error
+
+    tree = sc_layout(4096)
+    for w in (0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, GLS_WHOLE, 0.8):
+        e = gls_budget(tree, 1.0, whole_domain=w)
+        trade.append({"whole_domain": w, "range_mse": gls_error(tree, e), "whole_domain_error": gls_error(tree, e, whole_domain=1.0)})
+    lue_e = allocate_budget(tree, 1.0, coverage_probabilities(tree))
+    trade.append({"whole_domain": "lue", "range_mse": gls_error(tree, lue_e), "whole_domain_error": gls_error(tree, lue_e, whole_domain=1.0)})
+    b16 = kary_layout(4096, 16)
+    u16 = uniform_budget(b16, 1.0)
+    trade.append({"whole_domain": "boost-16", "range_mse": gls_error(b16, u16), "whole_domain_error": gls_error(b16, u16, whole_domain=1.0)})
+    pooled = {f"{m}@{eps}": {"releases": len(v), "empirical_whole_domain": float(np.mean(v))} for (m, eps), v in whole_sq.items()}
+    return {"rows": rows, "pooled_whole_domain": pooled, "tradeoff_sc4096_eps1": trade, "budget_seconds_all": budget_s,
+            "whole_domain_weight": GLS_WHOLE, "epsilons": list(GLS_EPSILONS)}
+
+
+def gls_summary(res: dict) -> dict:
+    """Per (data set, eps) the target ratios, exact and empirical; prints the table."""
+    rows = res["rows"]
+    out = []
+    print("\nobjective='gls' (issue 11 targets: range ratio <= 0.9, whole-domain ratio <= 2)")
+    print(f"{'dataset':<44}{'eps':>5}{'LUE rng':>10}{'gls rng':>10}{'ratio':>7}{'(emp)':>7}{'k16':>7}{'(emp)':>7}"
+          f"{'16-ary wd':>11}{'gls-w wd':>10}{'ratio':>7}{'(emp)':>7}{'gls-w rng':>11}{'gls wd':>9}")
+    for dname in dict.fromkeys(r["dataset"] for r in rows):
+        for eps in res["epsilons"]:
+            m = {r["method"]: r for r in rows if r["dataset"] == dname and r["epsilon"] == eps}
+            lue, gls, glw, b16 = m["lue-dptree"], m["lue-gls"], m["lue-gls-whole"], m["boost-16"]
+            s = {"dataset": dname, "epsilon": eps,
+                 "range_ratio_exact": gls["exact_range_mse"] / lue["exact_range_mse"],
+                 "range_ratio_empirical": gls["empirical_range_mse"] / lue["empirical_range_mse"],
+                 "range_ratio_exact_k16": m["lue-gls-k16"]["exact_range_mse"] / lue["exact_range_mse"],
+                 "range_ratio_empirical_k16": m["lue-gls-k16"]["empirical_range_mse"] / lue["empirical_range_mse"],
+                 "whole_ratio_exact": glw["exact_whole_domain"] / b16["exact_whole_domain"],
+                 "whole_ratio_empirical": glw["empirical_whole_domain"] / b16["empirical_whole_domain"]}
+            s["range_target_met"] = min(s["range_ratio_exact"], s["range_ratio_exact_k16"]) <= 0.9
+            s["whole_target_met"] = s["whole_ratio_exact"] <= 2.0
+            out.append(s)
+            print(f"{dname[:43]:<44}{eps:>5}{lue['exact_range_mse']:>10.4g}{gls['exact_range_mse']:>10.4g}"
+                  f"{s['range_ratio_exact']:>7.3f}{s['range_ratio_empirical']:>7.3f}{s['range_ratio_exact_k16']:>7.3f}"
+                  f"{s['range_ratio_empirical_k16']:>7.3f}{b16['exact_whole_domain']:>11.4g}"
+                  f"{glw['exact_whole_domain']:>10.4g}{s['whole_ratio_exact']:>7.3f}{s['whole_ratio_empirical']:>7.3f}"
+                  f"{glw['exact_range_mse']:>11.4g}{gls['exact_whole_domain']:>9.4g}")
+    pooled = res["pooled_whole_domain"]
+    for eps in res["epsilons"]:
+        a, b = pooled[f"lue-gls-whole@{eps}"], pooled[f"boost-16@{eps}"]
+        print(f"  pooled whole-domain squared error, eps={eps}: gls-whole {a['empirical_whole_domain']:.4g} vs 16-ary "
+              f"{b['empirical_whole_domain']:.4g} ({a['releases']} releases each): ratio "
+              f"{a['empirical_whole_domain'] / b['empirical_whole_domain']:.3f}")
+    print("  exact trade-off, SC tree n=4096 eps=1 (whole_domain weight: range MSE, whole-domain error):")
+    for t in res["tradeoff_sc4096_eps1"]:
+        print(f"    {t['whole_domain']!s:>8}: {t['range_mse']:.4g}  {t['whole_domain_error']:.4g}")
+    return {"ratios": out, "range_target_met_all": all(s["range_target_met"] for s in out),
+            "whole_target_met_all": all(s["whole_target_met"] for s in out)}
+
+
 def plot(rows: list[dict], path: Path, dataset: str) -> None:
     import matplotlib
 
@@ -227,7 +344,27 @@ def main() -> None:
     ap.add_argument("--measure-reps", type=int, default=7, help="interleaved runs per (publisher, noise)")
     ap.add_argument("--measure-only", action="store_true",
                     help="only time exact against float noise, and update the 'measure' key of --out")
+    ap.add_argument("--gls-reps", type=int, default=100, help="releases per (data set, eps, method) of the gls part")
+    ap.add_argument("--gls-only", action="store_true",
+                    help="only compare objective='gls' (issue 11), and update the 'gls' key of --out")
     args = ap.parse_args()
+    if args.gls_only:
+        with threadpool_limits(1):
+            threads = sorted({d.get("num_threads") for d in threadpool_info()})
+            print(f"BLAS threads: {threads}; objective='gls' against LUE-DPTree and a uniform 16-ary tree")
+            data = {name: load_dpbench(name).astype(np.float64) for name in dpbench_names()[: args.datasets]}
+            t0 = time.perf_counter()
+            res = gls_compare(data, args.gls_reps, args.seed)
+            res["seconds"] = time.perf_counter() - t0
+        res.update(gls_summary(res))
+        out = Path(args.out)
+        result = json.loads(out.read_text()) if out.exists() else {"benchmark": "trees"}
+        result["gls"] = {"command": " ".join(sys.argv), "blas_threads": threads, **res,
+                         "note": "exact errors from each release's actual noise variances (data-independent); "
+                                 "empirical: mean squared error of --gls-reps releases; shared 2-core machine"}
+        out.write_text(json.dumps(result, indent=1))
+        print(f"updated {out} (key 'gls')")
+        return
     if args.measure_only:
         with threadpool_limits(1):
             threads = sorted({d.get("num_threads") for d in threadpool_info()})
