@@ -53,6 +53,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from sparsedp.completion import METHODS, oracle_rse, privatize_observations, synthetic_problem  # noqa: E402
 from sparsedp.completion.oracle import oracle_least_squares  # noqa: E402
+from sparsedp.progress import progress_bar  # noqa: E402
 
 # the seed's own numbers (seed 003, Tables 1 and 2): seconds and RSE after 400 iterations
 SEED_TABLE1 = {200: {"sor": (1.134501, 0.69485), "dlnm-qr": (0.129055, 0.1992), "am": (None, None)},
@@ -226,11 +227,11 @@ def main(argv: list[str] | None = None) -> int:
         blas = [{"api": i.get("internal_api"), "threads": i.get("num_threads")} for i in threadpool_info()]
         print(f"BLAS threads pinned: {blas}")
         t1 = []
-        for n in (200, 500, 1000, 2000):
+        for n in progress_bar((200, 500, 1000, 2000), desc="table 1 sizes"):  # a bar on a terminal only
             t1 += problem_rows(n, 1.0, args.seed, lambda k, n=n: SEED_TABLE1[n].get(k, (None, None)))
         table(t1, f"Table 1: n x n, p = {P}, r = {RANK}, Laplace scale b = 1")
         t2 = []
-        for b in (0.2, 0.5, 1.0, 2.0, 5.0, 10.0):
+        for b in progress_bar((0.2, 0.5, 1.0, 2.0, 5.0, 10.0), desc="table 2 noise scales"):
             t2 += problem_rows(1000, b, args.seed, lambda k, b=b: (None, SEED_TABLE2[b].get(k)))
         table(t2, f"Table 2: 1000 x 1000, p = {P}, r = {RANK}, Laplace scale b")
         r1, r2 = ratios(t1), ratios(t2)

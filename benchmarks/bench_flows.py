@@ -137,13 +137,20 @@ def main() -> None:
     print("flow conservation benchmark (BLAS threads pinned to 1 in each run; trips = nodes / 2, L = 40, eps = 1)")
     header = f"{'nodes':>9} {'end points':<9} {'method':<12}{'seconds':>9}{'its':>7}{'peak MB':>9}{'residual':>10}{'rmse ratio':>11}{'vs alt.':>9}  solver"
     print(header)
+    sys.path.insert(0, str(ROOT))
+    from tqdm import tqdm  # tqdm.write: a table row printed past the bar
+
+    from sparsedp.progress import progress_bar
+
     rows = []
+    bar = progress_bar(total=len(args.sizes) * 2 * len(args.methods), desc="flows runs")  # a bar on a terminal only
     for side in args.sizes:
         for fixed in (False, True):
             group = []
             for method in args.methods:
                 r = run_one(side, method, fixed, args.tol, args.maxiter, args.timeout)
                 group.append(r)
+                bar.update(1)
             base = next((g for g in group if g["method"] == "alternating" and g.get("status") == "ok"), None)
             for r in group:
                 if base is not None and r.get("status") == "ok":
@@ -151,12 +158,14 @@ def main() -> None:
                 rows.append(r)
                 ends = "fixed" if fixed else "variable"
                 if r.get("status") != "ok":
-                    print(f"{r['nodes']:>9} {ends:<9} {r['method']:<12} {r['status']}")
+                    tqdm.write(f"{r['nodes']:>9} {ends:<9} {r['method']:<12} {r['status']}")
                     continue
                 ratio = r["rmse_consistent"] / r["rmse_noisy"]
                 sp = f"{r['speedup_vs_alternating']:.1f}x" if "speedup_vs_alternating" in r else "-"
-                print(f"{r['nodes']:>9} {ends:<9} {r['method']:<12}{r['seconds']:>9.2f}{r['iterations']:>7}{r['peak_rss_mb']:>9.0f}"
-                      f"{r['residual']:>10.1e}{ratio:>11.3f}{sp:>9}  {r['solver']}", flush=True)
+                tqdm.write(f"{r['nodes']:>9} {ends:<9} {r['method']:<12}{r['seconds']:>9.2f}{r['iterations']:>7}"
+                           f"{r['peak_rss_mb']:>9.0f}{r['residual']:>10.1e}{ratio:>11.3f}{sp:>9}  {r['solver']}")
+                sys.stdout.flush()
+    bar.close()
     print("exact against float noise (whole release)")
     measure = measure_throughput(args.measure_side, args.measure_reps)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
