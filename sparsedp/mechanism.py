@@ -119,11 +119,9 @@ class MatrixMechanism:
         first and raises :class:`~sparsedp.errors.BudgetExceededError` before drawing noise.
     optimize_options:
         Keyword arguments of :func:`sparsedp.optimize` for ``M="optimized"`` (``family``,
-        ``time_limit``, ``rng``, ...); ``noise`` is this mechanism's.
-
-    The optimiser chooses the strategy from the workload alone (never from the data), so it costs
-    no budget; the mechanism then calibrates from the returned strategy's own entries as for any
-    other strategy.
+        ``time_limit``, ``rng``, ...); ``noise`` is this mechanism's.  The optimiser chooses the
+        strategy from the workload alone (never from the data), so it costs no budget; the
+        mechanism calibrates from the returned strategy's own entries as for any other strategy.
     """
 
     def __init__(
