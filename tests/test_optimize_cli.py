@@ -99,3 +99,12 @@ def test_error_of_saved_strategy_matches_expected_error(tmp_path):
     res = optimize(wl.all_ranges(16), family="tree", rng=0)
     var = 2.0 * res.sensitivity ** 2
     assert expected_error(wl.all_ranges(16), M, var).total == pytest.approx(res.error.total, rel=1e-9)
+
+
+def test_templates_are_shown_for_comparison_whatever_the_family(tmp_path):
+    out = tmp_path / "o.json"
+    assert main(["optimize", "--workload", "prefix", "--n", "32", "--family", "tree", "--json", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    assert rep["chosen"]["family"] == "tree" and rep["family_requested"] == "tree"
+    names = {c["name"] for c in rep["candidates"] if c["family"] == "templates"}
+    assert {"identity", "fenwick", "haar"} <= names and rep["best_template"] is not None

@@ -41,8 +41,8 @@ the best template.  No data is read and no noise is drawn.
 matrix saved with scipy.sparse.save_npz, one row per query) or FILE.npy (a dense 2-D array).
 Printed: the family and strategy chosen, the expected squared error per query at --epsilon
 (Laplace, pure DP; default 1) or --rho (Gaussian, zCDP; default 1) of the chosen strategy and of
-every candidate tried (every template's among them) with its ratio to the chosen one, and the
-time.  --json OUT writes the same as JSON; --save FILE.npz the strategy (an integer matrix: the
+every candidate tried and every template (scored for comparison even when --family excludes them)
+with its ratio to the chosen one, and the time.  --json OUT writes the same as JSON; --save FILE.npz the strategy (an integer matrix: the
 mechanism calibrates from its entries) to measure with
 MatrixMechanism(W, scipy.sparse.load_npz(FILE), epsilon=...)."""
 
@@ -93,14 +93,16 @@ def _budget(args: argparse.Namespace) -> tuple[str, float, float]:
 
 
 def report(res: OptimizedStrategy, workload: str, queries: int, cells: int, budget: tuple[str, float, float],
-           family: str) -> dict[str, Any]:
-    """The command's JSON report (errors per query at the budget)."""
+           family: str, templates: OptimizedStrategy | None = None) -> dict[str, Any]:
+    """The command's JSON report (errors per query at the budget); ``templates``: a separate
+    scoring of the templates, for comparison, when ``family`` did not include them."""
     name, value, div = budget
     chosen = res.error.total / div / queries
+    trials = list(res.history) + (list(templates.history) if templates is not None else [])
     cands = [{"family": t.family, "name": t.name, "error_per_query": t.error / div / queries,
               "ratio_to_chosen": t.error / res.error.total if res.error.total > 0 else float("nan"),
-              "seconds": t.seconds, "note": t.note} for t in res.history]
-    best = res.best_template()
+              "seconds": t.seconds, "note": t.note} for t in trials]
+    best = res.best_template() or (templates.best_template() if templates is not None else None)
     out: dict[str, Any] = {
         "workload": workload, "queries": queries, "cells": cells, "noise": res.noise, name: value,
         "family_requested": family,
@@ -145,7 +147,10 @@ def _optimize(args: argparse.Namespace) -> int:
             raise SparseDPError(f"{flag}: the directory of {target} does not exist")
     W, label = load_workload(args.workload, args.n)
     res = optimize(W, noise=args.noise, family=args.family, time_limit=args.time_limit, rng=args.seed)
-    rep = report(res, label, W.shape[0], W.shape[1], budget, args.family)
+    templates = None
+    if args.family not in ("auto", "templates"):  # the templates are always shown, for comparison
+        templates = optimize(W, noise=args.noise, family="templates")
+    rep = report(res, label, W.shape[0], W.shape[1], budget, args.family, templates)
     _print(rep)
     if args.json:
         Path(args.json).write_text(json.dumps(rep, indent=1))
