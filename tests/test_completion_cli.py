@@ -183,3 +183,25 @@ def test_complete_bad_npz_and_npy(tmp_path, capsys):
     assert main(["complete", str(tmp_path / "d.npz"), "--no-privacy", "--rank", "1", "--shape", "5", "4"]) == 2
     assert "not 5 x 4" in capsys.readouterr().err
     assert main(["complete", "--shape", "5", "4"]) == 2  # --shape without a file
+
+
+def test_complete_save_is_a_release_file_with_the_ledger(tmp_path, capsys):
+    from sparsedp.release_file import load_release_file
+
+    observed, _ = synthetic_problem(60, 50, rank=2, p=0.4, rng=1)
+    r, c, v = _records(observed)
+    (tmp_path / "m.csv").write_text("row,col,value\n" + "".join(f"{a},{b},{float(x)!r}\n" for a, b, x in zip(r, c, v)))
+    fac = tmp_path / "f.npz"
+    assert main(["complete", str(tmp_path / "m.csv"), "--rank", "2", "--epsilon", "2", "--bounds", "-8", "8",
+                 "--save", str(fac)]) == 0
+    rf = load_release_file(fac)
+    assert rf.kind == "completion" and rf.private and rf.epsilon == pytest.approx(2.0)
+    assert set(rf.arrays) >= {"left", "right"} and "value" not in rf.arrays
+    assert rf.arrays["left"].shape == (60, 2) and rf.arrays["right"].shape == (50, 2)
+    capsys.readouterr()
+    assert main(["ledger", str(fac)]) == 0
+    assert "epsilon" in capsys.readouterr().out
+    raw = tmp_path / "raw.npz"
+    assert main(["complete", str(tmp_path / "m.csv"), "--rank", "2", "--no-privacy", "--save", str(raw)]) == 0
+    rf = load_release_file(raw)
+    assert not rf.private and rf.ledger == ()

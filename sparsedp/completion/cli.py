@@ -14,6 +14,7 @@ import scipy.sparse as sp
 
 from ..errors import ShapeError, SparseDPError
 from ..io import load_entries
+from ..release_file import save_release
 from . import METHODS
 from ._loop import check_iteration_args
 from ._observed import as_pattern
@@ -43,8 +44,9 @@ entropy; --float-noise switches to float64 Laplace noise (an explicit opt-out fo
 can leak through its low bits).
 Without --epsilon the command refuses to run unless --no-privacy is given: the values are then
 fitted as given and every output (printed report, --json, --save) is marked NOT private.
---save writes the factors (left, right) to an .npz with the fields private (bool) and privacy (a
-description; epsilon, unit and bounds too for a release).  --seed-noise makes the noise reproducible
+--save writes the factors (left, right) to a sparsedp release file (.npz) with the fields private
+(bool) and privacy (a description; epsilon, unit and bounds too for a release) and the privacy
+ledger of the measurement (`sparsedp ledger FILE` prints it); never the observed values.  --seed-noise makes the noise reproducible
 from --seed, and the outputs are then marked NOT private as well.  All parameters of the fit are
 checked before the noise is drawn.
 
@@ -190,7 +192,12 @@ def _complete(args: argparse.Namespace) -> int:
         print(f"{key:>11}: {value:.6g}" if isinstance(value, float) else f"{key:>11}: {value}")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
-    if args.save:
-        np.savez(args.save, left=res.left, right=res.right, private=np.bool_(report["private"]),
-                 privacy=np.str_(report["privacy"]), **saved)
+    if args.save:  # a sparsedp release file: the factors, the privacy description and the ledger
+        ledger = [report["ledger"]] if report.get("ledger") else []
+        description = {k: report[k] for k in ("method", "rank", "privacy", "epsilon", "unit", "secure", "grid")
+                       if k in report}
+        save_release(args.save, "completion", {"left": res.left, "right": res.right,
+                                               "private": np.bool_(report["private"]),
+                                               "privacy": np.str_(report["privacy"]), **saved},
+                     ledger=ledger, description=description, private=bool(report["private"]))
     return 0
