@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
+from tqdm import tqdm  # tqdm.write: table rows printed past the progress bar
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -50,6 +51,7 @@ from sparsedp.consistency import (  # noqa: E402
     solve,
 )
 from sparsedp.executors import DaskExecutor  # noqa: E402
+from sparsedp.progress import progress_bar  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "consistency.json"
 
@@ -124,7 +126,7 @@ def part1(args: argparse.Namespace) -> list[dict]:
     rows = []
     table("Part 1: seed 002 sizes (combos at the leaves, equal variances)",
           f"{'T':>6}{'method':>13}{'seconds':>10}{'sweeps':>9}{'residual':>10}{'max|x-ref|':>12}{'ref':>8}{'x faster':>10}")
-    for T in args.days:
+    for T in progress_bar(args.days, desc="part 1 sizes"):  # a bar on a terminal only
         runs = {}
         methods = (["generic"] if T <= args.generic_max else []) + ["direct", "alternating", "accelerated", "auto"]
         for m in methods:
@@ -136,13 +138,13 @@ def part1(args: argparse.Namespace) -> list[dict]:
             r["reference"] = ref_name
             r["speedup_vs_generic"] = runs["generic"]["seconds"] / r["seconds"] if "generic" in runs else None
             sp_txt = f"{r['speedup_vs_generic']:.0f}" if r["speedup_vs_generic"] else "-"
-            print(f"{T:>6}{m:>13}{r['seconds']:>10.4f}{r['sweeps']:>9.0f}{r['residual']:>10.1e}{r['max_dev']:>12.1e}"
-                  f"{ref_name:>8}{sp_txt:>10}", flush=True)
+            tqdm.write(f"{T:>6}{m:>13}{r['seconds']:>10.4f}{r['sweeps']:>9.0f}{r['residual']:>10.1e}{r['max_dev']:>12.1e}"
+                       f"{ref_name:>8}{sp_txt:>10}")
             r.pop("x")
             rows.append(r)
         alt, acc = runs["alternating"], runs["accelerated"]
         if alt["converged"] and acc["converged"]:
-            print(f"{'':>6}  alternating / accelerated sweeps = {alt['sweeps'] / max(acc['sweeps'], 1):.0f}")
+            tqdm.write(f"{'':>6}  alternating / accelerated sweeps = {alt['sweeps'] / max(acc['sweeps'], 1):.0f}")
     return rows
 
 
@@ -151,7 +153,7 @@ def part2(args: argparse.Namespace) -> list[dict]:
     table("Part 2: large T, fast methods (one subprocess per run; peak = that run's own VmHWM)",
           f"{'T':>9}{'variables':>11}{'variances':>10}{'method':>13}{'combos':>7}{'ran':>30}{'seconds':>9}{'cpu s':>8}"
           f"{'iters':>7}{'residual':>10}{'relative':>10}{'peak MB':>9}")
-    for e in range(args.large_min, args.large_max + 1):
+    for e in progress_bar(range(args.large_min, args.large_max + 1), desc="part 2 sizes"):
         T = 2**e
         for unequal in (False, True):
             for m, where in (("auto", "leaves"), ("auto", "nodes"), ("direct", "leaves"), ("accelerated", "leaves")):
@@ -163,12 +165,12 @@ def part2(args: argparse.Namespace) -> list[dict]:
                     cmd.append("--one-unequal")
                 out = subprocess.run(cmd, capture_output=True, text=True)
                 if out.returncode != 0:
-                    print(f"{T:>9} {m} failed: {out.stderr.strip().splitlines()[-1:]}")
+                    tqdm.write(f"{T:>9} {m} failed: {out.stderr.strip().splitlines()[-1:]}")
                     continue
                 r = json.loads(out.stdout.strip().splitlines()[-1])
-                print(f"{T:>9}{r['variables']:>11}{r['variances']:>10}{m:>13}{where:>7}{r['ran']:>30}{r['seconds']:>9.3f}"
-                      f"{r['cpu_seconds']:>8.3f}{r['iterations']:>7}{r['residual']:>10.1e}{r['relative_residual']:>10.1e}"
-                      f"{r['peak_rss_mb']:>9.0f}", flush=True)
+                tqdm.write(f"{T:>9}{r['variables']:>11}{r['variances']:>10}{m:>13}{where:>7}{r['ran']:>30}"
+                           f"{r['seconds']:>9.3f}{r['cpu_seconds']:>8.3f}{r['iterations']:>7}{r['residual']:>10.1e}"
+                           f"{r['relative_residual']:>10.1e}{r['peak_rss_mb']:>9.0f}")
                 rows.append(r)
     return rows
 
