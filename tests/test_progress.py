@@ -158,6 +158,9 @@ def test_library_loops_draw_inside_a_command_on_a_terminal_only(monkeypatch):
 
     monkeypatch.setattr(progress, "DELAY", 0.0)
     monkeypatch.setattr(progress, "MININTERVAL", 0.0)
+    import sparsedp.flows.solve as flows_solve
+
+    monkeypatch.setattr(flows_solve, "PROGRESS_EVERY", 0.0)  # a CG residual at every step
     term = Terminal()
     monkeypatch.setattr(sys, "stderr", term)
     quiet = _library_runs()  # a library call from a program: never a bar
@@ -168,6 +171,8 @@ def test_library_loops_draw_inside_a_command_on_a_terminal_only(monkeypatch):
     for desc in ("CG + Jacobi", "alternating projections", "completion", "optimise"):
         assert desc in text
     assert "residual" in text and "eval" in text
+    cg_lines = [line for line in text.replace("\r", "\n").splitlines() if line.startswith("CG + Jacobi")]
+    assert any("residual" in line for line in cg_lines)
     # the bars change nothing: same iterations, same answers
     assert loud[0].iterations == quiet[0].iterations and np.allclose(loud[0].x, quiet[0].x)
     assert loud[1].iterations == quiet[1].iterations

@@ -39,6 +39,7 @@ from .conservation import FlowSystem
 __all__ = ["METHODS", "FlowSolve", "check_method", "choose_method", "project"]
 
 METHODS = ("auto", "direct", "amg", "cg", "alternating", "generic")
+PROGRESS_EVERY = 0.25  # seconds between the residuals a drawn CG progress bar computes
 _GENERIC_LIMIT = 4000  # variables
 
 
@@ -166,12 +167,15 @@ def _krylov(S: sp.csr_matrix, r: np.ndarray, method: str, tol: float, maxiter: i
     scale = np.linalg.norm(r)
     rtol = min(0.5, tol / scale) if scale > 0 else 0.5
     progress = SolverProgress(rtol, desc=solver, disable=loop_disable())
-    live = not progress.bar.disable  # the residual (one more product per step) only for a drawn bar
+    # the residual costs one more product: only for a drawn bar, at most every PROGRESS_EVERY seconds
+    live = not progress.bar.disable
+    shown = [time.perf_counter()]
 
     def cb(lam_k: np.ndarray) -> None:
         count[0] += 1
-        if live:
+        if live and time.perf_counter() - shown[0] >= PROGRESS_EVERY:
             progress(count[0], lam_k, float(np.linalg.norm(r - S @ lam_k)) / scale if scale > 0 else 0.0)
+            shown[0] = time.perf_counter()
 
     with progress:
         lam, info = cg(S, r, rtol=rtol, atol=0.0, maxiter=maxiter, M=M, callback=cb)
