@@ -20,7 +20,13 @@ from typing import Any, Callable, Iterable, Protocol, runtime_checkable
 
 from .errors import SparseDPError
 
-__all__ = ["Executor", "InProcessExecutor", "ThreadExecutor", "DaskExecutor", "get_executor"]
+__all__ = ["Executor", "InProcessExecutor", "ThreadExecutor", "DaskExecutor", "get_executor", "WORKER_MALLOC_ENV"]
+
+#: glibc settings for ``LocalCluster`` worker processes (see :meth:`DaskExecutor.local`): large
+#: arrays (up to 32 MB) come from the heap and freed heap memory is kept (up to 1 GB at the top).
+#: For ``dask worker`` set them through Dask's config, e.g.
+#: ``DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON__MALLOC_TRIM_THRESHOLD_=1073741824``.
+WORKER_MALLOC_ENV = {"MALLOC_TRIM_THRESHOLD_": 2**30, "MALLOC_MMAP_THRESHOLD_": 2**25}
 
 
 @runtime_checkable
@@ -107,21 +113,33 @@ class DaskExecutor(InProcessExecutor):
 
     @classmethod
     def local(cls, n_workers: int = 2, threads_per_worker: int = 1, processes: bool = True,
-              memory_limit: str | int | None = None) -> "DaskExecutor":
+              memory_limit: str | int | None = None, malloc_env: dict | None = None) -> "DaskExecutor":
         """A new ``LocalCluster`` (``memory_limit`` per worker, e.g. ``"4GB"``; ``None``: Dask's
-        default, the machine's memory shared among the workers)."""
+        default, the machine's memory shared among the workers).
+
+        Worker processes start with :data:`WORKER_MALLOC_ENV` (or the variables in ``malloc_env``,
+        merged over Dask's ``distributed.nanny.pre-spawn-environ``) in place of Dask's
+        ``MALLOC_TRIM_THRESHOLD_=65536``: with Dask's value
+        every large numpy temporary is a fresh ``mmap`` whose pages fault in again, and a
+        scale-out chunk task (``2^20`` leaves) took 0.69 s on a worker against 0.29 s in-process;
+        with these it took 0.28 s (measured, 6 tasks each).  Workers then keep their peak heap
+        instead of returning it to the system between tasks."""
+        import dask
         from dask.distributed import Client, LocalCluster
 
         if int(n_workers) < 1 or int(threads_per_worker) < 1:
             raise SparseDPError(f"need n_workers >= 1 and threads_per_worker >= 1, got {n_workers}, {threads_per_worker}")
         extra = {} if memory_limit is None else {"memory_limit": memory_limit}
-        cluster = LocalCluster(
-            n_workers=int(n_workers),
-            threads_per_worker=int(threads_per_worker),
-            processes=processes,
-            dashboard_address=None,
-            **extra,
-        )
+        env = dict(dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {})
+        env.update(WORKER_MALLOC_ENV if malloc_env is None else malloc_env)
+        with dask.config.set({"distributed.nanny.pre-spawn-environ": env}):
+            cluster = LocalCluster(
+                n_workers=int(n_workers),
+                threads_per_worker=int(threads_per_worker),
+                processes=processes,
+                dashboard_address=None,
+                **extra,
+            )
         return cls(Client(cluster), owns=True)
 
     @classmethod
