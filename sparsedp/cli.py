@@ -66,11 +66,15 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _error(args: argparse.Namespace) -> int:
     W = WORKLOADS[args.workload](args.n)
-    M = STRATEGIES[args.strategy](args.n)
-    mech = MatrixMechanism(W, M, epsilon=args.epsilon, secure=not args.float_noise)
+    if args.strategy == "optimized":  # sparsedp.optimize, its random starts seeded (reproducible; no privacy noise)
+        mech = MatrixMechanism(W, "optimized", epsilon=args.epsilon, secure=not args.float_noise,
+                               optimize_options={"rng": 0})
+    else:
+        mech = MatrixMechanism(W, STRATEGIES[args.strategy](args.n), epsilon=args.epsilon, secure=not args.float_noise)
     rep = mech.error_report()
     kind = "float Laplace" if args.float_noise else "exact discrete Laplace"
-    print(f"workload {args.workload}({args.n}), strategy {args.strategy}, epsilon {args.epsilon}, {kind} noise")
+    name = args.strategy if mech.optimized is None else f"optimized ({mech.optimized.family} {mech.optimized.name})"
+    print(f"workload {args.workload}({args.n}), strategy {name}, epsilon {args.epsilon}, {kind} noise")
     print(f"Delta_1 = {mech.sensitivity:g}, Laplace scale b = {mech.noise_scale():g}")
     extra = f" +- {rep.stderr:.3g}" if not rep.exact else ""
     print(f"expected total squared error = {rep.total:.6g}{extra} ({rep.method})")
@@ -140,7 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     err = sub.add_parser("error", help="analytic expected error of a workload and strategy",
                          description="Print the expected total squared error of GLS workload answers.")
     err.add_argument("--workload", choices=sorted(WORKLOADS), default="prefix")
-    err.add_argument("--strategy", choices=sorted(STRATEGIES), default="fenwick")
+    err.add_argument("--strategy", choices=sorted(STRATEGIES) + ["optimized"], default="fenwick",
+                     help="a fixed strategy, or optimized: the one sparsedp.optimize finds for the workload "
+                     "(see 'sparsedp optimize')")
     err.add_argument("--n", type=int, default=1024, help="domain size (default %(default)s)")
     err.add_argument("--epsilon", type=float, default=1.0)
     err.add_argument("--float-noise", action="store_true",

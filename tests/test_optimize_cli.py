@@ -108,3 +108,14 @@ def test_templates_are_shown_for_comparison_whatever_the_family(tmp_path):
     assert rep["chosen"]["family"] == "tree" and rep["family_requested"] == "tree"
     names = {c["name"] for c in rep["candidates"] if c["family"] == "templates"}
     assert {"identity", "fenwick", "haar"} <= names and rep["best_template"] is not None
+
+
+def test_error_command_with_the_optimized_strategy(capsys):
+    assert main(["error", "--workload", "prefix", "--n", "32", "--strategy", "optimized", "--float-noise"]) == 0
+    out = capsys.readouterr().out
+    assert "strategy optimized (" in out
+    total = float(out.split("expected total squared error = ")[1].split()[0])
+    res = optimize(wl.prefix(32), rng=0)
+    assert total == pytest.approx(res.error.total, rel=1e-5)  # printed to 6 digits
+    fenwick = MatrixMechanism(wl.prefix(32), st.fenwick(32), epsilon=1, secure=False).expected_error()
+    assert total < fenwick
