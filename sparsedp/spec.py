@@ -13,8 +13,8 @@
     ranges = [[0, 17], [18, 64], [65, 99]]        # inclusive bins, for kind = "ranges"
 
     [strategy]
-    kind = "hierarchical"        # identity | hierarchical | haar | fenwick
-    branching = 16
+    kind = "hierarchical"        # identity | hierarchical | haar | fenwick | optimized
+    branching = 16               # optimized: sparsedp.optimize for the workload (time_limit = s)
 
     [privacy]
     epsilon = 1.0                # pure DP (Laplace); or noise = "gaussian" with rho = ...
@@ -104,11 +104,14 @@ def _workload(section: dict[str, Any], n: int) -> Any:
 
 def _strategy(section: dict[str, Any], n: int) -> Any:
     kind = section.get("kind", "hierarchical")
+    if kind == "optimized":  # MatrixMechanism runs sparsedp.optimize on the workload (never the data)
+        return "optimized"
     if kind == "hierarchical":
         return st.hierarchical(n, int(section.get("branching", 16)))
     builders = {"identity": st.identity, "haar": st.haar, "fenwick": st.fenwick}
     if kind not in builders:
-        raise SparseDPError(f"strategy.kind must be one of {sorted(builders) + ['hierarchical']}, got {kind!r}")
+        raise SparseDPError(f"strategy.kind must be one of {sorted(builders) + ['hierarchical', 'optimized']}, "
+                            f"got {kind!r}")
     return builders[kind](n)
 
 
@@ -143,13 +146,17 @@ def run_spec(path: str | Path, *, rng: Any = None, accountant: Accountant | None
         accountant = Accountant(epsilon=budget["epsilon"])
     elif accountant is None and "rho" in budget:
         accountant = Accountant(rho=budget["rho"])
-    mech = MatrixMechanism(W, M, noise=noise, secure=bool(priv.get("secure", True)), accountant=accountant, **budget)
+    options = None
+    if isinstance(M, str):  # "optimized"; seeded random starts: the same spec gives the same strategy
+        options = {"rng": 0, "time_limit": spec.get("strategy", {}).get("time_limit")}
+    mech = MatrixMechanism(W, M, noise=noise, secure=bool(priv.get("secure", True)), accountant=accountant,
+                           optimize_options=options, **budget)
     release = mech.run(x, rng=rng, method="nnls" if nonneg and total is None else "ls")
     estimate = _consistent(release.x_hat, total, nonneg)
     answers = W.matvec(estimate)
     files: dict[str, Path] = {}
     out = spec.get("output", {})
-    description = {"spec": str(Path(path).name), "workload": W.name, "strategy": M.name, "bins": n,
+    description = {"spec": str(Path(path).name), "workload": W.name, "strategy": mech.M.name, "bins": n,
                    "nonnegative": nonneg, "public_total": total,
                    "expected_error_per_query": mech.error_report().per_query}
     if "release" in out:

@@ -98,3 +98,21 @@ def test_io_readers(tmp_path):
     pytest.importorskip("pyarrow")
     pd.DataFrame({"age": [1, 2, 2]}).to_parquet(tmp_path / "t.parquet")
     assert load_histogram(tmp_path / "t.parquet", "age", Bins(0, 3)).tolist() == [0, 1, 2]
+
+
+def test_spec_with_the_optimized_strategy(tmp_path):
+    # issue 11: kind = "optimized" measures the strategy sparsedp.optimize finds for the workload
+    from sparsedp import MatrixMechanism, optimize
+    from sparsedp import strategies as st
+    from sparsedp import workloads as wl
+
+    spec, _ = _write(tmp_path)
+    spec.write_text(spec.read_text().replace('kind = "hierarchical"\nbranching = 4', 'kind = "optimized"'))
+    res = run_spec(spec, rng=5)
+    back = load_release_file(res.files["release"])
+    W = wl.range_queries(20, [(0, 4), (5, 19), (0, 19)])
+    opt = optimize(W, rng=0)
+    assert back.description["strategy"] == opt.strategy.name and back.epsilon == 0.5
+    per_query = back.description["expected_error_per_query"]
+    assert per_query == pytest.approx(MatrixMechanism(W, opt, epsilon=0.5).error_report().per_query, rel=1e-9)
+    assert per_query < MatrixMechanism(W, st.hierarchical(20, 4), epsilon=0.5).error_report().per_query
