@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import time
 from typing import Callable, Sequence
@@ -181,6 +182,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SparseDPError as exc:
         print(f"sparsedp: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # stdout piped into a reader that stopped (`| head`): stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush would raise again
+        return 141  # 128 + SIGPIPE, as a shell reports it
 
 
 if __name__ == "__main__":  # pragma: no cover

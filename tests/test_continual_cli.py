@@ -115,3 +115,21 @@ def test_no_progress_bar_when_not_a_terminal(tmp_path, capsys):
     assert main(["continual", str(path), "--column", "n", "--horizon", "64"]) == 0
     captured = capsys.readouterr()
     assert captured.err == "" and len(captured.out.splitlines()) == 50
+
+
+def test_a_reader_that_stops_early_ends_the_stream_quietly(tmp_path):
+    import os
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    data = tmp_path / "s.npy"
+    np.save(data, np.ones(200_000, dtype=np.int64))
+    env = dict(os.environ, PYTHONPATH=str(root))
+    proc = subprocess.Popen([sys.executable, "-m", "sparsedp", "continual", str(data), "--horizon", "200000",
+                             "--float-noise"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    first = proc.stdout.readline()
+    proc.stdout.close()  # like `| head -1`
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 141
+    assert float(first) == float(first) and "Traceback" not in err
