@@ -56,6 +56,7 @@ from sparsedp.consistency import COMBOS, RestaurantSales, check_sales, restauran
 from sparsedp.consistency.restaurant import restaurant_plan  # noqa: E402
 from sparsedp.continual import (  # noqa: E402
     BinaryMechanism,
+    BLTCounter,
     ContinualCounter,
     GLSTreeCounter,
     HonakerCounter,
@@ -179,7 +180,9 @@ def cases() -> dict[str, Callable[[], Case]]:
         "counter-negdigit": lambda: NegDigitCounter(8, EPS, k=3, rng=0),
         "counter-glstree": lambda: GLSTreeCounter(8, epsilon=EPS, rng=0),
         "counter-fenwick-gaussian": lambda: ContinualCounter(8, rho=RHO, rng=0),
+        "counter-glstree-gaussian": lambda: GLSTreeCounter(8, rho=RHO, rng=0),
         "counter-sqrt-gaussian": lambda: SqrtCounter(8, RHO, rng=0),
+        "counter-blt-gaussian": lambda: BLTCounter(8, RHO, rng=0),
     }
     for name, make in counters.items():
         out[name] = lambda make=make: _counter_case(make().plan)
@@ -276,12 +279,15 @@ def main() -> None:
     total = time.perf_counter() - start
     args.out.parent.mkdir(parents=True, exist_ok=True)
     if args.paths and args.out.exists():  # a partial run replaces only its own paths' rows
-        old = json.loads(args.out.read_text()).get("rows", [])
-        rows = [r for r in old if r["path"] not in names] + rows
+        prev = json.loads(args.out.read_text())
+        order = list(builders)
+        rows = sorted([r for r in prev.get("rows", []) if r["path"] not in names] + rows,
+                      key=lambda r: order.index(r["path"]) if r["path"] in order else len(order))
+        base = base or prev.get("baseline")
     blas = "user (environment)" if any(os.environ.get(v) for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")) else 1
     args.out.write_text(json.dumps({
         "python": platform.python_version(), "blas_threads": blas, "alpha": 0.05, "rho": RHO, "delta": DELTA,
-        "total_seconds": total, "baseline": base, "rows": rows,
+        "run_seconds": total, "audit_seconds": sum(r["seconds"] for r in rows), "baseline": base, "rows": rows,
         "all_as_expected": all(r["as_expected"] for r in rows if r["statistic"] != "raw answers"),
         "command": "python benchmarks/bench_audit.py " + " ".join(sys.argv[1:]),
         "note": "machine shared with other helpers (2 cores): seconds are wall time under contention"},
