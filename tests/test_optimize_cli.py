@@ -119,3 +119,28 @@ def test_error_command_with_the_optimized_strategy(capsys):
     assert total == pytest.approx(res.error.total, rel=1e-5)  # printed to 6 digits
     fenwick = MatrixMechanism(wl.prefix(32), st.fenwick(32), epsilon=1, secure=False).expected_error()
     assert total < fenwick
+
+
+def test_optimize_a_table_of_ranges(tmp_path, capsys):
+    path = tmp_path / "q.csv"
+    path.write_text("name,first,last\na,0,6\nb,7,13\nc,0,29\nd,3,3\n")
+    out = tmp_path / "o.json"
+    assert main(["optimize", "--workload", str(path), "--n", "30", "--lo", "first", "--hi", "last",
+                 "--json", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    W = wl.range_queries(30, [(0, 6), (7, 13), (0, 29), (3, 3)])
+    assert rep["queries"] == 4 and rep["cells"] == 30
+    assert rep["chosen"]["error_total"] == pytest.approx(optimize(W, rng=0).error.total, rel=1e-9)
+    bad = [("name,first,last\na,0,30\n", "bin numbers 0..29"), ("name,first,last\na,5,2\n", "first > last"),
+           ("name,first,last\na,0,x\n", "not numeric"), ("name,first\na,0\n", "no column 'last'"),
+           ("name,first,last\n", "holds no values")]
+    for text, message in bad:
+        path.write_text(text)
+        assert main(["optimize", "--workload", str(path), "--n", "30", "--lo", "first", "--hi", "last"]) == 2
+        assert message in capsys.readouterr().err
+    assert main(["optimize", "--workload", str(path), "--lo", "first", "--hi", "last"]) == 2  # no --n
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    pd.DataFrame({"lo": [0, 7, 0, 3], "hi": [6, 13, 29, 3]}).to_parquet(tmp_path / "q.parquet")
+    assert main(["optimize", "--workload", str(tmp_path / "q.parquet"), "--n", "30", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["chosen"]["error_total"] == pytest.approx(rep["chosen"]["error_total"], rel=1e-9)

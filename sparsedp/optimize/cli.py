@@ -19,6 +19,7 @@ import scipy.sparse as sp
 
 from .. import workloads as wl
 from ..errors import ShapeError, SparseDPError
+from ..io import read_columns
 from ..operators import Operator, aslinearoperator
 from ..validation import check_positive
 from .api import FAMILIES, OptimizedStrategy, optimize
@@ -38,7 +39,9 @@ templates (identity, hierarchical k-ary, Haar, Fenwick); --family auto never ret
 the best template.  No data is read and no noise is drawn.
 
 --workload is prefix, all-ranges, identity or total over --n cells, or FILE.npz (a scipy.sparse
-matrix saved with scipy.sparse.save_npz, one row per query) or FILE.npy (a dense 2-D array).
+matrix saved with scipy.sparse.save_npz, one row per query), FILE.npy (a dense 2-D array) or
+FILE.csv / FILE.parquet (one range query per row: the inclusive 0-based bins in the --lo and --hi
+columns, over --n cells).
 Printed: the family and strategy chosen, the expected squared error per query at --epsilon
 (Laplace, pure DP; default 1) or --rho (Gaussian, zCDP; default 1) of the chosen strategy and of
 every candidate tried and every template (scored for comparison even when --family excludes them)
@@ -47,8 +50,27 @@ mechanism calibrates from its entries) to measure with
 MatrixMechanism(W, scipy.sparse.load_npz(FILE), epsilon=...)."""
 
 
-def load_workload(spec: str, n: int | None) -> tuple[Operator, str]:
-    """The workload operator and its label: a named workload over ``n`` cells, or a file."""
+def _range_table(path: Path, n: int | None, lo: str, hi: str) -> tuple[Operator, str]:
+    """Range queries over ``n`` cells from the ``lo`` / ``hi`` columns (inclusive, 0-based) of a table."""
+    if n is None:
+        raise ShapeError(f"a table of ranges ({path.name}) needs --n (the number of cells)")
+    cols = read_columns(path, [lo, hi])
+    a, b = cols[lo], cols[hi]
+    for values, name in ((a, lo), (b, hi)):
+        bad = np.flatnonzero(~np.isfinite(values) | (values != np.floor(values)) | (values < 0) | (values >= n))
+        if bad.size:
+            raise ShapeError(f"{path.name}: column {name!r} must hold bin numbers 0..{n - 1}; row {int(bad[0]) + 2} "
+                             f"has {float(values[bad[0]])!r}")
+    bad = np.flatnonzero(a > b)
+    if bad.size:
+        raise ShapeError(f"{path.name}: row {int(bad[0]) + 2} has {lo} > {hi}")
+    pairs = np.stack([a, b], axis=1).astype(np.int64)
+    return wl.range_queries(int(n), pairs), f"{path.name} ({pairs.shape[0]} ranges over {n} cells)"
+
+
+def load_workload(spec: str, n: int | None, lo: str = "lo", hi: str = "hi") -> tuple[Operator, str]:
+    """The workload operator and its label: a named workload over ``n`` cells, or a file (a sparse
+    ``.npz`` / dense ``.npy`` matrix, or a CSV / Parquet table of inclusive ranges ``lo``, ``hi``)."""
     if spec in NAMED_WORKLOADS:
         if n is None:
             raise ShapeError(f"--workload {spec} needs --n (the number of cells)")
@@ -57,11 +79,13 @@ def load_workload(spec: str, n: int | None) -> tuple[Operator, str]:
         return NAMED_WORKLOADS[spec](int(n)), f"{spec}({n})"
     path = Path(spec)
     suffix = path.suffix.lower()
-    if suffix not in (".npz", ".npy"):
-        raise SparseDPError(f"--workload must be one of {', '.join(NAMED_WORKLOADS)} or a .npz / .npy file, "
-                            f"got {spec!r}")
+    if suffix not in (".npz", ".npy", ".csv", ".parquet", ".pq"):
+        raise SparseDPError(f"--workload must be one of {', '.join(NAMED_WORKLOADS)} or a .npz / .npy / .csv / "
+                            f".parquet file, got {spec!r}")
     if not path.is_file():
         raise SparseDPError(f"no such file: {path}")
+    if suffix in (".csv", ".parquet", ".pq"):
+        return _range_table(path, n, lo, hi)
     try:
         matrix: Any = sp.load_npz(path) if suffix == ".npz" else np.load(path, allow_pickle=False)
     except (ValueError, OSError, KeyError) as exc:
@@ -145,7 +169,7 @@ def _optimize(args: argparse.Namespace) -> int:
     for flag, target in (("--json", args.json), ("--save", args.save)):
         if target is not None and not Path(target).resolve().parent.is_dir():
             raise SparseDPError(f"{flag}: the directory of {target} does not exist")
-    W, label = load_workload(args.workload, args.n)
+    W, label = load_workload(args.workload, args.n, args.lo, args.hi)
     res = optimize(W, noise=args.noise, family=args.family, time_limit=args.time_limit, rng=args.seed)
     templates = None
     if args.family not in ("auto", "templates"):  # the templates are always shown, for comparison
@@ -165,9 +189,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("optimize", help="the strategy with the lowest exact error for a workload",
                               description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workload", required=True, metavar="prefix|all-ranges|identity|total|FILE",
-                   help="a named workload over --n cells, or FILE.npz (scipy.sparse) / FILE.npy (dense), one row "
-                   "per query")
-    p.add_argument("--n", type=int, default=None, help="number of cells (required for a named workload)")
+                   help="a named workload over --n cells, FILE.npz (scipy.sparse) / FILE.npy (dense), one row "
+                   "per query, or FILE.csv / FILE.parquet: one range query per row (--lo, --hi columns)")
+    p.add_argument("--n", type=int, default=None,
+                   help="number of cells (required for a named workload and a table of ranges)")
+    p.add_argument("--lo", default="lo", help="a CSV / Parquet workload: the column of each range's first bin "
+                   "(0-based, inclusive; default lo)")
+    p.add_argument("--hi", default="hi", help="a CSV / Parquet workload: the column of each range's last bin "
+                   "(inclusive; default hi)")
     p.add_argument("--noise", choices=("laplace", "gaussian"), default="laplace",
                    help="laplace (pure DP, Delta_1 = 1; default) or gaussian (zCDP, Delta_2 = 1)")
     p.add_argument("--family", choices=FAMILIES, default="auto",
