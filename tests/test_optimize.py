@@ -183,7 +183,8 @@ def test_time_limit_is_respected_and_floor_kept():
 def test_large_tree_is_fast_and_closed_form():
     n = 1 << 14
     res = optimize(wl.prefix(n), family="tree", per_node=False, rng=0)
-    assert res.error.method == "tree-spectral"
+    # complete trees are scored by the spectral form, near-complete ones by the O(n log n) closed form
+    assert res.error.method in ("tree-spectral", "tree-closed-form")
     assert res.seconds < 10
     mech = MatrixMechanism(wl.prefix(n), res.strategy, epsilon=1.0, secure=False)
     ref = expected_error(wl.prefix(n), res.strategy, mech.variances())

@@ -6,7 +6,7 @@ import scipy.sparse as sp
 
 from sparsedp import SparseOperator
 from sparsedp import workloads as wl
-from sparsedp.optimize.gram import Gram, block_sq_norms, workload_rows
+from sparsedp.optimize.gram import Gram, block_sq_norms, kind_block_sq_norms, workload_rows
 
 N = 24
 RNG = np.random.default_rng(3)
@@ -61,3 +61,21 @@ def test_workload_rows():
     np.testing.assert_array_equal(workload_rows(W, 1, 4), W.toarray()[1:4].T)
     M = WORKLOADS[5]
     np.testing.assert_array_equal(workload_rows(M, 0, 5), M.toarray().T)
+
+
+@pytest.mark.parametrize("n", [17, 24, 30])
+@pytest.mark.parametrize("kind", ["prefix", "all_ranges", "identity", "total"])
+def test_kind_block_sq_norms_with_a_partial_last_block(n, kind):
+    """The closed forms against brute force, for every block size (the last block cut at n)."""
+    W = {"prefix": wl.prefix, "all_ranges": wl.all_ranges, "identity": wl.identity, "total": wl.total}[kind](n)
+    Wd = W.toarray()
+    for size in range(1, n + 3):
+        blocks = -(-n // size)
+        ind = np.zeros((n, blocks))
+        ind[np.arange(n), np.arange(n) // size] = 1.0
+        ref = float(np.sum((Wd @ ind) ** 2))
+        assert kind_block_sq_norms(kind, n, size) == pytest.approx(ref, rel=1e-12)
+        if n % size == 0:
+            assert block_sq_norms(W, size) == pytest.approx(ref, rel=1e-12)
+    with pytest.raises(ValueError):
+        kind_block_sq_norms("sparse", n, 2)

@@ -170,3 +170,46 @@ def test_impulse_norms_equal_the_reference_closed_form(workload, layout):
 
     v = RNG.uniform(0.5, 2.0, layout.nodes)
     np.testing.assert_allclose(ImpulseNorms(layout, workload)(v), tree_impulse_norms(layout, v, workload), rtol=1e-12)
+
+
+def test_layout_path_sums_equal_the_node_by_leaf_product():
+    from sparsedp.optimize.calibrate import layout_path_sums
+
+    for layout in (TreeLayout.balanced(37, 3), TreeLayout.grouped(100, lambda lev, m: (4, 5, 2)[lev] if lev < 3 else m)):
+        x = RNG.integers(0, 1000, layout.nodes).astype(float)
+        np.testing.assert_array_equal(layout_path_sums(layout, x), layout.matrix().T @ x)
+
+
+@pytest.mark.parametrize("kind", ["prefix", "all_ranges", "identity", "total"])
+@pytest.mark.parametrize("n,k", [(20, 3), (23, 5), (16, 4)])
+def test_near_complete_proxy_is_the_padded_workload_on_the_complete_tree(kind, n, k):
+    """EmbeddedTraces + the spectral form = dense GLS error of the complete tree over n' >= n
+    leaves for the workload over n cells padded with zero columns; the near-complete layout over n
+    has the same levels."""
+    from sparsedp.optimize.tree_family import EmbeddedTraces, _grouped, near_complete
+
+    tree = near_complete(n, k)
+    assert tree.n >= n and tree.n < n * k and all(r == k for r in tree.radices[:-1])
+    W = {"prefix": wl.prefix, "all_ranges": wl.all_ranges, "identity": wl.identity, "total": wl.total}[kind](n)
+    Wd = np.hstack([W.toarray(), np.zeros((W.shape[0], tree.n - n))])
+    a = RNG.uniform(0.2, 2.0, tree.levels)
+    E, _ = level_error(EmbeddedTraces(kind, n).details(tree), tree.sizes, a)
+    layout = tree.layout()
+    assert E == pytest.approx(dense_error(Wd, layout.matrix().toarray(), level_to_node(layout, a)), rel=1e-9)
+    if tree.n == n:
+        np.testing.assert_allclose(EmbeddedTraces(kind, n).details(tree), BlockTraces(W).details(tree), rtol=1e-12)
+    assert _grouped(n, tree.radices).levels == tree.levels
+
+
+def test_tree_family_scores_near_complete_trees_exactly():
+    from sparsedp.optimize import optimize
+
+    n = 100  # 2^2 5^2: radices 3, 6, 7, 8, .. only as near-complete trees
+    W = wl.prefix(n)
+    res = optimize(W, family="tree", rng=0, per_node=False)
+    near = [t for t in res.history if "near-complete" in t.note]
+    assert near, [t.note for t in res.history]
+    best = min(res.history, key=lambda t: t.error)
+    assert res.error.total == best.error
+    var = 2.0 * res.sensitivity**2
+    assert res.error.total == pytest.approx(expected_error(W, res.strategy, var).total, rel=1e-9)

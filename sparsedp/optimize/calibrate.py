@@ -36,8 +36,17 @@ import scipy.sparse as sp
 from ..errors import SparseDPError
 from ..measure import plan_measurement
 from ..operators import Operator
+from ..strategies import TreeLayout
 
-__all__ = ["INTEGER_BITS", "NoiseModel", "integer_pidentity", "integer_weights", "noise_model", "unit_variance"]
+__all__ = [
+    "INTEGER_BITS",
+    "NoiseModel",
+    "integer_pidentity",
+    "integer_weights",
+    "layout_path_sums",
+    "noise_model",
+    "unit_variance",
+]
 
 #: ``Delta`` of the integer strategies is ``2^k``: ``k = 20`` (Laplace), ``16`` (Gaussian).
 INTEGER_BITS = {"laplace": 20, "gaussian": 16}
@@ -89,23 +98,45 @@ def unit_variance(strategy: Operator, model: NoiseModel) -> float:
     return float(var[0])
 
 
-def integer_weights(shares: np.ndarray, paths: sp.spmatrix, model: NoiseModel) -> np.ndarray:
+def layout_path_sums(layout: TreeLayout, x: np.ndarray) -> np.ndarray:
+    """``T^T x`` for the node-by-leaf 0/1 matrix ``T`` of ``layout`` (rows root first) without
+    forming it: per leaf, the sum of ``x`` over its root-to-leaf path (top-down, ``O(nodes)``;
+    exact for integer ``x`` below ``2^53``)."""
+    x = np.asarray(x, dtype=np.float64)
+    acc = layout.level_rows(x, layout.levels - 1).copy()
+    for lev in range(layout.levels - 2, -1, -1):
+        acc = np.repeat(acc, np.diff(layout.child_starts[lev])) + layout.level_rows(x, lev)
+    return acc
+
+
+def integer_weights(shares: np.ndarray, paths: sp.spmatrix | TreeLayout, model: NoiseModel) -> np.ndarray:
     """Integer row weights of a tree from path shares ``q`` (every root-to-leaf path sums to 1).
 
-    ``paths``: the node-by-leaf 0/1 matrix.  Laplace ``w = floor(q 2^k)``, Gaussian
+    ``paths``: the node-by-leaf 0/1 matrix, or the :class:`~sparsedp.strategies.TreeLayout` (path
+    sums by :func:`layout_path_sums`, without the matrix).  Laplace ``w = floor(q 2^k)``, Gaussian
     ``w = floor(sqrt(q) 2^k)`` (``sum w^2 <= 4^k`` on every path), at least 1.  If raising a weight
     to 1 pushes a path over the bound, every share is first scaled by ``1 - levels / 4^k`` (which
     leaves room for the raised ones)."""
     q = np.asarray(shares, dtype=np.float64)
-    P = sp.csc_matrix(paths)
-    levels = int(P.sum(axis=0).max())
+    if isinstance(paths, TreeLayout):
+        levels = paths.levels
+
+        def path_max(x: np.ndarray) -> float:
+            return float(layout_path_sums(paths, x).max())
+    else:
+        P = sp.csc_matrix(paths)
+        levels = int(P.sum(axis=0).max())
+
+        def path_max(x: np.ndarray) -> float:
+            return float((P.T @ x).max())
+
     for reserve in (0.0, float(levels)):
         if model.p == 1:
             w = np.maximum(1.0, np.floor(q * (model.scale - reserve)))
-            ok = float((P.T @ w).max()) <= model.scale
+            ok = path_max(w) <= model.scale
         else:
             w = np.maximum(1.0, np.floor(np.sqrt(q * (float(model.scale) ** 2 - reserve))))
-            ok = float((P.T @ (w * w)).max()) <= float(model.scale) ** 2
+            ok = path_max(w * w) <= float(model.scale) ** 2
         if ok:
             return w
     raise SparseDPError("could not round the tree weights to integers")  # pragma: no cover

@@ -27,7 +27,7 @@ import scipy.sparse as sp
 from ..operators import Operator, SparseOperator, aslinearoperator
 from ..workloads import AllRangesWorkload, PrefixWorkload, RangeQueriesWorkload
 
-__all__ = ["Gram", "block_sq_norms", "workload_rows"]
+__all__ = ["Gram", "block_sq_norms", "kind_block_sq_norms", "workload_rows"]
 
 _DENSE_GRAM_LIMIT = 4096
 
@@ -109,16 +109,61 @@ class Gram:
         return np.einsum("ij,ij->j", U, self.matmat(U))
 
 
+def kind_block_sq_norms(kind: str, n: int, size: int) -> float:
+    """``sum_B ||W 1_B||^2`` in closed form for the implicit workloads over ``n`` cells, the blocks
+    ``B = [i size, (i + 1) size)`` cut at ``n`` (the last one partial when ``size`` does not divide
+    ``n``; equivalently ``W`` padded with zero columns to a multiple of ``size``).  With
+    ``m = n // size`` full blocks and ``r = n - m size`` cells in the partial one:
+
+    * prefix (rows ``[0, t)``, ``t = 1..n``): block ``i`` overlaps row ``t`` in
+      ``clamp(t - i size, 0, size)`` cells, so the sum is
+      ``m S_2(size) + size^2 (m n - size m (m + 1) / 2) + S_2(r)``, ``S_2(s) = s (s + 1) (2 s + 1) / 6``
+      (exact integer arithmetic);
+    * all ranges (``[lo, hi)``, ``0 <= lo < hi <= n``): ``||W 1_B||^2 = sum_{i, j in B}`` (ranges
+      containing ``i`` and ``j``) ``= sum_{i, j in B} (min + 1)(n - max)``, which sums to
+      ``sum_j (n - j) ((j + 1)^2 - a_j (a_j + 1))`` with ``a_j`` the first cell of ``j``'s block
+      (``O(n)``, float64);
+    * identity: ``n``; total: ``m size^2 + r^2``.
+    """
+    n, size = int(n), int(size)
+    if n < 1 or size < 1:
+        raise ValueError(f"need n >= 1 and size >= 1, got {n}, {size}")
+    m, r = divmod(n, size)
+
+    def s2(s: int) -> int:
+        return s * (s + 1) * (2 * s + 1) // 6
+
+    if kind == "prefix":
+        return float(m * s2(size) + size * size * (m * n - size * m * (m + 1) // 2) + s2(r))
+    if kind == "all_ranges":
+        j = np.arange(n, dtype=np.float64)
+        a = np.floor_divide(np.arange(n, dtype=np.int64), size).astype(np.float64) * size
+        return float(np.sum((n - j) * ((j + 1.0) ** 2 - a * (a + 1.0))))
+    if kind == "identity":
+        return float(n)
+    if kind == "total":
+        return float(m * size * size + r * r)
+    raise ValueError(f"no closed form for workload kind {kind!r}")
+
+
 def block_sq_norms(W: Operator, size: int) -> float:
     """``sum_B ||W 1_B||^2`` over the blocks ``B = [i size, (i + 1) size)`` (``size`` divides ``n``).
 
-    Range lists use the overlaps in closed form (``O(queries)``); other workloads their image norms
-    of the sparse block indicators (closed forms for prefix and all ranges, a sparse product for
-    explicit matrices).
+    Prefix, all-range, identity and total workloads in closed form (:func:`kind_block_sq_norms`);
+    range lists use the overlaps in closed form (``O(queries)``); other workloads their image norms
+    of the sparse block indicators (a sparse product for explicit matrices).
     """
     n = int(W.shape[1])
     if n % size:
         raise ValueError(f"block size {size} does not divide n = {n}")
+    if isinstance(W, PrefixWorkload):
+        return kind_block_sq_norms("prefix", n, size)
+    if isinstance(W, AllRangesWorkload):
+        return kind_block_sq_norms("all_ranges", n, size)
+    if _is_identity(W):
+        return kind_block_sq_norms("identity", n, size)
+    if _is_total(W):
+        return kind_block_sq_norms("total", n, size)
     if isinstance(W, RangeQueriesWorkload):
         lo, hi = W.lo.astype(np.int64), W.hi.astype(np.int64) + 1  # half-open [lo, hi)
         first, last = lo // size, (hi - 1) // size
