@@ -3,7 +3,8 @@
 * ``.npy``: a 1-D array.  Without ``bins`` it *is* the histogram (non-negative integer counts);
   with ``bins`` it holds one value per record, binned.
 * ``.csv``: a header row; ``column`` names the column.  Without ``bins`` the column is the
-  histogram (one count per row); with ``bins`` it holds one value per record.
+  histogram (one count per row); with ``bins`` it holds one value per record.  Parsed by pandas
+  when it is installed (fast), else by the standard library's ``csv`` (same results and errors).
 * ``.parquet``: as CSV, read with pandas + pyarrow (the ``io`` extra:
   ``pip install 'sparsedp[io]'``).
 
