@@ -12,7 +12,7 @@ import pytest
 import scipy.linalg
 import scipy.sparse as sp
 
-from sparsedp import BudgetExceededError, InvalidPrivacyParameterError, SparseDPError
+from sparsedp import InvalidPrivacyParameterError, SparseDPError
 from sparsedp.audit import audit
 from sparsedp.cli import main
 from sparsedp.continual import (
@@ -26,7 +26,6 @@ from sparsedp.continual import (
     NegDigitCounter,
     SqrtCounter,
     ToeplitzCounter,
-    fenwick_matrices,
     sqrt_coefficients,
 )
 from sparsedp.continual import toeplitz as toeplitz_module
@@ -218,7 +217,8 @@ def test_bad_input_raises_before_noise_and_records_nothing_in_the_ledger(name):
         ALL[name](0, accountant=acc)
     assert len(acc.ledger) == 1 and acc.spent == (1.0 if pure else 0.5)
     assert gen.bit_generator.state == gen_state
-    assert (gen_state != before) == name.startswith("gls")  # only the GLS tree draws at creation
+    # the GLS tree and the Toeplitz counters' offsets release draw all their noise at creation
+    assert (gen_state != before) == (name.startswith("gls") or name in ("sqrt", "blt", "toeplitz"))
     c = ALL[name](12, rng=5)
     twin = ALL[name](12, rng=5)
     for bad in (-1, 0.5, float("nan"), "x", 2.0**51):
@@ -229,11 +229,12 @@ def test_bad_input_raises_before_noise_and_records_nothing_in_the_ledger(name):
 
 # ---- (c) exact-noise variances against the plan's ---------------------------------------------------
 
-def test_toeplitz_exact_release_is_the_post_processing_of_the_exact_measurement():
+@pytest.mark.parametrize("release", ["offsets", "measurement"])
+def test_toeplitz_exact_release_is_the_post_processing_of_the_exact_measurement(release):
     N = 9
     x = np.array([3, 0, 1, 5, 2, 2, 0, 7, 1], dtype=float)
     for make in (lambda **k: SqrtCounter(N, 0.5, **k), lambda **k: BLTCounter(N, 0.5, buffers=2, **k)):
-        c = make(rng=4)
+        c = make(rng=4, release=release)
         out = c.run(x)
         M = c.measured_strategy().toarray()  # the rounded lattice strategy M'
         assert np.array_equal(M * 2.0**c.strategy_bits, np.round(M * 2.0**c.strategy_bits))
@@ -246,6 +247,114 @@ def test_toeplitz_exact_release_is_the_post_processing_of_the_exact_measurement(
 
 def plan_noise(plan, seed):
     return plan.noise_stream(rng=seed).all()
+
+
+TOEPLITZ = {
+    "sqrt": lambda n, **kw: SqrtCounter(n, 0.5, **kw),
+    "blt": lambda n, **kw: BLTCounter(n, 0.5, buffers=3, **kw),
+    "toeplitz": lambda n, **kw: ToeplitzCounter(n, 0.5, sqrt_coefficients(n), **kw),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TOEPLITZ))
+@pytest.mark.parametrize("increments", ["counts", "unit"])
+def test_toeplitz_offsets_release_equals_the_measurement_release(name, increments):
+    """The default exact release ``s + W M'^{-1} z`` (offsets drawn at creation, O(1) per step) and the
+    forward substitution of the exact measurement ``W M'^{-1} (M' x + z)`` (O(t) per step) are the same
+    release up to float rounding, for the same noise (same seed); both on N = 3000 (first-column plan)."""
+    N = 3000
+    rng = np.random.default_rng(7)
+    x = rng.integers(0, 4, N).astype(float) if increments == "counts" else rng.uniform(0, 1, N)
+    a = TOEPLITZ[name](N, rng=11, increments=increments)
+    b = TOEPLITZ[name](N, rng=11, increments=increments, release="measurement")
+    assert a.release == "offsets" and b.release == "measurement" and a.plan.measured.shape == (N, 1)
+    out_a, out_b = a.run(x), b.run(x)
+    scale = float(np.sqrt(b.last_variance))
+    assert np.max(np.abs(out_a - out_b)) <= 1e-9 * scale  # measured ~1e-12 absolute
+    assert a.last_variance == b.last_variance and a.plan.cost == b.plan.cost
+    np.testing.assert_array_equal(a.plan.scales, b.plan.scales)
+
+
+def test_toeplitz_offsets_do_not_depend_on_the_data():
+    """``s~ - s`` is the same offset process for any stream, adaptive ones included (the same seed):
+    the two conditions of :mod:`sparsedp.continual.adaptive`."""
+    from sparsedp.continual import adaptive_run
+
+    N = 200
+    offsets = []
+    for choose in (lambda t, out: 0.0, lambda t, out: float(t % 3),
+                   lambda t, out: 1.0 if (out.size and out[-1] > t / 2) else 0.0):
+        for name in ("sqrt", "blt"):
+            out, inc = adaptive_run(TOEPLITZ[name](N, rng=3), choose)
+            offsets.append((name, out - np.cumsum(inc)))
+    for name in ("sqrt", "blt"):
+        mine = [o for n, o in offsets if n == name]
+        for o in mine[1:]:
+            np.testing.assert_allclose(o, mine[0], rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", sorted(TOEPLITZ))
+def test_toeplitz_release_argument_is_checked_before_the_charge(name):
+    acc = Accountant(rho=1.0)
+    gen = np.random.default_rng(0)
+    st = gen.bit_generator.state
+    for bad in ("offset", None, 1):
+        with pytest.raises(SparseDPError, match="release"):
+            TOEPLITZ[name](10, rng=gen, accountant=acc, release=bad)
+    assert acc.ledger == () and gen.bit_generator.state == st
+
+
+def test_toeplitz_offsets_release_has_no_horizon_limit_of_the_int64_product(monkeypatch):
+    """The measurement release refuses horizons whose exact int64 product could overflow; the offsets
+    release computes no product of the data and takes them (here: the limit lowered to 2^40)."""
+    monkeypatch.setattr(toeplitz_module, "_INT_LIMIT", 2.0**40)
+    with pytest.raises(InvalidPrivacyParameterError, match="horizon"):
+        SqrtCounter(5000, 0.5, rng=0, release="measurement")
+    c = SqrtCounter(5000, 0.5, rng=0)
+    out = c.run(np.ones(5000))
+    assert np.all(np.isfinite(out)) and abs(out[-1] - 5000) < 20 * np.sqrt(c.last_variance)
+
+
+class EighthSigmaSqrt(SqrtCounter):
+    """A deliberately broken square-root counter: sigma / 8 (the charge still says rho; the true
+    loss is 64 rho)."""
+
+    def _calibrate_exact(self, m):
+        import dataclasses
+
+        super()._calibrate_exact(m)
+        p = self.plan
+        self.plan = dataclasses.replace(p, unit_scales=p.unit_scales / 8, scales=p.scales / 8)
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_audit_of_the_square_root_counter_offsets_release(broken):
+    """End to end on the released running sums (default exact offsets release), ``N = 2``, neighbours
+    differing in step 1 (column 1, the longest).  Statistic: the likelihood ratio of the exact
+    measurement recovered from the release, ``y^ = M' W^{-1} s~`` (a post-processing).  Claim:
+    ``rho = 0.25`` as ``(eps(delta), delta)``, ``delta = 10^-3``."""
+    from sparsedp.privacy import zcdp_to_approx_dp
+
+    rho, delta, N = 0.25, 1e-3, 2
+    cls = EighthSigmaSqrt if broken else SqrtCounter
+    ref = SqrtCounter(N, rho, rng=0)
+    M = ref.measured_strategy().toarray()
+    d = M[:, 0]  # M' (x1 - x0)
+    sigma = float(ref.plan.scales[0])
+
+    x0, x1 = [0, 0], [1, 0]
+
+    def release(x, g):  # the likelihood-ratio projection, centred at x0 (the same map for both inputs)
+        out = cls(N, rho, rng=g).run(x)
+        y_hat = M @ np.diff(out, prepend=0.0)
+        return np.array([(y_hat - M @ np.asarray(x0, float)) @ d / sigma**2])
+
+    res = audit(release, x0, x1, trials=1000, rng=5, delta=delta)  # measured: 0.58 correct, 4.8 broken
+    claim = zcdp_to_approx_dp(rho, delta)
+    if broken:
+        assert res.epsilon_lower > claim, (res, claim)
+    else:
+        assert res.epsilon_lower <= claim, (res, claim)
 
 
 def test_toeplitz_first_column_plan_equals_the_explicit_plan(monkeypatch):

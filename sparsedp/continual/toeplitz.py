@@ -31,13 +31,32 @@ would let the ledger show ``N`` columns; it does not exist in :mod:`sparsedp.mea
 * ``secure=True`` (default): exact discrete Gaussian noise needs a *lattice* strategy -- with
   ``z`` on a lattice and a non-integer ``M``, ``s + B z`` has a support that moves with the data
   (not private at all).  So the strategy is rounded to ``m'_k = 2^-F round(2^F m_k)`` (``F <= 20``,
-  smaller only at budgets where the exact sampler's scale would exceed ``2^40``), the plan is
-  grid-exact on the lattice ``q 2^-F`` (``q`` the data quantum), ``y_t = (M' x)_t + z_t`` is
-  computed *exactly* (two int64 products over a high / low split of the increments, sized so that
-  neither can overflow anywhere in the increment domain), and the release is ``W M'^{-1} y`` by forward
-  substitution (``v = M'^{-1} y``, ``s~_t = sum v``): a post-processing of the exact measurement.
-  Cost ``O(t)`` per step for every Toeplitz counter, BLT included (its ``O(d)`` recursion needs the
-  real-valued strategy: use ``secure=False`` for long BLT streams).
+  smaller only at budgets where the exact sampler's scale would exceed ``2^40``) and the plan is
+  grid-exact on the lattice ``q 2^-F`` (``q`` the data quantum): ``y = M' x + z`` with exact discrete
+  Gaussian ``z`` of scale ``sigma = Delta_2(M') / sqrt(2 rho)`` (certified from the rounded entries,
+  in lattice units) is ``rho``-zCDP.  The decoder of the rounded strategy is ``B' = W M'^{-1}``
+  (lower-triangular Toeplitz, first column ``b' = cumsum(1 / m'(x))``), and two releases of the same
+  ``W M'^{-1} y`` are offered (``release=``):
+
+  - ``"offsets"`` (default): ``s~_t = s_t + e_t`` with the data-independent offsets
+    ``e = B' z`` (``B' M' = W``, so ``B' y = s + B' z`` exactly).  ``z`` is drawn from the plan's
+    noise stream when the counter is created (its law does not depend on the data, and which ``z_i``
+    is drawn does not depend on the stream; :mod:`.adaptive`), ``e`` is computed once by an FFT
+    convolution (``b'`` by Newton's series inversion, :func:`series_inverse`), ``O(N log N)``, and
+    each step costs ``O(1)``: the exact running sum plus a stored offset.  **Rounding channel**
+    (as in the GLS-tree counter, :mod:`.glstree`): mathematically ``s + e = B' y`` for the exact
+    measurement ``y``, but ``e`` is evaluated in floating point from the exact ``z`` (and ``b'``
+    itself is a float approximation, about ``1e-16`` relative; the offsets agree with the forward
+    substitution of the ``"measurement"`` release to about ``1e-12`` absolute, tested), and
+    ``s_t + e_t`` is rounded once more; these roundings are functions of ``z`` (and of ``s_t``'s
+    magnitude), not of ``y`` alone.  So this release removes the sampler's float leak (Mironov
+    2012) but keeps a much smaller rounding channel of the offsets.
+  - ``"measurement"``: ``y_t = (M' x)_t + z_t`` is computed *exactly* (two int64 products over a
+    high / low split of the increments, sized so that neither can overflow anywhere in the increment
+    domain), and the release is ``W M'^{-1} y`` by forward substitution (``v = M'^{-1} y``,
+    ``s~_t = sum v``): a float post-processing of the exact measurement, so no rounding channel
+    beyond it.  Cost ``O(t)`` per step (BLT included), noise drawn as the stream goes; horizons
+    whose int64 product could overflow are refused.
 """
 
 from __future__ import annotations
@@ -53,7 +72,7 @@ import scipy.signal
 import scipy.sparse as sp
 
 from ..calibration import gaussian_sigma, round_up
-from ..errors import InputBoundError, InvalidPrivacyParameterError, SparseDPError
+from ..errors import InvalidPrivacyParameterError, SparseDPError
 from ..operators import SparseOperator
 from ..privacy import Accountant
 from ..validation import MAX_MAGNITUDE, check_rho
@@ -63,6 +82,7 @@ from .error import ContinualError
 from .fenwick import check_horizon
 
 __all__ = [
+    "RELEASES",
     "sqrt_coefficients",
     "toeplitz_error",
     "sqrt_error",
@@ -85,6 +105,9 @@ EXPLICIT_MAX = 2048
 #: Exact noise: the strategy is rounded to multiples of ``2^-STRATEGY_BITS`` (at most).
 STRATEGY_BITS = 20
 _INT_LIMIT = 2.0**62
+#: The releases of an exact-noise Toeplitz counter (module docstring): data-independent offsets
+#: (``O(1)`` per step, default) or the forward substitution of the exact measurement (``O(t)``).
+RELEASES = ("offsets", "measurement")
 
 
 def sqrt_coefficients(N: int) -> np.ndarray:
@@ -271,6 +294,13 @@ def strategy_sq_bound(m: np.ndarray, closed_form: float | None = None) -> float:
     return float(round_up(total, higham_gamma(m.size + 3)))
 
 
+def check_release(release: Any) -> str:
+    """``release`` if it names a release of :data:`RELEASES`, else :class:`SparseDPError`."""
+    if not isinstance(release, str) or release not in RELEASES:
+        raise SparseDPError(f"release must be one of {RELEASES}, got {release!r}")
+    return release
+
+
 def toeplitz_strategy(decoder: np.ndarray, N: int) -> np.ndarray:
     """``m`` with ``B M = W`` for the lower-triangular Toeplitz decoder ``b``: column 1 of ``M`` is
     ``B^{-1} 1`` (``O(N^2)`` forward substitution via :func:`scipy.signal.lfilter`)."""
@@ -322,7 +352,10 @@ class ToeplitzCounter(StreamingCounter):
     of the decoder itself (``strategy=`` its first column, else computed, ``O(N^2)``): a given
     ``m_sq_sum`` can only raise ``Delta_2``, never lower it (:func:`strategy_sq_bound`).
     ``secure=True`` (default): exact discrete Gaussian noise on the rounded strategy ``M'`` (module
-    docstring; ``O(t)`` per step); ``secure=False``: float64 noise (an explicit opt-out).
+    docstring), released as ``release="offsets"`` (default: ``s_t + e_t``, ``e = W M'^{-1} z`` drawn
+    and computed at creation, ``O(1)`` per step; a float rounding channel of the offsets) or
+    ``release="measurement"`` (``W M'^{-1} y`` by forward substitution of the exact ``y``, ``O(t)``
+    per step); ``secure=False``: float64 noise (an explicit opt-out; ``release`` is then unused).
     ``increments=`` and ``accountant=`` (charged ``rho`` here, before any draw) as in :mod:`._stream`.
     """
 
@@ -330,9 +363,10 @@ class ToeplitzCounter(StreamingCounter):
 
     def __init__(self, horizon: int, rho: float, decoder: np.ndarray, m_sq_sum: float | None = None,
                  rng: Any = None, *, strategy: np.ndarray | None = None, increments: str = "counts",
-                 accountant: Accountant | None = None, secure: bool = True) -> None:
+                 accountant: Accountant | None = None, secure: bool = True, release: str = "offsets") -> None:
         super().__init__(horizon, increments, secure)
         accountant = check_accountant(accountant)
+        self.release = check_release(release)
         self.rho = check_rho(rho, "rho")
         N = self.horizon
         self._b = np.asarray(decoder, dtype=np.float64)[:N]
@@ -379,19 +413,21 @@ class ToeplitzCounter(StreamingCounter):
                 last = exc
                 continue
             self.quantum, self.strategy_bits = q, F
-            self._mi = mi.astype(np.int64)
             self._mf = np.ldexp(mi, -F)
             self._grid = grid
-            self._split = self._split_bits(float(np.abs(mi).max()), q)
             self.sensitivity = float(self.plan.sensitivity) * grid
             self.sigma = float(self.plan.scales[0])
-            self._mmax = float(np.abs(mi).max())
             N = self.horizon
-            self._ai = np.zeros(N, dtype=np.int64)
-            self._xv = np.zeros(N)
-            # Var(s~_t) = Var(z) sum_{k<t} b'_k^2, b' = W M'^{-1} e_1 (data-independent, computed once)
-            b_exact = np.cumsum(series_inverse(self._mf, N))
-            self._xvar = float(row_variances(self.plan)[0]) * np.cumsum(b_exact * b_exact)
+            if self.release == "measurement":
+                self._mi = mi.astype(np.int64)
+                self._split = self._split_bits(float(np.abs(mi).max()), q)
+                self._mmax = float(np.abs(mi).max())
+                self._ai = np.zeros(N, dtype=np.int64)
+                self._xv = np.zeros(N)
+            # the decoder b' = W M'^{-1} e_1 of the rounded strategy (data-independent, computed once):
+            # Var(s~_t) = Var(z) sum_{k<t} b'_k^2; the offsets e = B' z (release="offsets")
+            self._b_exact = np.cumsum(series_inverse(self._mf, N))
+            self._xvar = float(row_variances(self.plan)[0]) * np.cumsum(self._b_exact * self._b_exact)
             return
         raise InvalidPrivacyParameterError(
             f"rho = {self.rho!r} is too small for exact noise on this strategy (the sampler's scale would "
@@ -409,6 +445,15 @@ class ToeplitzCounter(StreamingCounter):
                 f"horizon {self.horizon} is too long for the exact int64 strategy product of exact noise: use "
                 "secure=False")
         return K
+
+    def _open(self, accountant: Accountant | None, rng: Any) -> None:
+        """Charge and open the noise; with ``release="offsets"`` draw every ``z`` now (after the
+        charge: nothing can fail after it) and compute the offsets ``e = B' z`` (FFT, ``O(N log N)``)."""
+        super()._open(accountant, rng)
+        if self.secure and self.release == "offsets":
+            assert self._noise is not None
+            z = self._noise.all()  # data units: g k, exact (g a power of two)
+            self._offsets = scipy.signal.fftconvolve(self._b_exact, z)[: self.horizon].tolist()
 
     # ---- the stream -----------------------------------------------------------------------------
     def measured_strategy(self) -> sp.csr_matrix:
@@ -449,9 +494,16 @@ class ToeplitzCounter(StreamingCounter):
         self.last_variance = float(self._xvar[i])
         return self._s
 
+    def _offset_step(self, a: float) -> float:
+        """``s~_t = s_t + e_t``: the exact running sum plus the stored offset (``release="offsets"``)."""
+        i = self.t
+        self._s += a
+        self.last_variance = float(self._xvar[i])
+        return self._s + self._offsets[i]
+
     def _step(self, a: float) -> float:
         if self.secure:
-            return self._exact_step(a)
+            return self._offset_step(a) if self.release == "offsets" else self._exact_step(a)
         t = self.t + 1
         self._s += a
         self.last_variance = self.sigma**2 * self._b2[t - 1]
@@ -459,7 +511,9 @@ class ToeplitzCounter(StreamingCounter):
 
 
 class SqrtCounter(ToeplitzCounter):
-    """Square-root factorisation counter (``B = M = W^{1/2}``), ``rho``-zCDP, ``O(t)`` per step."""
+    """Square-root factorisation counter (``B = M = W^{1/2}``), ``rho``-zCDP: ``O(t)`` per step with
+    float noise and with ``release="measurement"``, ``O(1)`` per step (after ``O(N log N)`` at
+    creation) with exact noise and ``release="offsets"`` (the default)."""
 
     name = "sqrt"
 
@@ -470,15 +524,18 @@ class SqrtCounter(ToeplitzCounter):
 
 class BLTCounter(ToeplitzCounter):
     """BLT counter: ``O(d)`` time and state per step (``u <- theta u + z``, noise ``w . u``) with
-    float noise (``secure=False``); exact noise measures the rounded strategy, ``O(t)`` per step."""
+    float noise (``secure=False``); exact noise measures the rounded strategy (``O(1)`` per step
+    after an ``O(N log N)`` start with ``release="offsets"``, ``O(t)`` with ``"measurement"``)."""
 
     name = "blt"
 
     def __init__(self, horizon: int, rho: float, blt: BLT | None = None, buffers: int = 5, rng: Any = None, *,
-                 increments: str = "counts", accountant: Accountant | None = None, secure: bool = True) -> None:
+                 increments: str = "counts", accountant: Accountant | None = None, secure: bool = True,
+                 release: str = "offsets") -> None:
         N = check_horizon(horizon)
         StreamingCounter.__init__(self, N, increments, secure)
         accountant = check_accountant(accountant)
+        self.release = check_release(release)
         self.rho = check_rho(rho, "rho")
         if blt is not None and not isinstance(blt, BLT):
             raise SparseDPError(f"blt must be a BLT, got {type(blt).__name__}")
@@ -502,7 +559,7 @@ class BLTCounter(ToeplitzCounter):
 
     def _step(self, a: float) -> float:
         if self.secure:
-            return self._exact_step(a)
+            return self._offset_step(a) if self.release == "offsets" else self._exact_step(a)
         t = self.t + 1
         self._s += a
         bt = float(self._w @ self._theta ** (t - 1))
