@@ -13,7 +13,8 @@ statistical testers of Ding et al., CCS 2018):
    coordinate and the difference of the two selection means -- and scores threshold events
    ``{<v, R> > t}`` / ``{<v, R> < t}`` at quantile thresholds (log-spaced into both tails, so rare
    events with large ratios are tried) by the Clopper-Pearson bound they give on the selection
-   part itself, keeping the best (both orders of ``x, x'``);
+   part itself (at confidence ``1 - 10^-3``, which penalises rare events whose selection counts
+   are lucky), keeping the best (both orders of ``x, x'``);
 3. on the held-out part, counts the one chosen event and returns Clopper-Pearson bounds
    (``alpha / 2`` each side, so the bound holds with probability ``>= 1 - alpha``) and
    ``epsilon_lower = ln((p_lo - delta) / q_hi)``.
@@ -55,6 +56,9 @@ from .errors import SparseDPError
 __all__ = ["AuditResult", "audit", "clopper_pearson", "plan_release"]
 
 _MAX_BLOCK_ENTRIES = 1 << 22  # plan_release: entries of one block-diagonal copy (memory bound)
+# events are scored on the selection part at this stricter confidence: among hundreds of candidates,
+# rare events with lucky counts look best at alpha = 0.05 and then fail on the held-out part
+_SELECTION_ALPHA = 1e-3
 
 
 @dataclass(frozen=True)
@@ -234,7 +238,7 @@ def audit(
     Sb = np.vstack(list(draw(x_prime, n_sel)))
     if Sa.shape[1] != Sb.shape[1]:
         raise SparseDPError("the two inputs give outputs of different lengths")
-    ev = _best_event(Sa, Sb, alpha, delta)
+    ev = _best_event(Sa, Sb, min(alpha, _SELECTION_ALPHA), delta)
     del Sa, Sb
     if ev is None:
         return AuditResult(0.0, 0.0, 0.0, 0.0, 1.0, "none", trials, alpha, delta, n_sel, n_hold)
