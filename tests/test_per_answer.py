@@ -17,6 +17,14 @@ from sparsedp.strategies import TreeLayout
 from sparsedp.trees.build import as_interval_tree, tree_from_splits
 
 
+def _check_ratio(ratio, R):
+    """Empirical / reported variance: the mean over answers within 10% (answers that share noise are
+    correlated, so the mean is not much tighter than one answer), each answer within 4 standard
+    errors of a variance estimate from ``R`` Laplace-tailed draws (kurtosis <= 6: ``sqrt(5 / R)``)."""
+    assert abs(np.mean(ratio) - 1.0) < 0.10, np.mean(ratio)
+    assert np.all(np.abs(ratio - 1.0) < 4.0 * np.sqrt(5.0 / R)), ratio
+
+
 def _dense_cov(tree, v):
     """``(A^T V^-1 A)^-1`` for the node-interval rows ``A`` of ``tree`` (tests only)."""
     A = np.zeros((tree.size, tree.n))
@@ -140,7 +148,7 @@ def test_tree_release_variances_match_empirical_and_intervals_cover(name):
             half = (hi - lo) / 2.0
             np.testing.assert_allclose((hi + lo) / 2.0, p.ranges(PAIRS))
     ratio = errs.var(axis=0) / var
-    assert np.all(np.abs(ratio - 1.0) < 0.10), ratio
+    assert np.all(np.abs(ratio - 1.0) < 0.10), ratio  # 2000 runs: every answer within 10%
     coverage = np.mean(np.abs(errs) <= half, axis=0)
     # a single Laplace term is covered with probability 0.953 exactly: allow 3 standard errors per
     # answer, and require 95% over all answers together
@@ -170,3 +178,173 @@ def test_tree_release_accuracy_survives_save_and_load(tmp_path):
 
     back = load_release(path)
     np.testing.assert_allclose(back.variances(PAIRS), rel.variances(PAIRS))
+
+
+# -- continual counters ----------------------------------------------------------------------------
+
+N_STEPS = 48
+
+
+def _counters():
+    from sparsedp import continual as c
+
+    blt = c.fit_blt(N_STEPS, 3)
+    return {
+        "fenwick": lambda r: c.ContinualCounter(N_STEPS, epsilon=1.0, rng=r, secure=False),
+        "fenwick-gauss": lambda r: c.ContinualCounter(N_STEPS, rho=0.5, noise="gaussian", rng=r, secure=False),
+        "naive": lambda r: c.NaiveCounter(N_STEPS, 1.0, rng=r, secure=False),
+        "binary": lambda r: c.BinaryMechanism(N_STEPS, 1.0, rng=r, secure=False),
+        "honaker": lambda r: c.HonakerCounter(N_STEPS, 1.0, rng=r, secure=False),
+        "negdigit": lambda r: c.NegDigitCounter(N_STEPS, 1.0, k=3, rng=r, secure=False),
+        "gls": lambda r: c.GLSTreeCounter(N_STEPS, 1.0, rng=r, secure=False),
+        "sqrt": lambda r: c.SqrtCounter(N_STEPS, 0.5, rng=r, secure=False),
+        "blt": lambda r: c.BLTCounter(N_STEPS, 0.5, blt=blt, rng=r, secure=False),
+        "fenwick-exact": lambda r: c.ContinualCounter(N_STEPS, epsilon=1.0, rng=r),
+    }
+
+
+@pytest.mark.parametrize("name", list(_counters()))
+def test_counter_step_variances_match_empirical_and_intervals_cover(name):
+    make = _counters()[name]
+    x = np.random.default_rng(0).poisson(3, N_STEPS)
+    truth = np.cumsum(x)
+    R = 1000
+    errs = np.empty((R, N_STEPS))
+    for r in range(R):
+        ctr = make(r)
+        out = ctr.run(x)
+        errs[r] = out - truth
+    var = ctr.variances()
+    assert var.shape == (N_STEPS,) and np.all(var > 0)
+    np.testing.assert_array_equal(ctr.released(), out)
+    # 1000 runs: the variance of one step is known to about +-9% (Laplace tails), their mean to a few %
+    _check_ratio(errs.var(axis=0) / var, R)
+    lo, hi = ctr.confidence_intervals(0.95)
+    np.testing.assert_allclose((lo + hi) / 2.0, out)
+    rep = ctr.error_report()
+    half = (hi - lo) / 2.0
+    coverage = np.mean(np.abs(errs) <= half, axis=0)
+    assert coverage.mean() >= 0.95 and np.all(coverage >= 0.95 - 3 * np.sqrt(0.95 * 0.05 / R)), coverage
+    expected = {"fenwick-gauss": "gaussian", "sqrt": "gaussian", "blt": "gaussian", "fenwick-exact": "chebyshev"}
+    assert rep.interval_method() == expected.get(name, "laplace")
+    assert rep.total == pytest.approx(var.sum())
+
+
+def test_counter_step_variances_are_the_analytic_ones():
+    from sparsedp import continual as c
+
+    N = 37
+    ctr = c.BinaryMechanism(N, 0.5, rng=0, secure=False)
+    ctr.run(np.ones(N))
+    np.testing.assert_allclose(ctr.variances(), c.binary_variance(N, 0.5), rtol=1e-12)
+    g = c.GLSTreeCounter(N, 1.0, rng=0, secure=False)
+    g.run(np.ones(20))
+    np.testing.assert_allclose(g.variances(), g.step_variances()[:20])
+    f = c.ContinualCounter(N, epsilon=1.0, rng=0, secure=False)
+    f.run(np.ones(N))
+    np.testing.assert_allclose(f.variances(), f.expected_error().per_step, rtol=1e-9)
+
+
+def test_counter_accuracy_before_release_and_after_restore(tmp_path):
+    from sparsedp import continual as c
+
+    ctr = c.ContinualCounter(16, epsilon=1.0, rng=0)
+    with pytest.raises(SparseDPError, match="nothing released"):
+        ctr.error_report()
+    ctr.run([1, 2, 3])
+    back = c.ContinualCounter.from_state(ctr.state(), rng=1)
+    back.update(4)
+    assert np.isnan(back.variances()[:3]).all() and np.isfinite(back.variances()[3])
+    with pytest.raises(SparseDPError, match="step 1"):
+        back.confidence_intervals()
+
+
+# -- consistency results: restaurant and flows ------------------------------------------------------
+
+
+def test_restaurant_variances_match_dense_projection_and_empirical():
+    from sparsedp.consistency.restaurant import COMBOS, _layout_intervals, restaurant, restaurant_layout, restaurant_release
+
+    T = 6
+    sales = restaurant(T, 5)
+    R = 800
+    errs = []
+    for r in range(R):
+        rel = restaurant_release(sales=sales, epsilon=1.0, seed=r, secure=False, evaluate=True)
+        errs.append(rel.x - rel.truth)
+    errs = np.array(errs)
+    var = rel.variances()
+    lay = restaurant_layout(T)
+    lo, hi = _layout_intervals(lay)
+    A = np.zeros((lay.nodes, T))
+    for u in range(lay.nodes):
+        A[u, lo[u] : hi[u]] = 1.0
+    K = COMBOS.T.astype(float)
+    P = np.kron(A @ np.linalg.inv(A.T @ A) @ A.T, K @ np.linalg.inv(K.T @ K) @ K.T)  # node-major
+    np.testing.assert_allclose(var, rel.variance * np.diag(P), rtol=1e-10)
+    _check_ratio(errs.var(axis=0) / var, R)
+    lower, upper = rel.confidence_intervals(0.95)
+    half = (upper - lower) / 2.0
+    np.testing.assert_allclose((upper + lower) / 2.0, rel.x)
+    assert np.mean(np.abs(errs) <= half) >= 0.95
+    rep = rel.error_report()
+    assert rep.method == "exact-tree-span" and rep.interval_method() == "laplace"
+    exact = restaurant_release(sales=sales, epsilon=1.0, seed=0)
+    assert exact.error_report().interval_method() == "chebyshev"
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_flow_variances_exact_estimate_bound_and_empirical(fixed):
+    from sparsedp.flows import random_trips, release_flows, road_grid
+
+    road = road_grid(3, 4)
+    trips = random_trips(road, 60, seed=1, max_edges=6)
+    rel = release_flows(road, trips, epsilon=1.0, rng=0, secure=False, fixed_endpoints=fixed)
+    C = rel.system.C.toarray()
+    want = rel.noise_variance * (1.0 - np.diag(C.T @ np.linalg.pinv(C @ C.T) @ C))
+    exact = rel.error_report("exact")
+    np.testing.assert_allclose(exact.variances, want, rtol=1e-9, atol=1e-12 * want.max())
+    assert rel.error_report().method == "exact-projection"  # small network: auto is exact
+    bound = rel.error_report("bound")
+    assert np.all(bound.variances >= exact.variances) and bound.method == "bound-projection"
+    est = rel.error_report("estimate", probes=2000, rng=0)
+    assert np.all(np.abs(est.variances / want - 1.0) < 4 * np.sqrt(2.0 / 2000))
+    R = 800
+    errs = np.empty((R, want.size))
+    for r in range(R):
+        rr = release_flows(road, trips, epsilon=1.0, rng=100 + r, secure=False, keep_truth=True, fixed_endpoints=fixed)
+        errs[r] = rr.consistent - rr.truth
+    _check_ratio(errs.var(axis=0) / want, R)
+    lower, upper = rel.confidence_intervals(0.95)
+    np.testing.assert_allclose((upper + lower) / 2.0, rel.consistent)
+    assert np.mean(np.abs(errs) <= (upper - lower) / 2.0) >= 0.95
+    with pytest.raises(SparseDPError):
+        rel.error_report("nope")
+
+
+# -- marginals (through the matrix mechanism) -------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", ["identity", "marginals"])
+def test_marginal_answers_have_exact_per_answer_variances(strategy):
+    import sparsedp
+    from sparsedp import strategies as st
+    from sparsedp import workloads as wl
+
+    dims = (3, 4, 2)
+    n = int(np.prod(dims))
+    W = wl.marginals(dims, k=2)
+    M = st.identity(n) if strategy == "identity" else W
+    mech = sparsedp.MatrixMechanism(W, M, epsilon=1.0, secure=False)
+    rep = mech.error_report()
+    Wd, Md = W.tosparse().toarray(), M.tosparse().toarray()
+    v = mech.variances()
+    want = np.einsum("ij,jk,ik->i", Wd, np.linalg.pinv(Md.T @ (Md / v[:, None])), Wd)
+    np.testing.assert_allclose(rep.variances, want, rtol=1e-9)
+    x = np.random.default_rng(0).poisson(5, n)
+    truth = Wd @ x
+    R = 800
+    errs = np.array([mech.run(x, rng=r).answers - truth for r in range(R)])
+    _check_ratio(errs.var(axis=0) / rep.variances, R)
+    lower, upper = rep.confidence_intervals(truth + errs)  # one row per run
+    assert np.mean((lower <= truth) & (truth <= upper)) >= 0.95

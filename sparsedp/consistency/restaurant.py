@@ -272,6 +272,35 @@ class RestaurantRelease:
     def x(self) -> np.ndarray:
         return self.result.x
 
+    # -- per-answer accuracy (issue 20) --------------------------------------------------------
+    def variances(self) -> np.ndarray:
+        """Exact variance of every released value (node-major, like :attr:`x`).
+
+        Every measured value has the same noise variance ``v`` (:attr:`variance`), so the consistent
+        release is the orthogonal projection ``P`` of the noisy values onto the feasible subspace
+        ``{(A (x) K) c}`` (``A`` the tree's node x day matrix, ``K = COMBOS^T``: each day's five
+        items a combination of the combos) and ``Cov(x) = v P`` with the Kronecker form
+        ``P = A (A^T A)^-1 A^T (x) K (K^T K)^-1 K^T``.  Its diagonal is the product of the tree
+        BLUE's node variances at unit noise (:class:`~sparsedp.range_variance.TreeCovariance`,
+        ``O(T)``) and the leverages of the combo span; no matrix is formed.  Exact for the
+        projection; the solver's result matches it to its residual."""
+        return _value_variances(self.layout, self.variance)
+
+    def error_report(self) -> Any:
+        """:meth:`variances` as an :class:`~sparsedp.accuracy.ErrorReport` (``total``, ``variances``,
+        ``confidence_intervals(answers, level)``; Laplace noise, ``secure`` as measured)."""
+        from ..accuracy import ErrorReport
+
+        var = self.variances()
+        total = float(var.sum())
+        return ErrorReport(total, total / var.size, "exact-tree-span", variances=var, noise="laplace",
+                           secure=bool(self.secure))
+
+    def confidence_intervals(self, level: float = 0.95, method: str = "auto") -> tuple[np.ndarray, np.ndarray]:
+        """``(lower, upper)`` around every released value at confidence ``level``
+        (:meth:`ErrorReport.confidence_intervals <sparsedp.accuracy.ErrorReport.confidence_intervals>`)."""
+        return self.error_report().confidence_intervals(self.x, level, method)
+
     @property
     def truth(self) -> np.ndarray:
         """The exact node values ``(A sales).ravel()`` (the data; for evaluation only)."""
@@ -279,6 +308,19 @@ class RestaurantRelease:
             object.__setattr__(self, "_truth", restaurant_tree_values(self.sales.sales, self.layout))
         assert self._truth is not None
         return self._truth
+
+
+def _value_variances(layout: TreeLayout, variance: float) -> np.ndarray:
+    """``diag(v P_tree (x) P_span)`` node-major (see :meth:`RestaurantRelease.variances`)."""
+    from ..range_variance import TreeCovariance
+
+    if not np.isfinite(variance) or variance <= 0:
+        raise SparseDPError(f"the release's noise variance is unknown or not positive ({variance!r})")
+    lo, hi = _layout_intervals(layout)
+    tree = TreeCovariance(layout, np.ones(layout.nodes)).ranges(lo, hi)
+    Q, _ = np.linalg.qr(COMBOS.T.astype(np.float64))  # orthonormal basis of the combos' span
+    span = np.einsum("ij,ij->i", Q, Q)
+    return float(variance) * np.outer(tree, span).ravel()
 
 
 def _check_solver_args(method: Any, max_sweeps: Any, executor: Any, callback: Any) -> int:

@@ -425,7 +425,54 @@ class StreamingCounter:
         out = self._step(value)
         self.t += 1
         self._total += value
+        self._log_step(out)
         return out
+
+    # ---- per-step accuracy (issue 20) ---------------------------------------------------------
+    def _log_step(self, out: float) -> None:
+        """Keep each released value and its variance (``last_variance``), 16 bytes per step."""
+        log = getattr(self, "_step_log", None)
+        if log is None:
+            log = self._step_log = np.full((2, self.horizon), np.nan)
+        log[0, self.t - 1] = out
+        log[1, self.t - 1] = self.last_variance
+
+    def released(self) -> np.ndarray:
+        """The values released so far, ``s~_1 .. s~_t`` (``nan`` for steps released before this
+        object was restored from a saved state)."""
+        log = getattr(self, "_step_log", None)
+        return np.full(self.t, np.nan) if log is None else log[0, : self.t].copy()
+
+    def variances(self) -> np.ndarray:
+        """``Var(s~_1) .. Var(s~_t)``: the exact variance of every value released so far (each step's
+        ``last_variance``, from the plan's per-row variances; ``nan`` for steps released before this
+        object was restored from a saved state)."""
+        log = getattr(self, "_step_log", None)
+        return np.full(self.t, np.nan) if log is None else log[1, : self.t].copy()
+
+    def error_report(self) -> Any:
+        """The released steps' variances as an :class:`~sparsedp.accuracy.ErrorReport` (``total``,
+        ``per_query``, ``variances``, ``confidence_intervals(answers, level)``), with the counter's
+        noise and ``secure`` flag for the interval method."""
+        from ..accuracy import ErrorReport
+
+        var = self.variances()
+        if not var.size:
+            raise SparseDPError(f"{self.name}: nothing released yet")
+        if not np.all(np.isfinite(var)):
+            first = int(np.flatnonzero(~np.isfinite(var))[0]) + 1
+            raise SparseDPError(f"{self.name}: the variance of step {first} is not known to this object (released "
+                                "before it was restored from a saved state, or not reported by the counter)")
+        total = float(var.sum())
+        noise = self.plan.noise if self.plan is not None else ("gaussian" if self.rho is not None else "laplace")
+        return ErrorReport(total, total / var.size, f"exact-{self.name}", variances=var, noise=noise,
+                           secure=bool(self.secure))
+
+    def confidence_intervals(self, level: float = 0.95, method: str = "auto") -> tuple[np.ndarray, np.ndarray]:
+        """``(lower, upper)`` around every released ``s~_t`` at confidence ``level`` (the methods of
+        :meth:`~sparsedp.accuracy.ErrorReport.confidence_intervals`: Gaussian exact, Laplace a
+        guaranteed bound, Chebyshev for exact discrete noise)."""
+        return self.error_report().confidence_intervals(self.released(), level, method)
 
     def run(self, increments: Iterable[float]) -> np.ndarray:
         """``update`` over ``increments`` in order; the outputs as an array."""
