@@ -14,6 +14,8 @@ from ..progress import loop_disable, progress_bar
 
 __all__ = ["Deadline", "SearchResult", "lbfgs"]
 
+_BAR_EVERY = 0.1  # seconds between updates of a drawn progress bar
+
 
 class Deadline:
     """A wall-clock limit (``None``: none)."""
@@ -46,6 +48,16 @@ class SearchResult:
     stopped: str
 
 
+def _touch(bar: list, evaluations: int, best: float) -> None:
+    """Make (once) and advance the search's progress bar ``bar = [tqdm | None, wanted, last]``."""
+    if bar[0] is None:
+        bar[0] = progress_bar(desc="optimise", unit="eval", disable=None, initial=evaluations)
+        bar[1] = not bar[0].disable  # not a terminal: stop trying
+    bar[0].set_postfix_str(f"best {best:.6g}", refresh=False)
+    bar[0].update(evaluations - bar[0].n)
+    bar[2] = time.perf_counter()
+
+
 def lbfgs(
     fun: Callable[[np.ndarray], tuple[float, np.ndarray]],
     x0: np.ndarray,
@@ -70,7 +82,9 @@ def lbfgs(
     best: list = [math.inf, x0.copy()]
     count = [0]
     last = [0.0]
-    bar = progress_bar(desc="optimise", unit="eval", disable=loop_disable())  # drawn in a command on a terminal
+    # a tqdm bar inside a sparsedp command on a terminal, made only once the search has run
+    # _BAR_EVERY seconds (most searches are shorter: a bar costs ~0.2 ms to make)
+    bar: list = [None, loop_disable() is None, time.perf_counter()]  # bar, wanted, last touched
 
     def wrapped(x: np.ndarray) -> tuple[float, np.ndarray]:
         if count[0] and deadline is not None and deadline.remaining() < (1.0 + reserve) * last[0]:
@@ -83,8 +97,8 @@ def lbfgs(
             return 1e300, np.zeros_like(x)
         if f < best[0]:
             best[0], best[1] = f, x.copy()
-            bar.set_postfix_str(f"best {f:.6g}", refresh=False)
-        bar.update(1)
+        if bar[1] and time.perf_counter() - bar[2] >= _BAR_EVERY:
+            _touch(bar, count[0], best[0])
         return f, g
 
     bnds = None
@@ -105,5 +119,6 @@ def lbfgs(
     except _OutOfTime:
         stopped = "time limit"
     finally:
-        bar.close()
+        if bar[0] is not None:
+            bar[0].close()
     return SearchResult(best[1], float(best[0]), count[0], stopped)
