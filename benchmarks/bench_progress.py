@@ -54,13 +54,13 @@ def jobs(side: int) -> dict:
         f"flows CG ({road.nodes} nodes)": lambda: project(noisy, system, method="cg", tol=1e-8),
         f"flows alternating ({road.nodes} nodes)": lambda: project(noisy, system, method="alternating", tol=1e-4),
         "completion SOR (1000^2, p 0.15, r 10)": lambda: lmafit_sor(observed, 10, rng=0),
-        "optimise all ranges n=128 (auto)": lambda: optimize(wl.all_ranges(128), rng=0),
+        "optimise prefix n=64 (auto)": lambda: optimize(wl.prefix(64), rng=0),
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--reps", type=int, default=5, help="timed runs per mode (default 5)")
+    ap.add_argument("--reps", type=int, default=7, help="timed runs per mode (default 7)")
     ap.add_argument("--side", type=int, default=300, help="grid side of the flows network (default 300)")
     ap.add_argument("--out", default=str(HERE / "results" / "progress.json"))
     args = ap.parse_args(argv)

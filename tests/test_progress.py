@@ -160,7 +160,12 @@ def test_library_loops_draw_inside_a_command_on_a_terminal_only(monkeypatch):
     monkeypatch.setattr(progress, "MININTERVAL", 0.0)
     import sparsedp.flows.solve as flows_solve
 
+    import importlib
+
+    search = importlib.import_module("sparsedp.optimize.search")  # sparsedp.optimize is also a function
+
     monkeypatch.setattr(flows_solve, "PROGRESS_EVERY", 0.0)  # a CG residual at every step
+    monkeypatch.setattr(search, "_BAR_EVERY", 0.0)  # the optimiser's bar at every evaluation
     term = Terminal()
     monkeypatch.setattr(sys, "stderr", term)
     quiet = _library_runs()  # a library call from a program: never a bar
@@ -170,7 +175,7 @@ def test_library_loops_draw_inside_a_command_on_a_terminal_only(monkeypatch):
     text = term.getvalue()
     for desc in ("CG + Jacobi", "alternating projections", "completion", "optimise"):
         assert desc in text
-    assert "residual" in text and "eval" in text
+    assert "residual" in text and "eval" in text and "best" in text
     cg_lines = [line for line in text.replace("\r", "\n").splitlines() if line.startswith("CG + Jacobi")]
     assert any("residual" in line for line in cg_lines)
     # the bars change nothing: same iterations, same answers
