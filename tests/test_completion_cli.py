@@ -62,7 +62,7 @@ def test_complete_help_documents_every_option():
                          env=env, check=True).stdout
     for opt in ("--size", "--rank", "--observed", "--noise-scale", "--method", "--seed", "--json", "--epsilon",
                 "--bounds", "--max-per-row", "--save", "--max-iter", "--tol", "--secure", "--grid", "--seed-noise",
-                "--plain", "--no-privacy"):
+                "--plain", "--no-privacy", "--row", "--col", "--value", "--shape", "Parquet"):
         assert opt in out
 
 

@@ -133,3 +133,15 @@ def test_a_reader_that_stops_early_ends_the_stream_quietly(tmp_path):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=300) == 141
     assert float(first) == float(first) and "Traceback" not in err
+
+
+def test_continual_help_documents_the_file_input():
+    import os
+    import subprocess
+    from pathlib import Path
+
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    out = subprocess.run([sys.executable, "-m", "sparsedp", "continual", "--help"], capture_output=True, text=True,
+                         env=env, check=True).stdout
+    for word in ("data", "--column", "CSV", "Parquet", ".npy", "--horizon", "stdin"):
+        assert word in out
