@@ -1,0 +1,34 @@
+"""Multi-dimensional releases: product domains, implicit Kronecker operators, and marginal
+workloads at ResidualPlanner's optimum (Xiao et al., NeurIPS 2023) with exact noise.
+
+* :class:`Domain` -- named attributes with sizes; records as integer codes.
+* :class:`KronOperator`, :class:`KronStack`, :func:`marginal_operator` -- implicit (sums of)
+  Kronecker products with factorised sensitivity and norms.
+* :func:`contrast_basis`, :func:`residual_operator` -- the residual basis.
+* :func:`select_residuals` -- the optimal noise per residual (sum / weighted sum / max variance).
+* :func:`release_marginals` -- measure (exact discrete Gaussian, through ``sparsedp.measure``) and
+  reconstruct every marginal with its exact variance.
+"""
+
+from .domain import Domain
+from .kron import KronOperator, KronStack, apply_factors, marginal_operator
+from .release import MarginalRelease, marginal_tables, release_marginals
+from .residual import contrast_basis, residual_operator
+from .select import ResidualSelection, closure, marginals_up_to, select_residuals
+
+__all__ = [
+    "Domain",
+    "KronOperator",
+    "KronStack",
+    "MarginalRelease",
+    "ResidualSelection",
+    "apply_factors",
+    "closure",
+    "contrast_basis",
+    "marginal_operator",
+    "marginal_tables",
+    "marginals_up_to",
+    "release_marginals",
+    "residual_operator",
+    "select_residuals",
+]

@@ -1,0 +1,242 @@
+"""The optimal residual noise for a marginal workload under Gaussian noise / zCDP (ResidualPlanner).
+
+Xiao, He, Zhang, Kifer, "An optimal and scalable matrix mechanism for noisy marginals under
+convex loss functions", NeurIPS 2023.  Measure each residual ``A`` of the workload's downward
+closure (:mod:`sparsedp.marginals.residual`) once with i.i.d. ``N(0, sigma_A^2)`` noise in the
+orthonormal basis.  With ``p_A = prod_{i in A} (n_i - 1) / n_i``:
+
+* privacy: one added / removed record moves residual ``A`` by ``sqrt(p_A)`` in L2, in every residual
+  at once, so the release is ``rho``-zCDP with ``rho = sum_A p_A / (2 sigma_A^2)`` (the Gaussian
+  mechanism, Bun and Steinke 2016, composed over the residuals);
+* error: the marginal ``S`` has per-cell variance ``v_S = sum_{A subset S} sigma_A^2 f_{S,A}``,
+  ``f_{S,A} = prod_{i in A} (n_i - 1) / n_i prod_{i in S \\ A} 1 / n_i^2``, and its cells' variances
+  sum to ``sum_{A subset S} sigma_A^2 prod_{i in A} (n_i - 1) prod_{i in S \\ A} 1 / n_i``.
+
+Weighted sum of variances ``sum_S w_S sum_cells Var`` (``objective="sum"``) has the closed form
+
+    c_A = sum_{S superset A} w_S prod_{i in A} (n_i - 1) prod_{i in S \\ A} 1 / n_i
+    sigma_A^2 = sqrt(p_A / c_A) * (sum_B sqrt(c_B p_B)) / (2 rho)
+    optimum   = (sum_A sqrt(c_A p_A))^2 / (2 rho)
+
+(Lagrange / Cauchy-Schwarz: minimise ``sum c_A s_A`` subject to ``sum p_A / s_A = 2 rho``), and
+this is the optimum over *all* Gaussian linear mechanisms for the workload (the paper's Theorem).
+``objective="max"`` minimises the largest weighted per-cell variance ``max_S w_S v_S`` by its
+concave dual, ``max_{lambda in simplex} (sum_A sqrt(p_A c_A(lambda)))^2 / (2 rho)`` with weights
+``lambda_S w_S`` on the cells' variances (:func:`_max_variance_weights`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from itertools import combinations
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from ..errors import InvalidPrivacyParameterError, ShapeError, SparseDPError
+from ..validation import check_rho
+from .domain import Domain
+
+__all__ = ["ResidualSelection", "select_residuals", "marginals_up_to", "closure"]
+
+
+def marginals_up_to(domain: Domain, k: int, exact: bool = False) -> list[tuple[int, ...]]:
+    """Every marginal of order ``<= k`` (``exact``: of order ``k`` only), as sorted index tuples,
+    the empty marginal (the total) included when ``k = 0`` or not ``exact``."""
+    d = len(domain)
+    orders = [k] if exact else range(0, k + 1)
+    return [c for r in orders for c in combinations(range(d), r)]
+
+
+def closure(marginals: Iterable[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """The downward closure: every subset of every marginal, sorted by (order, indices)."""
+    seen: set[tuple[int, ...]] = set()
+    for S in marginals:
+        if S in seen:
+            continue
+        for r in range(len(S) + 1):
+            seen.update(combinations(S, r))
+    return sorted(seen, key=lambda a: (len(a), a))
+
+
+@dataclass(frozen=True)
+class ResidualSelection:
+    """The chosen noise per residual, and the exact variances it gives (see module doc)."""
+
+    domain: Domain
+    marginals: tuple[tuple[int, ...], ...]  # the workload (sorted attribute indices)
+    weights: np.ndarray  # one weight per marginal
+    residuals: tuple[tuple[int, ...], ...]  # the residuals measured (the closure, size-1 attributes dropped)
+    sigma2: np.ndarray  # sigma_A^2 per residual (orthonormal basis; data units^2)
+    p: np.ndarray  # p_A: squared L2 sensitivity of each residual
+    rho: float  # zCDP cost sum_A p_A / (2 sigma_A^2)
+    objective: str  # "sum" or "max"
+    value: float  # the objective's value (weighted sum of all cells' variances, or max weighted cell variance)
+    seconds: float = 0.0  # time to select
+
+    def index(self) -> dict[tuple[int, ...], int]:
+        """``{residual: position}``."""
+        return {A: i for i, A in enumerate(self.residuals)}
+
+    def cell_variance(self, S: Sequence[int]) -> float:
+        """Per-cell variance of the reconstructed marginal ``S`` (every cell has the same)."""
+        S = tuple(S)
+        idx = self.index()
+        sizes = self.domain.sizes
+        v = 0.0
+        for r in range(len(S) + 1):
+            for A in combinations(S, r):
+                j = idx.get(A)
+                if j is None:
+                    continue
+                f = 1.0
+                for i in S:
+                    n = sizes[i]
+                    f *= (n - 1) / n if i in A else 1.0 / (n * n)
+                v += self.sigma2[j] * f
+        return v
+
+    def sum_of_variances(self, marginals: Iterable[Sequence[int]] | None = None) -> float:
+        """``sum_S sum_cells Var``: unweighted, over the workload (or the marginals given)."""
+        ms = self.marginals if marginals is None else [tuple(m) for m in marginals]
+        return float(sum(self.cell_variance(S) * math.prod(self.domain.sizes[i] for i in S) for S in ms))
+
+    def max_variance(self) -> float:
+        """Largest per-cell variance over the workload (unweighted)."""
+        return float(max(self.cell_variance(S) for S in self.marginals))
+
+
+def _normalise(domain: Domain, marginals: Any) -> list[tuple[int, ...]]:
+    if isinstance(marginals, (str, bytes)) or not isinstance(marginals, Iterable):
+        raise ShapeError("marginals must be a list of attribute sets (names or indices)")
+    out = [domain.axes(m) for m in marginals]
+    if not out:
+        raise ShapeError("the workload has no marginal")
+    if len(set(out)) != len(out):
+        raise ShapeError("a marginal is listed twice")
+    return out
+
+
+def _coefficients(domain: Domain, marginals: list[tuple[int, ...]], weights: np.ndarray
+                  ) -> tuple[list[tuple[int, ...]], np.ndarray, np.ndarray]:
+    """Residuals (closure minus those touching a size-1 attribute), ``c_A`` and ``p_A``."""
+    sizes = domain.sizes
+    logm1 = [math.log(n - 1) if n > 1 else -math.inf for n in sizes]
+    logn = [math.log(n) for n in sizes]
+    c: dict[tuple[int, ...], float] = {}
+    for S, w in zip(marginals, weights):
+        if w == 0:
+            continue
+        base = -sum(logn[i] for i in S)  # prod_{S} 1/n
+        lw = math.log(w)
+        for r in range(len(S) + 1):
+            for A in combinations(S, r):
+                la = sum(logm1[i] + logn[i] for i in A)  # prod_A (n-1) * n (undoes the 1/n of A)
+                if la == -math.inf:
+                    continue
+                c[A] = c.get(A, 0.0) + math.exp(lw + base + la)
+    residuals = sorted(c, key=lambda a: (len(a), a))
+    cv = np.array([c[A] for A in residuals])
+    pv = np.array([math.prod((sizes[i] - 1) / sizes[i] for i in A) for A in residuals])
+    return residuals, cv, pv
+
+
+def _cell_factors(domain: Domain, marginals: list[tuple[int, ...]], index: dict) -> list[tuple[np.ndarray, np.ndarray]]:
+    """For each marginal: (residual positions A subset S, f_{S,A})."""
+    sizes = domain.sizes
+    out = []
+    for S in marginals:
+        js, fs = [], []
+        for r in range(len(S) + 1):
+            for A in combinations(S, r):
+                j = index.get(A)
+                if j is None:
+                    continue
+                f = 1.0
+                for i in S:
+                    f *= (sizes[i] - 1) / sizes[i] if i in A else 1.0 / (sizes[i] ** 2)
+                js.append(j), fs.append(f)
+        out.append((np.array(js, dtype=np.int64), np.array(fs)))
+    return out
+
+
+def _max_variance_weights(domain: Domain, marginals: list[tuple[int, ...]], weights: np.ndarray,
+                          iters: int = 3000, tol: float = 1e-10) -> np.ndarray:
+    """The dual of ``min max_S w_S v_S``: ``lambda`` on the simplex maximising
+    ``h(lambda) = sum_A sqrt(p_A c_A(lambda))``, ``c_A(lambda) = sum_{S superset A} lambda_S w_S f_{S,A}``
+    (concave), by exponentiated-gradient ascent; returns ``lambda`` (the marginals' weights for
+    the sum objective whose optimum attains the max-variance optimum)."""
+    residuals, _, pv = _coefficients(domain, marginals, weights)
+    index = {A: i for i, A in enumerate(residuals)}
+    facts = _cell_factors(domain, marginals, index)
+    m = len(marginals)
+    rows = np.concatenate([js for js, _ in facts])
+    cols = np.concatenate([np.full(js.size, k) for k, (js, _) in enumerate(facts)])
+    vals = np.concatenate([fs * weights[k] for k, (_, fs) in enumerate(facts)])
+    import scipy.sparse as sp
+
+    F = sp.csr_matrix((vals, (rows, cols)), shape=(len(residuals), m))  # c(lambda) = F lambda
+    lam = np.full(m, 1.0 / m)
+    sp_ = np.sqrt(pv)
+    best_gap = math.inf
+    step = 1.0
+    for _ in range(iters):
+        cl = F @ lam
+        g = F.T @ (0.5 * sp_ / np.sqrt(np.maximum(cl, 1e-300)))  # dh/dlambda
+        h = float(sp_ @ np.sqrt(cl))
+        # Frank-Wolfe gap: max_k g_k - g . lambda  (>= h* - h by concavity)
+        gap = float(g.max() - g @ lam)
+        best_gap = min(best_gap, gap)
+        if gap <= tol * h:
+            break
+        z = np.log(np.maximum(lam, 1e-300)) + step * (g / max(float(np.abs(g).max()), 1e-300)) * 5.0
+        z -= z.max()
+        lam = np.exp(z)
+        lam /= lam.sum()
+    return lam
+
+
+def select_residuals(domain: Domain, marginals: Any, rho: float, *, weights: Any = None,
+                     objective: str = "sum") -> ResidualSelection:
+    """ResidualPlanner's optimal Gaussian noise for the marginal workload ``marginals`` at ``rho``-zCDP.
+
+    ``marginals``: attribute sets (names or indices); ``weights``: one ``>= 0`` per marginal
+    (default 1).  ``objective="sum"``: minimise ``sum_S w_S sum_cells Var`` (closed form, see the
+    module doc); ``"max"``: minimise ``max_S w_S Var(cell of S)``.  Nothing is measured."""
+    import time
+
+    t0 = time.perf_counter()
+    r = check_rho(rho, "rho")
+    ms = _normalise(domain, marginals)
+    w = np.ones(len(ms)) if weights is None else np.asarray(weights, dtype=np.float64).ravel()
+    if w.shape != (len(ms),) or not np.all(np.isfinite(w)) or np.any(w < 0) or not np.any(w > 0):
+        raise InvalidPrivacyParameterError("weights must be one finite value >= 0 per marginal, not all 0")
+    if objective not in ("sum", "max"):
+        raise SparseDPError(f"objective must be 'sum' or 'max', got {objective!r}")
+    wsum = w if objective == "sum" else w * _max_variance_weights(domain, ms, w)
+    if objective == "max":  # marginals with zero dual weight still get their residuals measured
+        wsum = np.maximum(wsum, 1e-12 * float(wsum.max()))
+    residuals, cv, pv = _coefficients(domain, ms, wsum if objective == "max" else w)
+    if objective == "max":
+        # the dual weights act on per-cell variances; _coefficients sums over cells: divide by cells
+        cells = np.array([math.prod(domain.sizes[i] for i in S) for S in ms], dtype=np.float64)
+        residuals, cv, pv = _coefficients(domain, ms, wsum / cells)
+    if not residuals:
+        raise ShapeError("nothing to measure: every marginal touches only size-1 attributes... "
+                         "and has no total")
+    root = np.sqrt(cv * pv)
+    T = float(root.sum()) / (2.0 * r)
+    sigma2 = np.sqrt(pv / cv) * T
+    rho_used = float(np.sum(pv / (2.0 * sigma2)))
+    if rho_used > r:  # rounding: scale up by the excess (a few ulps)
+        sigma2 = sigma2 * (rho_used / r) * (1 + 4e-16)
+    sel = ResidualSelection(domain=domain, marginals=tuple(ms), weights=w, residuals=tuple(residuals),
+                            sigma2=sigma2, p=pv, rho=r, objective=objective, value=0.0)
+    if objective == "sum":
+        value = float(root.sum()) ** 2 / (2.0 * r)
+    else:
+        value = max(w[k] * sel.cell_variance(S) for k, S in enumerate(ms))
+    return ResidualSelection(domain=domain, marginals=tuple(ms), weights=w, residuals=tuple(residuals),
+                             sigma2=sigma2, p=pv, rho=r, objective=objective, value=value,
+                             seconds=time.perf_counter() - t0)

@@ -1,0 +1,296 @@
+"""sparsedp.marginals: Kronecker operators, residual basis, ResidualPlanner's optimum, releases."""
+
+from __future__ import annotations
+
+import math
+from itertools import combinations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import sparsedp
+from sparsedp.errors import (InputBoundError, InvalidPrivacyParameterError, NonFiniteInputError, ShapeError,
+                             BudgetExceededError, SparseDPError)
+from sparsedp.marginals import (Domain, KronOperator, KronStack, contrast_basis, marginal_operator, marginal_tables,
+                                marginals_up_to, release_marginals, residual_operator, select_residuals)
+from sparsedp.marginals.residual import residual_to_marginal
+
+
+def _full_counts(X, dom):
+    """The full-domain count vector (tests only: small domains)."""
+    code = np.ravel_multi_index(tuple(X[:, i].astype(np.intp) for i in range(len(dom))), dom.sizes)
+    return np.bincount(code, minlength=dom.size).astype(float)
+
+
+# -- Kronecker operators ------------------------------------------------------------------------
+
+def test_kron_operator_equals_explicit_kron():
+    rng = np.random.default_rng(0)
+    A, B, C = rng.normal(size=(2, 3)), sp.random(4, 4, density=0.5, random_state=1), rng.normal(size=(3, 2))
+    K = KronOperator([A, B, C])
+    E = np.kron(np.kron(A, B.toarray()), C)
+    x, y = rng.normal(size=E.shape[1]), rng.normal(size=E.shape[0])
+    assert K.shape == E.shape
+    np.testing.assert_allclose(K.matvec(x), E @ x, atol=1e-12)
+    np.testing.assert_allclose(K.rmatvec(y), E.T @ y, atol=1e-12)
+    np.testing.assert_allclose(K.T.matvec(y), E.T @ y, atol=1e-12)
+    X = rng.normal(size=(E.shape[1], 3))
+    np.testing.assert_allclose(K.matmat(X), E @ X, atol=1e-12)
+    np.testing.assert_allclose(K.tosparse().toarray(), E, atol=1e-14)
+    for p in (1, 2):
+        norms = np.abs(E).sum(0) if p == 1 else np.sqrt((E * E).sum(0))
+        np.testing.assert_allclose(K.column_norms(p), norms, rtol=1e-12)
+        assert K.sensitivity(p) == pytest.approx(norms.max(), rel=1e-12)
+    assert K.frobenius_sq() == pytest.approx((E * E).sum(), rel=1e-12)
+    np.testing.assert_allclose(K.pinv().tosparse().toarray(), np.linalg.pinv(E), atol=1e-10)
+
+
+def test_marginal_operator_and_stack():
+    dom = Domain(["a", "b", "c"], [2, 3, 4])
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 5, dom.size).astype(float)
+    W = marginal_operator(dom, ["a", "c"])
+    np.testing.assert_allclose(W.matvec(x), x.reshape(2, 3, 4).sum(axis=1).ravel())
+    stack = KronStack([marginal_operator(dom, S) for S in [("a", "b"), ("b", "c"), ("a", "c")]])
+    E = stack.tosparse().toarray()
+    np.testing.assert_allclose(stack.matvec(x), E @ x)
+    np.testing.assert_allclose(stack.rmatvec(np.arange(E.shape[0], dtype=float)), E.T @ np.arange(E.shape[0]))
+    for p in (1, 2):  # marginals have constant column norms: the stack's sensitivity is exact
+        norms = np.abs(E).sum(0) if p == 1 else np.sqrt((E * E).sum(0))
+        assert stack.sensitivity(p) == pytest.approx(norms.max(), rel=1e-12)
+    assert stack.sensitivity(1) == 3 and stack.sensitivity(2) == pytest.approx(math.sqrt(3))
+
+
+# -- residual basis -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 10, 17])
+def test_contrast_basis_orthonormal_and_orthogonal_to_ones(n):
+    Q = contrast_basis(n).toarray()
+    assert Q.shape == (n - 1, n)
+    np.testing.assert_allclose(Q @ Q.T, np.eye(n - 1), atol=1e-12)
+    np.testing.assert_allclose(Q @ np.ones(n), 0, atol=1e-12)
+    np.testing.assert_allclose(Q.T @ Q, np.eye(n) - 1.0 / n, atol=1e-12)
+
+
+def test_residuals_decompose_marginals():
+    """W_S = sum_{A subset S} K_{S,A} R_A on the full domain, checked with explicit matrices."""
+    dom = Domain(["a", "b", "c"], [2, 3, 4])
+    x = np.random.default_rng(2).integers(0, 9, dom.size).astype(float)
+    t = x.reshape(dom.sizes)
+    for S in [(0, 1), (1, 2), (0, 1, 2), (2,)]:
+        out = np.zeros(dom.shape(S))
+        for r in range(len(S) + 1):
+            for A in combinations(S, r):
+                tA = t.sum(axis=tuple(i for i in range(3) if i not in A))
+                rA = residual_operator(dom.shape(A)).matvec(tA.ravel())
+                residual_to_marginal(rA, dom.shape(S), tuple(S.index(i) for i in A), out)
+        np.testing.assert_allclose(out, t.sum(axis=tuple(i for i in range(3) if i not in S)), atol=1e-9)
+
+
+# -- selection: ResidualPlanner's optimum --------------------------------------------------------
+
+@pytest.mark.parametrize("sizes, k, exact, value", [
+    ([4] * 8, 2, True, 6431.620),
+    ([4, 5, 6, 7, 8, 9, 10, 10], 2, True, 28050.956),
+    ([10] * 20, 2, True, 2.620638e6),
+    ([10] * 20, 3, False, 8.398599e8),
+])
+def test_selection_reproduces_residualplanner(sizes, k, exact, value):
+    """The issue's figures (ResidualPlanner, rho = 1/2, sum of all cells' variances, unit weights),
+    given to 7 significant digits there: equal to that precision."""
+    dom = Domain([f"a{i}" for i in range(len(sizes))], sizes)
+    sel = select_residuals(dom, marginals_up_to(dom, k, exact), 0.5)
+    assert sel.value == pytest.approx(value, rel=6e-7)
+    assert sel.sum_of_variances() == pytest.approx(sel.value, rel=1e-10)
+    assert float(np.sum(sel.p / (2 * sel.sigma2))) <= 0.5
+
+
+def test_selection_is_optimal_against_perturbations_and_dense_formula():
+    dom = Domain(["a", "b", "c"], [2, 3, 4])
+    ms = [(0, 1), (1, 2), (0, 2)]
+    w = np.array([1.0, 3.0, 0.5])
+    sel = select_residuals(dom, ms, 0.7, weights=w)
+    # dense check of the variance formula: explicit strategy, explicit W, trace of W R^+ V R^+T W^T
+    R = sp.vstack([KronOperator([contrast_basis(n) if i in A else np.ones((1, n))
+                                 for i, n in enumerate(dom.sizes)]).tosparse() for A in sel.residuals]).toarray()
+    V = np.concatenate([np.full(R_rows, s2) for R_rows, s2 in
+                        zip([math.prod(dom.sizes[i] - 1 for i in A) for A in sel.residuals], sel.sigma2)])
+    Rp = np.linalg.pinv(R)
+    total = 0.0
+    for S, wS in zip(ms, w):
+        Wd = marginal_operator(dom, S).tosparse().toarray()
+        B = Wd @ Rp
+        total += wS * np.trace(B @ np.diag(V) @ B.T)
+        assert np.trace(B @ np.diag(V) @ B.T) / Wd.shape[0] == pytest.approx(sel.cell_variance(S), rel=1e-9)
+    assert total == pytest.approx(sel.value, rel=1e-9)
+    # privacy: the largest column of R^T V^-1 R / 2 is rho
+    loss = (R * R / V[:, None]).sum(0) / 2
+    assert loss.max() == pytest.approx(0.7, rel=1e-12) and loss.min() == pytest.approx(0.7, rel=1e-12)
+    # any other feasible choice (random, rescaled onto the budget) is no better
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        s2 = sel.sigma2 * np.exp(rng.normal(scale=0.3, size=sel.sigma2.size))
+        s2 *= np.sum(sel.p / (2 * s2)) / 0.7
+        c = [sum(wS * math.prod(dom.sizes[i] - 1 if i in A else 1 for i in S) /
+                 math.prod(dom.sizes[i] for i in S if i not in A) for S, wS in zip(ms, w) if set(A) <= set(S))
+             for A in sel.residuals]
+        assert float(np.dot(c, s2)) >= sel.value * (1 - 1e-12)
+
+
+def test_selection_max_objective_not_worse_than_sum_on_max():
+    dom = Domain([f"a{i}" for i in range(5)], [2, 3, 4, 5, 6])
+    ms = marginals_up_to(dom, 2, exact=True)
+    s_sum = select_residuals(dom, ms, 0.5)
+    s_max = select_residuals(dom, ms, 0.5, objective="max")
+    assert s_max.max_variance() <= s_sum.max_variance() * (1 + 1e-9)
+    assert float(np.sum(s_max.p / (2 * s_max.sigma2))) <= 0.5 * (1 + 1e-12)
+
+
+# -- releases -----------------------------------------------------------------------------------
+
+def _small():
+    dom = Domain(["a", "b", "c", "d"], [2, 3, 4, 2])
+    X = np.random.default_rng(5).integers(0, dom.sizes, size=(300, 4))
+    return dom, X
+
+
+def test_neighbouring_relation_and_tables():
+    """Adding one record changes every marginal table by exactly one unit in one cell."""
+    dom, X = _small()
+    sets = [(), (0,), (1, 2), (0, 1, 3), (0, 1, 2, 3)]
+    t0 = marginal_tables(X, dom, sets)
+    x = _full_counts(X, dom).reshape(dom.sizes)
+    for A in sets:
+        np.testing.assert_array_equal(t0[A], x.sum(axis=tuple(i for i in range(4) if i not in A)))
+    t1 = marginal_tables(np.vstack([X, [[1, 2, 3, 0]]]), dom, sets)
+    for A in sets:
+        d = t1[A] - t0[A]
+        assert d.sum() == 1 and np.abs(d).sum() == 1
+
+
+def test_sensitivity_brute_force():
+    """Over every possible added record, sum_A ||Q_A (t_A' - t_A)||^2 / sigma_A^2 / 2 equals the
+    charged rho (every column of every residual has the same norm), and the plans certify it."""
+    dom, X = _small()
+    ms = [(0, 1), (1, 2, 3), (0, 3)]
+    rel = release_marginals(X, dom, ms, 0.3, rng=0)
+    sel = rel.selection
+    base = marginal_tables(X, dom, list(sel.residuals))
+    losses = []
+    for cell in np.ndindex(*dom.sizes):
+        t1 = marginal_tables(np.vstack([X, [cell]]), dom, list(sel.residuals))
+        loss = 0.0
+        for A, s2 in zip(sel.residuals, sel.sigma2):
+            d = residual_operator(dom.shape(A)).matvec((t1[A] - base[A]).ravel())
+            loss += float(d @ d) / (2 * s2)
+        losses.append(loss)
+    assert max(losses) == pytest.approx(0.3, rel=1e-9) and min(losses) == pytest.approx(0.3, rel=1e-9)
+    assert rel.loss <= 0.3 and rel.loss == pytest.approx(0.3, rel=1e-4)
+
+
+def test_release_reconstruction_equals_dense_gls():
+    dom, X = _small()
+    ms = [(0, 1), (1, 2), (2, 3), (0, 3)]
+    rel = release_marginals(X, dom, ms, 1.0, rng=11)
+    sel = rel.selection
+    # dense GLS over the full domain from the same noisy residuals
+    R = sp.vstack([KronOperator([contrast_basis(n) if i in A else np.ones((1, n))
+                                 for i, n in enumerate(dom.sizes)]).tosparse() for A in sel.residuals]).toarray()
+    y = np.concatenate([rel.residuals[A] for A in sel.residuals])
+    v = np.concatenate([np.full(rel.residuals[A].size, rel.residual_variances[A]) for A in sel.residuals])
+    G = R.T @ (R / v[:, None])
+    xhat = np.linalg.pinv(G) @ (R.T @ (y / v))
+    for S in ms:
+        Wd = marginal_operator(dom, S).tosparse().toarray()
+        key = tuple(dom.names[i] for i in S)
+        np.testing.assert_allclose(rel.marginals[key].ravel(), Wd @ xhat, atol=1e-6)
+        B = Wd @ np.linalg.pinv(R)
+        dense_var = np.diag(B @ np.diag(v) @ B.T)
+        np.testing.assert_allclose(dense_var, rel.variances[key], rtol=1e-9)
+    # sub-marginals of the workload are answered too
+    np.testing.assert_allclose(rel.marginal(["b"]), rel.marginals[("a", "b")].sum(axis=0), atol=1e-8)
+
+
+def test_reported_variances_match_empirical():
+    dom, X = _small()
+    ms = [(0, 1, 2), (2, 3)]
+    truth = {S: _full_counts(X, dom).reshape(dom.sizes).sum(axis=tuple(i for i in range(4) if i not in S))
+             for S in ms}
+    gen = np.random.default_rng(7)
+    errs = {S: [] for S in ms}
+    for _ in range(300):
+        rel = release_marginals(X, dom, ms, 0.05, rng=gen)
+        for S in ms:
+            errs[S].append((rel.marginals[tuple(dom.names[i] for i in S)] - truth[S]).ravel())
+    for S in ms:
+        e = np.array(errs[S])
+        assert abs(e.mean()) < 4 * math.sqrt(rel.variances[tuple(dom.names[i] for i in S)] / e.size)
+        assert np.mean(e * e) == pytest.approx(rel.variances[tuple(dom.names[i] for i in S)], rel=0.10)
+
+
+def test_secure_release_charges_once_and_is_exact_noise():
+    dom, X = _small()
+    acc = sparsedp.Accountant(rho=1.0)
+    rel = release_marginals(X, dom, [(0, 1), (2, 3)], 0.4, accountant=acc)
+    assert rel.secure and rel.private
+    assert len(acc.ledger) == 1 and acc.spent == pytest.approx(0.4)
+    assert acc.ledger[0].cost.rho == 0.4 and acc.ledger[0].noise == "gaussian"
+    with pytest.raises(BudgetExceededError):
+        release_marginals(X, dom, [(0, 1)], 0.7, accountant=acc)
+    assert len(acc.ledger) == 1
+    # the realised sum of variances is the optimum within the fine grid's slack
+    assert rel.sum_of_variances() == pytest.approx(rel.selection.value, rel=1e-4)
+    assert rel.sum_of_variances() >= rel.selection.value * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("bad, err", [
+    (lambda X: np.vstack([X, [[2, 0, 0, 0]]]), InputBoundError),  # code out of range
+    (lambda X: np.vstack([X, [[-1, 0, 0, 0]]]), InputBoundError),
+    (lambda X: np.vstack([X.astype(float), [[np.nan, 0, 0, 0]]]), NonFiniteInputError),
+    (lambda X: X[:, :3], ShapeError),
+    (lambda X: X.ravel(), ShapeError),
+    (lambda X: X + 0.5, InputBoundError),
+])
+def test_bad_records_raise_before_noise(bad, err):
+    dom, X = _small()
+    acc = sparsedp.Accountant(rho=1.0)
+    with pytest.raises(err):
+        release_marginals(bad(X), dom, [(0, 1)], 0.5, accountant=acc)
+    assert acc.ledger == ()
+
+
+@pytest.mark.parametrize("rho", [0, -1, float("nan"), float("inf"), "1"])
+def test_bad_rho_raises(rho):
+    dom, X = _small()
+    acc = sparsedp.Accountant(rho=1.0)
+    with pytest.raises(InvalidPrivacyParameterError):
+        release_marginals(X, dom, [(0, 1)], rho, accountant=acc)
+    assert acc.ledger == ()
+
+
+def test_bad_workload_and_records_bound():
+    dom, X = _small()
+    with pytest.raises(ShapeError):
+        release_marginals(X, dom, [("a", "z")], 0.5)
+    with pytest.raises(ShapeError):
+        release_marginals(X, dom, [("a", "a")], 0.5)
+    with pytest.raises(InputBoundError):
+        release_marginals(X, dom, [("a",)], 0.5, max_records=100)
+    with pytest.raises(SparseDPError):
+        select_residuals(dom, [(0, 1)], 0.5, objective="median")
+
+
+def test_structured_and_dataframe_records():
+    dom, X = _small()
+    rec = np.zeros(X.shape[0], dtype=[(n, "i4") for n in dom.names])
+    for i, n in enumerate(dom.names):
+        rec[n] = X[:, i]
+    np.testing.assert_array_equal(dom.encode(rec), X)
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame(X, columns=dom.names)
+    df["a"] = pd.Categorical.from_codes(X[:, 0], ["x", "y"])
+    np.testing.assert_array_equal(dom.encode(df), X)
+    df.loc[0, "a"] = None
+    with pytest.raises(NonFiniteInputError):
+        dom.encode(df)
