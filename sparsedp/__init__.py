@@ -24,6 +24,8 @@ from .errors import (
     UnsupportedStructureError,
     InputBoundError,
 )
+from . import marginals
+from .marginals import Domain
 from .inference import Reconstruction, l1_fit, least_squares, nnls, reconstruct
 from .mechanism import MatrixMechanism, Release
 from .measure import Measurement, MeasurementPlan, measure, plan_measurement
@@ -38,6 +40,8 @@ __all__ = [
     "consistency",
     "executors",
     "inference",
+    "marginals",
+    "Domain",
     "noise",
     "operators",
     "optimize",
