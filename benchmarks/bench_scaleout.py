@@ -7,7 +7,8 @@ chunks of ``2^20`` leaves, exact noise from OS entropy, epsilon 1) on:
 
 * ``dask``: a fresh ``LocalCluster`` of ``--workers`` worker processes (1 thread each) with a
   ``--memory`` limit each, output written block by block to a ``.npy`` file;
-* ``inprocess-chunked``: the same code on the in-process executor (one process, chunk by chunk);
+* ``inprocess-chunked``: the same code on the in-process executor (one process, chunk by chunk), at
+  sizes up to ``--chunked-max`` (default 28);
 * ``inprocess-boost``: ``Boost(1, k=16).fit`` on the whole array in memory (the publisher; same
   tree and scales), at sizes up to ``--inprocess-max`` (it holds everything: ~3 GB at 2^24).
 
@@ -21,7 +22,7 @@ is shared with other jobs: timings are noisy (they say so in the results).  BLAS
 thread (not used by these kernels).
 
     python benchmarks/bench_scaleout.py [--sizes 24 26 28] [--workers 2] [--memory 4GB] [--dir /tmp]
-        [--inprocess-max 24] [--out benchmarks/results/scaleout.json]
+        [--inprocess-max 24] [--chunked-max 28] [--out benchmarks/results/scaleout.json]
 """
 
 from __future__ import annotations
@@ -156,7 +157,7 @@ def main() -> None:
     ap.add_argument("--memory", default="4GB", help="memory limit per worker")
     ap.add_argument("--dir", default="/tmp", help="where the input and output files go (deleted after)")
     ap.add_argument("--inprocess-max", type=int, default=24, help="largest log2 n for the whole-array Boost run")
-    ap.add_argument("--chunked-max", type=int, default=26, help="largest log2 n for the in-process chunked run")
+    ap.add_argument("--chunked-max", type=int, default=28, help="largest log2 n for the in-process chunked run")
     ap.add_argument("--out", default=str(HERE / "results" / "scaleout.json"))
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--input", default=None, help=argparse.SUPPRESS)
