@@ -348,3 +348,30 @@ def test_marginal_answers_have_exact_per_answer_variances(strategy):
     _check_ratio(errs.var(axis=0) / rep.variances, R)
     lower, upper = rep.confidence_intervals(truth + errs)  # one row per run
     assert np.mean((lower <= truth) & (truth <= upper)) >= 0.95
+
+
+def test_consistency_engine_projection_variances():
+    from sparsedp.consistency import FixedValues, TreeConstraints, projection_variances, solve
+
+    lay = TreeLayout.balanced(9, 3)
+    rng = np.random.default_rng(0)
+    truth = np.asarray(lay.matrix() @ rng.poisson(10, 9).astype(float)).ravel()
+    fams = [TreeConstraints(lay), FixedValues([0], [truth[0]])]  # a public total
+    v = rng.uniform(1.0, 4.0, lay.nodes)
+    b = np.sqrt(v / 2.0)
+    x = solve(truth + rng.laplace(0.0, b), fams, variances=v).x
+    exact = projection_variances(x, fams, v, noise="laplace")
+    assert exact.method == "exact-projection" and exact.variances[0] < 1e-9  # the public total is known
+    assert np.all(exact.variances <= v + 1e-12)
+    np.testing.assert_array_equal(projection_variances(x, fams, v, method="bound").variances, v)
+    m = exact.variances > 1e-9
+    est = projection_variances(x, fams, v, method="estimate", probes=1000, rng=1)
+    assert np.all(np.abs(est.variances[m] / exact.variances[m] - 1.0) < 4.0 * np.sqrt(2.0 / 1000))
+    R = 1000
+    errs = np.array([solve(truth + rng.laplace(0.0, b), fams, variances=v).x - truth for _ in range(R)])
+    _check_ratio(errs.var(axis=0)[m] / exact.variances[m], R)
+    lower, upper = exact.confidence_intervals(x)
+    half = (upper - lower) / 2.0
+    assert np.mean(np.abs(errs[:, m]) <= half[m]) >= 0.95
+    with pytest.raises(SparseDPError, match="dense_limit"):
+        projection_variances(x, fams, v, method="exact", dense_limit=5)

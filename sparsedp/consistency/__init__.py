@@ -5,6 +5,7 @@
 See ``docs/consistency.md``.
 """
 
+from .accuracy import projection_variances
 from .blocks import BatchedBlock, Block, FixedBlock, LayoutTreeBlock, SparseBlock, TreeBlock
 from .families import ConstraintFamily, FixedValues, LinearConstraints, SpanConstraints, TreeConstraints
 from .projectors import HAVE_CHOLMOD, SPDSolver, tree_project
@@ -52,6 +53,7 @@ __all__ = [
     "accurate_residual",
     "compile_constraints",
     "detect_tree_span",
+    "projection_variances",
     "reaggregate",
     "check_sales",
     "restaurant",
