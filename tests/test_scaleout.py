@@ -306,3 +306,29 @@ def test_zarr_and_npy_dask_arrays_in_and_out(tmp_path):
     bad[:] = x
     with pytest.raises(SparseDPError, match="not subtrees"):
         release_hierarchical(str(tmp_path / "b.zarr"), 1.0, k=4, rng=1)
+
+
+def test_a_rerun_attempt_is_bound_to_its_own_noise(tmp_path):
+    """Two attempts at one chunk with OS entropy draw different noise into different files; the
+    downward pass uses exactly the file of the summary the driver kept, never the other."""
+    from sparsedp.scaleout.chunked import as_input, as_output
+    from sparsedp.scaleout.passes import downward, upward
+    from sparsedp.scaleout.subtree import measure_chunk, release_chunk
+
+    x = _histogram(1024, 2)
+    tree = ChunkedTree(1024, 4, 256)
+    scales = tree.node_scales(level_budgets(tree.levels, 1.0))
+    spec = ChunkSpec(4, tree.chunk_levels, tuple(float(s) for s in scales[tree.top_levels:]), True)
+    reader = as_input(x, 256).block(1)
+    first = measure_chunk(spec, reader, 1, None, str(tmp_path))
+    second = measure_chunk(spec, reader, 1, None, str(tmp_path))  # the rerun: fresh exact noise
+    assert first.path != second.path and first.total == second.total == int(x[256:512].sum())
+    y1, y2 = np.load(first.path), np.load(second.path)
+    assert not np.array_equal(y1, y2)
+    cp = chunk_plan(spec, 256)
+    for s, y in ((first, y1), (second, y2)):
+        assert (s.z, s.var) == upward(cp.plans, cp.level_start, y, cp.variances).root
+        total, leaves = release_chunk(spec, s, 1000.0, as_output(None, 1024, 256).block(1))
+        want = downward(cp.plans, upward(cp.plans, cp.level_start, y, cp.variances), 1000.0)[-256:]
+        np.testing.assert_array_equal(leaves, want)
+        assert total == pytest.approx(1000.0)
