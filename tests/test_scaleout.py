@@ -332,3 +332,35 @@ def test_a_rerun_attempt_is_bound_to_its_own_noise(tmp_path):
         want = downward(cp.plans, upward(cp.plans, cp.level_start, y, cp.variances), 1000.0)[-256:]
         np.testing.assert_array_equal(leaves, want)
         assert total == pytest.approx(1000.0)
+
+
+@pytest.mark.parametrize("n,k", [(4**6, 4), (3**6, 3), (1000, 2), (12345, 7)])
+def test_level_coverage_is_the_per_level_sum_of_coverage_probabilities(n, k):
+    from sparsedp.scaleout import level_coverage
+
+    G = st.TreeLayout.balanced(n, k)  # eq. 3.5 on the layout's own intervals (any n)
+    lo, hi = G.intervals()
+    parent, level_start = G.bfs()
+    N = (lo + 1.0) * (n - hi + 1.0)
+    p = (N - np.concatenate(([0.0], N[parent[1:]]))) / (n * (n + 1) / 2)
+    np.testing.assert_allclose(level_coverage(n, k), np.add.reduceat(p, level_start[:-1]), rtol=1e-12)
+
+
+def test_boost_un_budgets_match_the_publisher():
+    from sparsedp.trees import BoostUN, coverage_probabilities, kary_layout
+
+    n, k = 4**6, 4
+    x = _histogram(n, 5)
+    t = kary_layout(n, k)
+    p = coverage_probabilities(t)
+    from sparsedp.scaleout import level_coverage
+
+    np.testing.assert_allclose(level_coverage(n, k), np.add.reduceat(p, t.level_start[:-1]), rtol=1e-12)
+    r = release_hierarchical(x, 0.8, k=k, chunk=256, rng=1, level_weights="boost-un")
+    plan = BoostUN(0.8, k=k)._prepare(x.astype(float))
+    np.testing.assert_allclose(r.level_budgets, plan.eps_per_node[t.level_start[:-1]], rtol=1e-12)
+    assert np.unique(r.level_budgets).size > 1 and float(np.sum(r.level_budgets)) <= 0.8
+    G, y, v, _ = _whole_tree_measurements(x, 0.8, k, 256, 1, level_weights=np.cbrt(level_coverage(n, k)))
+    np.testing.assert_allclose(r.estimate, tree_gls(G, y, v), rtol=1e-9, atol=1e-9)
+    with pytest.raises(SparseDPError):
+        release_hierarchical(x, 0.8, k=k, chunk=256, level_weights="lue")

@@ -17,7 +17,7 @@ from .chunked import as_input, as_output, open_array
 from .passes import UpwardState, downward, upward
 from .release import ScaleoutRelease, chunk_seeds, release_hierarchical
 from .subtree import ChunkSpec, ChunkSummary
-from .tree import ChunkedTree, check_chunking, chunk_layout, default_chunk, level_budgets
+from .tree import ChunkedTree, check_chunking, chunk_layout, default_chunk, level_budgets, level_coverage
 
 __all__ = [
     "ChunkSpec",
@@ -33,6 +33,7 @@ __all__ = [
     "default_chunk",
     "downward",
     "level_budgets",
+    "level_coverage",
     "open_array",
     "release_hierarchical",
     "upward",

@@ -41,7 +41,7 @@ from ..validation import MAX_MAGNITUDE, check_epsilon
 from .chunked import as_input, as_output, input_length, native_chunks
 from .subtree import ChunkSpec, ChunkSummary, chunk_plan, measure_chunk, release_chunk, remove_scratch, validate_chunk
 from .top import solve_top, top_plan
-from .tree import ChunkedTree, _add_up, check_chunking, default_chunk, level_budgets
+from .tree import ChunkedTree, _add_up, check_chunking, default_chunk, level_budgets, level_coverage
 
 __all__ = ["ScaleoutRelease", "release_hierarchical", "chunk_seeds"]
 
@@ -143,7 +143,9 @@ def release_hierarchical(
     Mechanism: every node ``u`` of the tree of :func:`sparsedp.strategies.hierarchical` is measured
     as ``x(I_u) + Lap(b_l)`` (exact discrete Laplace by default), ``b_l = (1 + m) / eps_l`` for the
     node's level (``eps_l = eps / L``: Boost; ``level_weights``: budgets proportional to the given
-    per-level weights, root first).  Sensitivity: one record changes one leaf, hence one node per
+    per-level weights, root first, or ``"boost-un"``: ``eps_l ~ P_l^(1/3)`` with ``P_l`` the expected
+    number of level-``l`` nodes in a uniformly random range's decomposition, as
+    :class:`~sparsedp.trees.BoostUN`).  Sensitivity: one record changes one leaf, hence one node per
     level, so the loss is ``sum_l 1 / b_l <= epsilon`` (certified from the measured intervals, top
     plan plus chunk plan).  The estimate is the BLUE of the node counts under consistency (the
     O(n) two-pass), identical to the whole-tree :func:`~sparsedp.tree_estimator.two_pass` with the
@@ -176,6 +178,10 @@ def release_hierarchical(
     m = tree.chunks
 
     # 1. budgets, scales, plans and the certified loss of the whole tree (no data read yet)
+    if isinstance(level_weights, str):
+        if level_weights != "boost-un":
+            raise SparseDPError(f"level_weights must be per-level weights or 'boost-un', got {level_weights!r}")
+        level_weights = np.cbrt(level_coverage(n, k))  # Boost-UN: eps_d ~ P_d^(1/3)
     budgets = level_budgets(tree.levels, eps, level_weights)
     scales = tree.node_scales(budgets)
     tp = top_plan(tree, scales, secure)

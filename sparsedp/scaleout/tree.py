@@ -34,7 +34,7 @@ from ..strategies import TreeLayout
 from ..tree_estimator import LevelPlan, two_pass_plan
 from ..validation import check_epsilon
 
-__all__ = ["ChunkedTree", "chunk_layout", "check_chunking", "default_chunk", "level_budgets"]
+__all__ = ["ChunkedTree", "chunk_layout", "check_chunking", "default_chunk", "level_budgets", "level_coverage"]
 
 #: Default target chunk length (leaves): the largest ``k^j`` at most this (about 70 MB of work per task).
 DEFAULT_CHUNK = 2**20
@@ -120,6 +120,42 @@ def _path_bound(eps: np.ndarray) -> float:
     for e in eps[1:]:
         acc = _add_up(acc, float(e))
     return acc
+
+
+def _contain_sum(n: int, s: int) -> tuple[int, int]:
+    """For the level of node width ``s`` (nodes ``[i s, min((i + 1) s, n))``): the exact sum over its
+    nodes of ``N(x) = (lo + 1)(n - hi + 1)`` (ranges containing ``x``), and ``N`` of its last node."""
+    F = n // s  # full nodes
+    a = n + 1 - s
+    total = s * (a - 1) * F * (F - 1) // 2 - s * s * (F - 1) * F * (2 * F - 1) // 6 + a * F
+    last = (F - 1) * s + 1 if n % s == 0 else F * s + 1  # the last node ends at n: N = lo + 1
+    if n % s:
+        total += F * s + 1
+    return total, last
+
+
+def level_coverage(n: int, k: int) -> np.ndarray:
+    """``P_d``, root first: the expected number of nodes of depth ``d`` in the canonical decomposition of
+    a uniformly random range (all ``n (n + 1) / 2`` ranges equally likely) on the tree of
+    ``hierarchical(n, k)`` -- the per-depth sums of :func:`sparsedp.trees.coverage_probabilities`
+    (eq. 3.5: ``p_x = (N(x) - N(parent x)) / (n (n + 1) / 2)``), in exact integer arithmetic from
+    closed forms per level, ``O(levels)`` (no node is enumerated)."""
+    n, k = int(n), int(k)
+    widths = [1]
+    while -(-n // widths[-1]) > 1:
+        widths.append(widths[-1] * k)
+    sums = [_contain_sum(n, s) for s in widths]  # leaves first
+    out = []
+    for lev, s in enumerate(widths):
+        S, _ = sums[lev]
+        if lev + 1 < len(widths):
+            M = -(-n // s)
+            Sp, last_parent = sums[lev + 1]
+            Mp = -(-M // k)
+            short = k - (M - (Mp - 1) * k)  # missing children of the last parent
+            S -= k * Sp - short * last_parent
+        out.append(S / (n * (n + 1) / 2))
+    return np.array(out[::-1])
 
 
 def level_budgets(levels: int, epsilon: float, weights: object = None) -> np.ndarray:

@@ -8,8 +8,9 @@ run is reproducible and therefore NOT a private release: it says so on stdout an
 file.
 
 ``--executor inprocess|threads|dask`` publishes chunk by chunk instead (:mod:`sparsedp.scaleout`,
-issue 14): ``--method boost`` (uniform budget, the BLUE) on a balanced ``--k``-ary tree (default 16)
-whose subtrees of ``--chunk`` leaves are measured, reduced and released one task each, on a new
+issue 14): ``--method boost`` (uniform budget) or ``boost-un`` (budgets per level), the BLUE on a
+balanced ``--k``-ary tree (default 16) whose subtrees of ``--chunk`` leaves are measured, reduced
+and released one task each, on a new
 ``LocalCluster`` (``--workers K --worker-memory 4GB``) or a running scheduler (``--scheduler
 ADDRESS``); DATA is a ``.npy`` (memory-mapped) or ``.zarr`` array and ``--out`` a ``.npy`` / ``.zarr``
 array of leaf estimates written block by block, with the ledger in ``OUT.release.json``.  A progress
@@ -49,8 +50,8 @@ def _histogram_scaleout(args: argparse.Namespace) -> int:
     from ..scaleout import release_hierarchical
 
     method = args.method or "boost"
-    if method != "boost":
-        raise SparseDPError(f"--executor publishes --method boost (uniform budget, BLUE) chunk by chunk; got {method!r}")
+    if method not in ("boost", "boost-un"):
+        raise SparseDPError(f"--executor publishes --method boost or boost-un (BLUE) chunk by chunk; got {method!r}")
     if args.column is not None or args.bins is not None:
         raise SparseDPError("--executor reads a .npy or .zarr array of counts (no --column / --bins)")
     if Path(args.out).suffix not in (".npy", ".zarr"):
@@ -58,17 +59,18 @@ def _histogram_scaleout(args: argparse.Namespace) -> int:
     ex = _scaleout_executor(args)
     try:
         r = release_hierarchical(args.data, args.epsilon, k=args.k or 16, chunk=args.chunk, executor=ex,
-                                 rng=args.seed, out=args.out, secure=not args.float_noise, progress=None)
+                                 rng=args.seed, out=args.out, secure=not args.float_noise, progress=None,
+                                 level_weights="boost-un" if method == "boost-un" else None)
     finally:
         ex.close()
-    meta = {"method": "boost", "n": r.n, "k": r.k, "chunk": r.chunk, "chunks": r.chunks, "levels": r.levels,
+    meta = {"method": method, "n": r.n, "k": r.k, "chunk": r.chunk, "chunks": r.chunks, "levels": r.levels,
             "epsilon": r.epsilon, "certified_loss": r.loss, "level_scales": r.level_scales.tolist(),
             "level_variances": r.level_variances.tolist(), "private": r.private, "secure": r.secure,
             "executor": r.executor, "ledger": [r.ledger.as_dict()], "estimate": str(args.out)}
     side = Path(str(args.out) + ".release.json")
     side.write_text(json.dumps(meta, indent=1))
     noise = "exact discrete Laplace" if r.secure else "float Laplace (--float-noise)"
-    print(f"boost: published {r.n} bins at epsilon {r.epsilon} on {r.executor} ({r.chunks} chunks of {r.chunk} "
+    print(f"{method}: published {r.n} bins at epsilon {r.epsilon} on {r.executor} ({r.chunks} chunks of {r.chunk} "
           f"leaves, k = {r.k}), {noise} noise in {r.timings['total']:.1f} s -> {args.out} (ledger: {side})")
     if args.seed is not None:
         print("WARNING: NOT private: --seed makes the noise reproducible (the ledger records private=False); "
@@ -159,7 +161,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "low bits, Mironov 2012: for experiments only; the file records secure=False)")
     h.add_argument("--out", required=True, help="output release file (.npz); with --executor the leaf estimates "
                    "(.npy or .zarr, written chunk by chunk) and OUT.release.json")
-    s = h.add_argument_group("scale-out (chunk by chunk, sparsedp.scaleout; --method boost)")
+    s = h.add_argument_group("scale-out (chunk by chunk, sparsedp.scaleout; --method boost or boost-un)")
     s.add_argument("--executor", choices=("inprocess", "threads", "dask"), default=None,
                    help="publish chunk by chunk on this executor (default: the whole array in this process)")
     s.add_argument("--scheduler", default=None, metavar="ADDRESS",
