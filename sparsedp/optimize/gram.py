@@ -121,8 +121,8 @@ def kind_block_sq_norms(kind: str, n: int, size: int) -> float:
       (exact integer arithmetic);
     * all ranges (``[lo, hi)``, ``0 <= lo < hi <= n``): ``||W 1_B||^2 = sum_{i, j in B}`` (ranges
       containing ``i`` and ``j``) ``= sum_{i, j in B} (min + 1)(n - max)``, which sums to
-      ``sum_j (n - j) ((j + 1)^2 - a_j (a_j + 1))`` with ``a_j`` the first cell of ``j``'s block
-      (``O(n)``, float64);
+      ``sum_j (n - j) ((j + 1)^2 - a_j (a_j + 1))`` with ``a_j`` the first cell of ``j``'s block:
+      an exact integer for the first part and ``O(n / size)`` float64 terms for the second;
     * identity: ``n``; total: ``m size^2 + r^2``.
     """
     n, size = int(n), int(size)
@@ -136,9 +136,14 @@ def kind_block_sq_norms(kind: str, n: int, size: int) -> float:
     if kind == "prefix":
         return float(m * s2(size) + size * size * (m * n - size * m * (m + 1) // 2) + s2(r))
     if kind == "all_ranges":
-        j = np.arange(n, dtype=np.float64)
-        a = np.floor_divide(np.arange(n, dtype=np.int64), size).astype(np.float64) * size
-        return float(np.sum((n - j) * ((j + 1.0) ** 2 - a * (a + 1.0))))
+        # sum_j (n - j)(j + 1)^2 = (n + 1) S_2(n) - S_3(n) exactly, minus, per block starting at a
+        # with c cells, a (a + 1) sum_{j in block} (n - j) = a (a + 1) (c n - c (2 a + c - 1) / 2)
+        whole = (n + 1) * s2(n) - (n * (n + 1) // 2) ** 2
+        a = np.arange(m + (1 if r else 0), dtype=np.float64) * size
+        c = np.full(a.size, float(size))
+        if r:
+            c[-1] = float(r)
+        return float(whole) - float(np.sum(a * (a + 1.0) * (c * n - c * (2.0 * a + c - 1.0) / 2.0)))
     if kind == "identity":
         return float(n)
     if kind == "total":

@@ -13,8 +13,8 @@
    nodes per parent on every level (the last group of a level smaller), i.e. the first ``n`` leaves
    of the complete tree over ``n' = k^(L-1) r >= n`` leaves.  Its levels and shares are chosen by
    the closed form on that complete tree with the workload padded by zero columns
-   (:class:`EmbeddedTraces`: a close proxy), then the best few by the proxy
-   are scored exactly on ``n``.
+   (:class:`EmbeddedTraces`: a close proxy), then the best :data:`NEAR_SCORED` by the proxy are
+   scored exactly on ``n`` if their proxy is within :data:`NEAR_MARGIN` of the best exact error.
    Radices that are not powers of two matter: for prefix sums at ``n = 2^20`` radix 12 with
    per-level shares has 748.7 per query against 761.0 for the best power-of-two tree.
 3. **Incomplete balanced trees, per-level weights**, when ``n`` has a prime factor above 16 (so the
@@ -71,8 +71,10 @@ DEEP_LEVELS = 12
 
 #: Radices of the near-complete k-ary trees (step 2 of the module docstring).
 NEAR_RADICES = tuple(range(2, 17))
-#: How many near-complete trees (best by the proxy's error) are scored exactly.
-NEAR_SCORED = 3
+#: How many near-complete trees (best by the proxy's error) are scored exactly ...
+NEAR_SCORED = 2
+#: ... if their proxy error is within this fraction above the best exact per-level error so far.
+NEAR_MARGIN = 0.005
 
 _PROXY_KINDS = ("prefix", "all_ranges", "identity", "total")
 
@@ -225,11 +227,11 @@ def _finish(
     return Candidate("tree", name, M, float(total), method, time.perf_counter() - t0, family_note)
 
 
-def _proxy_levels(n: int, kind: str, tree: CompleteTree, model: NoiseModel, deadline: Deadline | None,
+def _proxy_levels(traces: EmbeddedTraces, tree: CompleteTree, model: NoiseModel, deadline: Deadline | None,
                   rng: np.random.Generator | None = None) -> tuple[float, np.ndarray]:
     """Best level shares of a complete tree over ``n' >= n`` leaves for the workload over ``n``
-    padded with zero columns (:class:`EmbeddedTraces`): ``(E, q)``."""
-    search = LevelSearch(EmbeddedTraces(kind, n).details(tree), tree.sizes, model, deadline)
+    padded with zero columns (``traces``): ``(E, q)``."""
+    search = LevelSearch(traces.details(tree), tree.sizes, model, deadline)
     starts = [frozenset(range(tree.levels))]
     if rng is not None:
         starts += _start_subsets(tree, rng, 1)
@@ -279,6 +281,7 @@ def tree_candidates(
     proxy = gram.kind in _PROXY_KINDS
     if proxy and n > 2 and not (deadline is not None and deadline.expired()):
         ranked = []
+        embedded = EmbeddedTraces(gram.kind, n)
         for k in NEAR_RADICES:
             if k >= n or (deadline is not None and deadline.expired()):
                 break
@@ -286,13 +289,15 @@ def tree_candidates(
             tree = near_complete(n, k)
             if tree.n == n:  # complete: step 1 searched it (a coarsening of a prime-factor ordering)
                 continue
-            E, q = _proxy_levels(n, gram.kind, tree, model, deadline, gen)
+            E, q = _proxy_levels(embedded, tree, model, deadline, gen)
             small, qs = collapse(tree, q)
             ranked.append((E, k, small, qs, time.perf_counter() - t0))
         ranked.sort(key=lambda r: r[0])
-        for _, k, small, qs, secs in ranked[:NEAR_SCORED]:
+        for E, k, small, qs, secs in ranked[:NEAR_SCORED]:
             if deadline is not None and deadline.expired():
                 break
+            if best_level is not None and E > (1.0 + NEAR_MARGIN) * best_level[0]:
+                break  # the proxy is at or above the exact error: this tree would not win
             t0 = time.perf_counter() - secs
             layout = _grouped(n, small.radices)
             if layout.levels != qs.size:  # pragma: no cover - n' < n k^0 keeps every level non-trivial
