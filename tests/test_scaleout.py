@@ -364,3 +364,36 @@ def test_boost_un_budgets_match_the_publisher():
     np.testing.assert_allclose(r.estimate, tree_gls(G, y, v), rtol=1e-9, atol=1e-9)
     with pytest.raises(SparseDPError):
         release_hierarchical(x, 0.8, k=k, chunk=256, level_weights="lue")
+
+
+def test_certified_loss_is_the_brute_force_sensitivity_of_the_whole_tree():
+    """The loss the release certifies (top plan + chunk plan) against ``max_j sum_i |A_ij| / b_i``
+    of the explicit whole-tree matrix with the scales every row was measured with, and against the
+    largest change of the scaled node counts over all neighbouring histograms (one leaf +- 1)."""
+    from sparsedp.calibration import laplace_loss
+
+    for n, k, c, w in ((100, 3, 9, None), (64, 2, 8, "boost-un"), (50, 4, 16, [1.0, 2.0, 3.0, 4.0])):
+        x = _histogram(n, 1)
+        r = release_hierarchical(x, 1.0, k=k, chunk=c, rng=0, level_weights=w)
+        G = st.TreeLayout.balanced(n, k)
+        A = G.matrix().toarray()
+        b = r.level_scales[np.repeat(np.arange(G.levels), [G.sizes[lev] for lev in reversed(range(G.levels))])]
+        exact = max(np.abs((A @ (x + e) - A @ x) / b).sum() for e in np.eye(n, dtype=int))  # every neighbour
+        assert exact == pytest.approx((np.abs(A) / b[:, None]).sum(axis=0).max(), rel=1e-12)
+        assert exact <= r.loss <= 1.0 and r.loss == pytest.approx(exact, rel=1e-9)
+        assert laplace_loss(G.matrix(), b) == pytest.approx(r.loss, rel=1e-9)
+
+
+def test_node_noise_has_the_reported_variance():
+    n, k, c = 64, 4, 16
+    x = _histogram(n, 3)
+    G = st.TreeLayout.balanced(n, k)
+    truth = G.matrix() @ x
+    errs = np.array([_whole_tree_measurements(x, 2.0, k, c, seed)[1] - truth for seed in range(120)])
+    r = release_hierarchical(x, 2.0, k=k, chunk=c, rng=0)
+    assert np.all(r.level_variances == r.level_variances[0])  # uniform budget: one variance
+    sample = errs.ravel()
+    assert np.all(sample == np.round(sample))  # exact discrete Laplace: integer noise
+    se = r.level_variances[0] * np.sqrt(5.0 / sample.size)  # Laplace: Var(s^2) ~ 5 sigma^4 / N
+    assert abs(sample.mean()) < 4 * np.sqrt(r.level_variances[0] / sample.size)
+    assert abs(sample.var() - r.level_variances[0]) < 4 * se
