@@ -397,3 +397,12 @@ def test_node_noise_has_the_reported_variance():
     se = r.level_variances[0] * np.sqrt(5.0 / sample.size)  # Laplace: Var(s^2) ~ 5 sigma^4 / N
     assert abs(sample.mean()) < 4 * np.sqrt(r.level_variances[0] / sample.size)
     assert abs(sample.var() - r.level_variances[0]) < 4 * se
+
+
+def test_exact_noise_is_the_default():
+    import inspect
+
+    assert inspect.signature(release_hierarchical).parameters["secure"].default is True
+    r = release_hierarchical(_histogram(256), 1.0, k=4, chunk=64, rng=2, secure=False)
+    assert not r.secure and not r.ledger.secure
+    np.testing.assert_allclose(r.level_variances, 2 * r.level_scales**2)  # float Laplace: 2 b^2
