@@ -435,7 +435,8 @@ class StreamingCounter:
         if log is None:
             log = self._step_log = np.full((2, self.horizon), np.nan)
         log[0, self.t - 1] = out
-        log[1, self.t - 1] = self.last_variance
+        if not hasattr(self, "step_variances"):  # those counters know every step's variance at once
+            log[1, self.t - 1] = self.last_variance
 
     def released(self) -> np.ndarray:
         """The values released so far, ``s~_1 .. s~_t`` (``nan`` for steps released before this
@@ -447,6 +448,8 @@ class StreamingCounter:
         """``Var(s~_1) .. Var(s~_t)``: the exact variance of every value released so far (each step's
         ``last_variance``, from the plan's per-row variances; ``nan`` for steps released before this
         object was restored from a saved state)."""
+        if hasattr(self, "step_variances"):  # GLS-tree and optimised counters: all steps, computed once
+            return np.array(self.step_variances()[: self.t], dtype=np.float64)
         log = getattr(self, "_step_log", None)
         return np.full(self.t, np.nan) if log is None else log[1, : self.t].copy()
 
