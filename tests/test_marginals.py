@@ -214,12 +214,12 @@ def test_release_reconstruction_equals_dense_gls():
 
 def test_reported_variances_match_empirical():
     dom, X = _small()
-    ms = [(0, 1, 2), (2, 3)]
+    ms = [(0, 1, 2), (1, 2, 3)]
     truth = {S: _full_counts(X, dom).reshape(dom.sizes).sum(axis=tuple(i for i in range(4) if i not in S))
              for S in ms}
     gen = np.random.default_rng(7)
     errs = {S: [] for S in ms}
-    for _ in range(300):
+    for _ in range(120):  # 24 cells x 120 releases: the variance estimate's std error ~2.6%
         rel = release_marginals(X, dom, ms, 0.05, rng=gen)
         for S in ms:
             errs[S].append((rel.marginals[tuple(dom.names[i] for i in S)] - truth[S]).ravel())

@@ -6,18 +6,23 @@ Pipeline of :func:`release_marginals` (``rho``-zCDP, neighbours = add or remove 
 1. **Validate** the records (shape, NaN, codes in range, at most ``max_records``), the budget,
    the generator and the accountant: every error is raised before anything is charged or drawn.
 2. **Select** the noise per residual (:func:`~sparsedp.marginals.select.select_residuals`).
-3. **Tables**: the marginal table ``t_A`` of every residual ``A`` of the closure, by one
-   ``np.bincount`` over the records' joint codes for each maximal set and sums for its subsets
-   (``O(n)`` per maximal set; the domain is never formed).
+3. **Tables**: the marginal table ``t_A`` of every residual ``A`` of the closure: the sets are
+   covered greedily by blocks of attributes with at most ``2^17`` joint cells, each block's table
+   is one ``np.bincount`` of the records' joint codes, each set's table a sum of its block's
+   (:func:`marginal_tables`; ``O(n)`` per block, the domain is never formed).
 4. **Plan**: residual ``A`` is the query ``Q_A t_A`` (``Q_A`` the Kronecker product of orthonormal
    contrasts, :mod:`~sparsedp.marginals.residual`) on its table.  One record changes ``t_A`` by one
    unit in one cell, so its L2 sensitivity is the largest column norm of ``Q_A``, ``sqrt(p_A)``
    (every column has it).  :func:`~sparsedp.measure.plan_measurement` (``noise="gaussian"``,
-   ``scales = sigma_A``, exact noise on the grid ``g``) certifies the loss ``rho_A`` of each
-   residual from ``Q_A``'s entries; ``Q_A`` is irrational, so the exact sampler works on the fine
-   grid ``g = 2^(ceil(log2 max_records) - 49)`` (``|Q_A t_A| / g <= 2^49``) and the rounding to it
-   adds one grid unit per entry to the certified sensitivity (a relative loss increase ~1e-5; the
-   ``sigma_A`` are scaled up until ``sum_A rho_A <= rho``).
+   ``scales = sigma_A``, exact noise on the grid ``g``) certifies the loss from the explicit
+   entries.  Residuals of the same shape and ``sigma_A`` are measured ``m`` at a time by one plan
+   of ``I_m (x) Q_A`` on their stacked tables (one sampler call instead of ``m``); one record
+   changes one column of *each* diagonal block, so such a block costs ``m`` times the plan's
+   certified per-column loss, and the release's loss is the sum over blocks (zCDP composes
+   additively).  ``Q_A`` is irrational, so the exact sampler works on the fine grid
+   ``g = 2^(ceil(log2 max_records) - 49)`` (``|Q_A t_A| / g <= 2^49``); rounding to it adds one
+   grid unit per entry to the certified sensitivity (a relative loss increase ~1e-6), and the
+   ``sigma_A`` are scaled up until the certified total is ``<= rho``.
 5. **Charge** the accountant once, ``rho`` (zCDP composes additively over the residuals; every
    record touches every residual), with one ledger entry; **then** draw each residual's noise with
    its plan (``plan.measure``, no second charge).
@@ -31,12 +36,14 @@ from __future__ import annotations
 
 import math
 import time
+from functools import lru_cache
 from dataclasses import dataclass, field
 from fractions import Fraction
 from itertools import combinations
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from ..errors import InputBoundError, InvalidPrivacyParameterError, ShapeError
 from ..measure import MeasurementPlan, plan_measurement
@@ -45,7 +52,8 @@ from ..operators import SparseOperator
 from ..privacy import Accountant, LedgerEntry, PrivacyCost
 from ..validation import check_rho
 from .domain import Domain
-from .residual import cell_variance_factor, residual_operator, residual_to_marginal
+from .kron import apply_factors
+from .residual import cell_variance_factor, contrast_basis, residual_operator
 from .select import ResidualSelection, select_residuals
 
 __all__ = ["MarginalRelease", "release_marginals", "marginal_tables"]
@@ -88,66 +96,100 @@ class MarginalRelease:
                          for k in self.marginals))
 
 
-def marginal_tables(X: np.ndarray, domain: Domain, sets: list[tuple[int, ...]]) -> dict:
-    """``{A: t_A}`` for every set in ``sets`` (index tuples) from encoded records ``X`` (n x d):
-    ``np.bincount`` of the joint codes for the maximal sets (grouped by their leading attributes,
-    whose code is computed once), sums over axes for the others."""
-    cols = np.ascontiguousarray(np.asarray(X).T)
+def marginal_tables(X: np.ndarray, domain: Domain, sets: list[tuple[int, ...]], *, max_cells: int = 2**17,
+                    chunk: int = 2**18) -> dict:
+    """``{A: t_A}`` for every set in ``sets`` (index tuples) from encoded records ``X`` (n x d).
+
+    The sets are covered greedily by *blocks* of attributes whose joint table has at most
+    ``max_cells`` cells (e.g. 5 attributes of size 10 hold 10 triples); each block's table is one
+    ``np.bincount`` of the records' joint codes (records in chunks of ``chunk``: memory
+    ``O(chunk + max_cells)``), and each set's table is its block's table summed over the other
+    attributes.  ``O(n)`` per block; the domain is never formed."""
+    cols = np.asarray(X).T
     sizes = domain.sizes
-    present = set(sets)
-    parent: dict[tuple[int, ...], tuple[tuple[int, ...], int]] = {}
-    maximal = []
-    for A in sets:
-        for i in range(len(sizes)):
-            if i in A:
-                continue
-            B = tuple(sorted(A + (i,)))
-            if B in present:
-                parent[A] = (B, B.index(i))
-                break
-        else:
-            maximal.append(A)
+    n = cols.shape[1] if cols.ndim == 2 else 0
     tables: dict[tuple[int, ...], np.ndarray] = {}
-    groups: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
-    for A in maximal:
-        groups.setdefault(A[:-1], []).append(A)
-    n = cols.shape[1]
-    for prefix, members in groups.items():
-        code = np.zeros(n, dtype=np.intp)
-        for i in prefix:
-            code *= sizes[i]
-            code += cols[i]
-        for A in members:
-            if not A:
-                tables[A] = np.array(float(n)).reshape(())
-                continue
-            last = A[-1]
-            full = code * sizes[last] + cols[last] if prefix else cols[last].astype(np.intp)
-            cells = math.prod(sizes[i] for i in A)
-            tables[A] = np.bincount(full, minlength=cells).astype(np.float64).reshape(domain.shape(A))
-
-    def get(A: tuple[int, ...]) -> np.ndarray:
-        t = tables.get(A)
-        if t is None:
-            B, pos = parent[A]
-            t = get(B).sum(axis=pos)
-            tables[A] = t
-        return t
-
-    return {A: get(A) for A in sets}
+    for block, members in _cover(list(sets), sizes, max_cells):
+        shape = domain.shape(block)
+        cells = math.prod(shape)
+        counts = np.zeros(cells, dtype=np.int64)
+        dtype = np.int32 if cells < 2**31 else np.intp  # int32 codes: half the memory traffic
+        if block:
+            for a in range(0, n, chunk):
+                c = cols[:, a:a + chunk]
+                code = c[block[0]].astype(dtype)
+                for i in block[1:]:
+                    code *= sizes[i]
+                    code += c[i]
+                counts += np.bincount(code, minlength=cells)
+        else:
+            counts[0] = n
+        table = counts.astype(np.float64).reshape(shape)
+        for k in members:
+            A = sets[k]
+            drop = tuple(j for j, i in enumerate(block) if i not in A)
+            tables[A] = table.sum(axis=drop) if drop else table
+    return {A: tables[A] for A in sets}
 
 
-def _reconstruct(domain: Domain, S: tuple[int, ...], y: dict, index: dict) -> np.ndarray:
+def _cover(sets: list[tuple[int, ...]], sizes: tuple[int, ...], max_cells: int
+           ) -> list[tuple[tuple[int, ...], list[int]]]:
+    """Greedy blocks of attributes (joint table of at most ``max_cells`` cells, or a single set if
+    larger) covering every set: ``[(block, [indices of the sets it is the first to cover]), ...]``."""
+    d = len(sizes)
+    masks = np.array([sum(1 << i for i in A) for A in sets], dtype=np.uint64)
+    uncovered = np.ones(len(sets), dtype=bool)
+    logs = [math.log(s) for s in sizes]
+    limit = math.log(max(int(max_cells), 1)) + 1e-9
+    out = []
+    for k in sorted(range(len(sets)), key=lambda j: (-len(sets[j]), sets[j])):
+        if not uncovered[k]:
+            continue
+        block = set(sets[k])
+        bmask = np.uint64(masks[k])
+        size = sum(logs[i] for i in block)
+        cur = int(np.count_nonzero(uncovered & ((masks & ~bmask) == 0)))
+        while True:
+            best, gain = None, cur
+            for i in range(d):
+                if i in block or size + logs[i] > limit:
+                    continue
+                m = bmask | np.uint64(1 << i)
+                g = int(np.count_nonzero(uncovered & ((masks & ~m) == 0)))
+                if g > gain:
+                    best, gain = i, g
+            if best is None:
+                break
+            block.add(best)
+            bmask |= np.uint64(1 << best)
+            size += logs[best]
+            cur = gain
+        hit = np.flatnonzero(uncovered & ((masks & ~bmask) == 0))
+        uncovered[hit] = False
+        out.append((tuple(sorted(block)), hit.tolist()))
+    return out
+
+
+def _reconstruct(domain: Domain, S: tuple[int, ...], y: dict, index: dict | None = None) -> np.ndarray:
+    """``t_S = sum_{A subset S} K_{S,A} y_A`` as one Kronecker transform: the residuals are placed
+    in an array of the marginal's shape (index 0 on an axis = "attribute not in A", 1..n-1 = the
+    contrast coordinates) and each axis is mapped by ``B_n = [1/n | Q_n^T]`` (n x n)."""
     sizes_S = domain.shape(S)
-    out = np.zeros(sizes_S)
+    Z = np.zeros(sizes_S)
     for r in range(len(S) + 1):
         for A in combinations(S, r):
             if A not in y:
                 if all(domain.sizes[i] > 1 for i in A):
                     raise ShapeError(f"the residual {A} of marginal {S} was not measured")
                 continue
-            residual_to_marginal(y[A], sizes_S, tuple(S.index(i) for i in A), out)
-    return out
+            idx = tuple(slice(1, None) if i in A else 0 for i in S)
+            Z[idx] = np.asarray(y[A]).reshape(tuple(domain.sizes[i] - 1 for i in A))
+    return apply_factors([_extended_basis(n) for n in sizes_S], Z) if S else Z
+
+
+@lru_cache(maxsize=256)
+def _extended_basis(n: int) -> np.ndarray:
+    return np.hstack([np.full((n, 1), 1.0 / n), contrast_basis(n).toarray().T])
 
 
 def _cell_variance(domain: Domain, S: tuple[int, ...], var: dict) -> float:
@@ -165,23 +207,39 @@ def _grid(max_records: int) -> float:
     return 2.0 ** (math.ceil(math.log2(max(int(max_records), 2))) - 49)
 
 
-def _plans(sel: ResidualSelection, sigma2: np.ndarray, secure: bool, g: float) -> tuple[list[MeasurementPlan], Fraction]:
+_BLOCK_NNZ = 2**19  # non-zeros of one block plan's explicit matrix (I_m (x) Q_A)
+
+
+def _plans(sel: ResidualSelection, sigma2: np.ndarray, secure: bool, g: float
+           ) -> tuple[list[tuple[MeasurementPlan, list[int]]], Fraction]:
+    """Block plans: the residuals with the same table shape and ``sigma_A`` are measured ``m`` at a
+    time by one plan of ``I_m (x) Q_A`` on their stacked tables (``m`` up to ``_BLOCK_NNZ`` non-zeros;
+    same rows, scales and noise law as ``m`` separate plans, one sampler call instead of ``m``).
+    One record changes one cell of *each* stacked table, i.e. one column in each of the ``m``
+    diagonal blocks, so a block costs ``m`` times its plan's certified per-column loss: the total
+    returned is ``sum_blocks m * plan.loss`` (zCDP composes additively), an exact rational."""
+    groups: dict[tuple, list[int]] = {}
+    for j, (A, s2) in enumerate(zip(sel.residuals, sigma2)):
+        groups.setdefault((sel.domain.shape(A), float(s2)), []).append(j)
     cache: dict[tuple, MeasurementPlan] = {}
-    plans = []
+    out = []
     total = Fraction(0)
-    for A, s2 in zip(sel.residuals, sigma2):
-        shape = sel.domain.shape(A)
-        key = (shape, float(s2))
-        plan = cache.get(key)
-        if plan is None:
-            op = residual_operator(shape)
-            Q = SparseOperator(op.tosparse(), name=f"residual{shape}")
-            plan = plan_measurement(Q, scales=math.sqrt(float(s2)), noise="gaussian", secure=secure,
-                                    grid=g if secure else 1.0)
-            cache[key] = plan
-        plans.append(plan)
-        total += Fraction(plan.loss)
-    return plans, total
+    for (shape, s2), members in groups.items():
+        Q = residual_operator(shape).tosparse()
+        m_max = max(1, _BLOCK_NNZ // max(Q.nnz, 1))
+        for a in range(0, len(members), m_max):
+            chunk = members[a:a + m_max]
+            m = len(chunk)
+            plan = cache.get((shape, s2, m))
+            if plan is None:
+                M = Q if m == 1 else sp.kron(sp.identity(m, format="csr"), Q, format="csr")
+                plan = plan_measurement(SparseOperator(M, name=f"I_{m} (x) residual{shape}"),
+                                        scales=math.sqrt(s2), noise="gaussian", secure=secure,
+                                        grid=g if secure else 1.0)
+                cache[(shape, s2, m)] = plan
+            out.append((plan, chunk))
+            total += m * Fraction(plan.loss)
+    return out, total
 
 
 def release_marginals(
@@ -230,7 +288,7 @@ def release_marginals(
         raise InvalidPrivacyParameterError("could not fit the residual plans into rho")
     t3 = time.perf_counter()
     cost = PrivacyCost(rho=r)
-    rows = int(sum(p.rows for p in plans))
+    rows = int(sum(p.rows for p, _ in plans))
     scales = np.sqrt(sigma2)
     entry = LedgerEntry(label=label, cost=cost, rows=rows, columns=int(sum(t.size for t in tables.values())),
                         noise="gaussian", secure=bool(secure), private=not seeded,
@@ -240,10 +298,14 @@ def release_marginals(
         accountant.spend(cost, label=label, entry=entry)  # once, before any noise
     y: dict[tuple[int, ...], np.ndarray] = {}
     var: dict[tuple[int, ...], float] = {}
-    for A, plan in zip(sel.residuals, plans):
-        m = plan.measure(tables[A].ravel(), accountant=None, rng=gen, label=f"{label} residual {A}")
-        y[A] = m.y
-        var[A] = float(m.variances[0])
+    for plan, chunk in plans:
+        x = np.concatenate([tables[sel.residuals[j]].ravel() for j in chunk])
+        m = plan.measure(x, accountant=None, rng=gen, label=f"{label} residuals")
+        width = m.y.size // len(chunk)
+        for k, j in enumerate(chunk):
+            A = sel.residuals[j]
+            y[A] = m.y[k * width:(k + 1) * width]
+            var[A] = float(m.variances[k * width]) if width else 0.0
     t4 = time.perf_counter()
     index = sel.index()
     out, variances = {}, {}
