@@ -406,3 +406,16 @@ def test_exact_noise_is_the_default():
     r = release_hierarchical(_histogram(256), 1.0, k=4, chunk=64, rng=2, secure=False)
     assert not r.secure and not r.ledger.secure
     np.testing.assert_allclose(r.level_variances, 2 * r.level_scales**2)  # float Laplace: 2 b^2
+
+
+def test_cli_on_a_running_scheduler(cluster, tmp_path):
+    from sparsedp.cli import main
+
+    x = _histogram(2000, 13)
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "out.npy"
+    address = cluster.client.scheduler.address
+    assert main(["histogram", str(tmp_path / "x.npy"), "--epsilon", "1", "--executor", "dask", "--scheduler", address,
+                 "--k", "4", "--chunk", "256", "--seed", "4", "--out", str(out)]) == 0
+    np.testing.assert_array_equal(np.load(out), release_hierarchical(x, 1.0, k=4, chunk=256, rng=4).estimate)
+    assert cluster.client.status == "running"  # the CLI closed its own client only
