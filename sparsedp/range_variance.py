@@ -348,7 +348,7 @@ class IntervalTreeCovariance(StructuredCovariance):
         self.parent = parent
         self._lo, self._ls = lo, ls
         self.levels = int(ls.size - 1)
-        self.depth = np.repeat(np.arange(self.levels, dtype=np.int64), np.diff(ls))
+        self.depth = np.repeat(np.arange(self.levels, dtype=np.int32 if self.levels < 2**31 else np.int64), np.diff(ls))
         s = v.copy()
         S = np.zeros(size)
         internal = np.diff(cstart) > 0
@@ -360,11 +360,26 @@ class IntervalTreeCovariance(StructuredCovariance):
         self.s, self.S = s, S
         # within each sibling group, the sum of s over the earlier siblings (per depth: no long sums)
         pre = np.zeros(size)
+        counts = np.diff(cstart)
         for d in range(1, self.levels):
             a, b = int(ls[d]), int(ls[d + 1])
-            cs = np.cumsum(s[a:b])
-            first = cstart[parent[a:b]] - a  # first sibling of each node, relative to a
-            pre[a:b] = cs - s[a:b] - np.concatenate(([0.0], cs))[first]
+            c = counts[int(ls[d - 1]) : a]
+            starts = cstart[int(ls[d - 1]) : a][c > 0]
+            c = c[c > 0]
+            if int(c.max()) <= 64:  # sibling by sibling, all groups at once: sums stay within a group
+                order = np.argsort(-c, kind="stable")
+                starts, c = starts[order], c[order]
+                alive = np.searchsorted(-c, -np.arange(1, int(c.max())), side="left")  # groups with > j children
+                for j in range(1, int(c.max())):
+                    g = starts[: alive[j - 1]] + j
+                    pre[g] = pre[g - 1] + s[g - 1]
+            else:  # wide groups: prefix sums along the depth (cancellation ~ eps * depth sum)
+                cs = np.cumsum(s[a:b])
+                cs -= s[a:b]
+                first = cstart[parent[a:b]]
+                first -= a  # first sibling of each node, relative to a
+                np.subtract(cs, cs[first], out=pre[a:b])
+                del cs, first
         self.pre = pre
         top = np.zeros(self.n, dtype=np.int64)  # T(c): the shallowest node starting at bin c
         nonfirst = np.flatnonzero(lo[1:] != lo[parent[1:]]) + 1

@@ -47,6 +47,7 @@ def _trees():
     yield trees.kary_layout(23, 3)
     yield as_interval_tree(tree_from_splits(30, lambda lo, hi: [1, hi - lo - 1]))  # caterpillar, depth 30
     yield as_interval_tree(tree_from_splits(29, lambda lo, hi: [2, hi - lo - 2] if hi - lo > 3 else [1] * (hi - lo)))
+    yield as_interval_tree(tree_from_splits(90, lambda lo, hi: [1] * 70 + [20] if hi - lo == 90 else [1] * (hi - lo)))  # > 64 children
 
 
 @pytest.mark.parametrize("tree", list(_trees()), ids=lambda t: f"n{t.n}-nodes{t.size}-depth{t.levels}")
