@@ -8,6 +8,7 @@ workloads at ResidualPlanner's optimum (Xiao et al., NeurIPS 2023) with exact no
 * :func:`select_residuals` -- the optimal noise per residual (sum / weighted sum / max variance).
 * :func:`release_marginals` -- measure (exact discrete Gaussian, through ``sparsedp.measure``) and
   reconstruct every marginal with its exact variance.
+* :func:`synthetic_records` -- latent-class synthetic records for examples and benchmarks.
 """
 
 from .domain import Domain
@@ -15,6 +16,7 @@ from .kron import KronOperator, KronStack, apply_factors, marginal_operator
 from .release import MarginalRelease, marginal_tables, release_marginals
 from .residual import contrast_basis, residual_operator
 from .select import ResidualSelection, closure, marginals_up_to, select_residuals
+from .synthetic import synthetic_records
 
 __all__ = [
     "Domain",
@@ -31,4 +33,5 @@ __all__ = [
     "release_marginals",
     "residual_operator",
     "select_residuals",
+    "synthetic_records",
 ]

@@ -7,7 +7,7 @@ Pipeline of :func:`release_marginals` (``rho``-zCDP, neighbours = add or remove 
    the generator and the accountant: every error is raised before anything is charged or drawn.
 2. **Select** the noise per residual (:func:`~sparsedp.marginals.select.select_residuals`).
 3. **Tables**: the marginal table ``t_A`` of every residual ``A`` of the closure: the sets are
-   covered greedily by blocks of attributes with at most ``2^17`` joint cells, each block's table
+   covered greedily by blocks of attributes with at most ``n / 8`` joint cells (``2^10 .. 2^17``), each block's table
    is one ``np.bincount`` of the records' joint codes, each set's table a sum of its block's
    (:func:`marginal_tables`; ``O(n)`` per block, the domain is never formed).
 4. **Plan**: residual ``A`` is the query ``Q_A t_A`` (``Q_A`` the Kronecker product of orthonormal
@@ -275,7 +275,9 @@ def release_marginals(
     gen = rng if rng is None or isinstance(rng, SecureRandomBits) else as_generator(rng)
     sel = select_residuals(domain, marginals, r, weights=weights, objective=objective)
     t1 = time.perf_counter()
-    tables = marginal_tables(X, domain, list(sel.residuals))
+    # blocks of at most ~n/8 cells (2^10 .. 2^17): a block's table must not cost more than its records
+    cells = int(min(2**17, max(2**10, X.shape[0] // 8)))
+    tables = marginal_tables(X, domain, list(sel.residuals), max_cells=cells)
     t2 = time.perf_counter()
     g = _grid(max_records)
     sigma2 = sel.sigma2.copy()

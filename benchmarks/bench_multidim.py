@@ -1,0 +1,175 @@
+"""Multi-dimensional releases (issue 18): ResidualPlanner's zCDP optimum and full marginal releases.
+
+* ``zcdp``: the sum of the variances of all marginal cells (unit weight per marginal, rho = 1/2)
+  of sparsedp.marginals.select_residuals against the ResidualPlanner figures measured for the issue
+  (they are the optimum: the target is equality to 1e-6 relative), with the selection time (median
+  of ``--reps`` interleaved runs).
+* ``release``: 20 attributes of size 10, ``--records`` synthetic records (latent-class model,
+  sparsedp.marginals.synthetic_records), all 1,351 marginals of order <= 3: select + tables +
+  measure (exact discrete Gaussian noise from OS entropy, through plan_measurement) + reconstruct.
+  Reported: wall seconds per phase for a *cold* release (first in the process: the exact
+  sampler's tables for each noise scale are built) and the median of ``--warm`` warm releases;
+  peak memory as tracemalloc's peak during one release and the process's ``VmHWM`` (records,
+  generator temporaries and interpreter included); the realised sum of variances against the
+  optimum; and the empirical total squared error of one release against the true marginals
+  divided by the reported sum of variances (1 in expectation).
+* baseline in the same run: the tables by one ``np.bincount`` per maximal marginal (intp codes)
+  against the block tables (ratio of seconds).
+
+The machine has 2 cores shared with other jobs (load ~8 during the measurements): timings are
+noisy and several times the unloaded ones.  BLAS is pinned to one thread (not used here).
+
+    python benchmarks/bench_multidim.py [--records 1000000] [--reps 5] [--warm 2]
+        [--out benchmarks/results/multidim.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from sparsedp._threads import blas_threads  # noqa: E402
+from sparsedp.marginals import (Domain, closure, marginal_tables, marginals_up_to, release_marginals,  # noqa: E402
+                                select_residuals, synthetic_records)
+
+# (label, sizes, order, exact order only, ResidualPlanner's value, its seconds, as measured for the issue)
+RP_ROWS = [
+    ("2-way, 8 x size 4", [4] * 8, 2, True, 6431.620, 0.002),
+    ("2-way, sizes (4,5,6,7,8,9,10,10)", [4, 5, 6, 7, 8, 9, 10, 10], 2, True, 28050.956, 0.002),
+    ("2-way, 20 x size 10", [10] * 20, 2, True, 2.620638e6, 0.014),
+    ("2-way, 50 x size 10", [10] * 50, 2, True, 1.048781e8, 0.086),
+    ("2-way, 100 x size 10", [10] * 100, 2, True, 1.680797e9, 0.32),
+    ("order <= 3, 20 x size 10", [10] * 20, 3, False, 8.398599e8, None),
+]
+RHO = 0.5
+
+
+def peak_rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024.0
+    return float("nan")
+
+
+def zcdp_rows(reps: int) -> list[dict]:
+    doms = [Domain([f"a{i}" for i in range(len(s))], s) for _, s, *_ in RP_ROWS]
+    wls = [marginals_up_to(d, k, exact) for d, (_, _, k, exact, *_) in zip(doms, RP_ROWS)]
+    times: list[list[float]] = [[] for _ in RP_ROWS]
+    values = [0.0] * len(RP_ROWS)
+    for _ in range(reps):  # interleaved repetitions
+        for j, (d, w) in enumerate(zip(doms, wls)):
+            t = time.perf_counter()
+            sel = select_residuals(d, w, RHO)
+            times[j].append(time.perf_counter() - t)
+            values[j] = sel.value
+    rows = []
+    for j, (label, sizes, k, exact, ref, rp_s) in enumerate(RP_ROWS):
+        rows.append({"workload": label, "marginals": len(wls[j]), "sum_of_variances": values[j],
+                     "residualplanner": ref, "relative_difference": values[j] / ref - 1.0,
+                     "seconds_median": statistics.median(times[j]), "residualplanner_seconds": rp_s})
+    return rows
+
+
+def naive_tables(X: np.ndarray, dom: Domain, sets: list) -> float:
+    """Baseline: one bincount per maximal set (intp codes), seconds."""
+    t = time.perf_counter()
+    cols = np.ascontiguousarray(X.T)
+    for A in sets:
+        code = cols[A[0]].astype(np.intp)
+        for i in A[1:]:
+            code = code * dom.sizes[i] + cols[i]
+        np.bincount(code, minlength=math.prod(dom.shape(A)))
+    return time.perf_counter() - t
+
+
+def release_rows(n: int, warm: int) -> dict:
+    dom = Domain.uniform(20, 10)
+    X = synthetic_records(dom, n, rng=2026)
+    work = marginals_up_to(dom, 3)
+    out: dict = {"records": n, "attributes": 20, "size": 10, "marginals": len(work), "rho": RHO}
+    t = time.perf_counter()
+    rel = release_marginals(X, dom, work, RHO)
+    out["cold_seconds"] = time.perf_counter() - t
+    out["cold_phases"] = rel.seconds
+    warm_t, phases = [], []
+    for _ in range(warm):
+        t = time.perf_counter()
+        rel = release_marginals(X, dom, work, RHO)
+        warm_t.append(time.perf_counter() - t)
+        phases.append(rel.seconds)
+    out["warm_seconds_median"] = statistics.median(warm_t)
+    out["warm_seconds"] = warm_t
+    out["warm_phases"] = phases
+    tracemalloc.start()
+    rel = release_marginals(X, dom, work, RHO)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    out["tracemalloc_peak_mb"] = peak / 2**20
+    out["records_mb"] = X.nbytes / 2**20
+    out["vmhwm_mb"] = peak_rss_mb()
+    out["sum_of_variances"] = rel.sum_of_variances()
+    out["optimum"] = rel.selection.value
+    out["realised_over_optimum"] = rel.sum_of_variances() / rel.selection.value
+    out["certified_rho"] = rel.loss
+    truth = marginal_tables(X, dom, list(rel.selection.marginals))
+    sq = sum(float(np.sum((rel.marginals[tuple(dom.names[i] for i in S)] - truth[S]) ** 2))
+             for S in rel.selection.marginals)
+    out["empirical_sq_error_over_reported"] = sq / rel.sum_of_variances()
+    sets = [A for A in closure(work) if len(A) == 3]
+    t = time.perf_counter()
+    marginal_tables(X, dom, closure(work))
+    blocks = time.perf_counter() - t
+    naive = naive_tables(X, dom, sets)
+    out["tables_blocks_seconds"] = blocks
+    out["tables_naive_seconds"] = naive
+    out["tables_naive_over_blocks"] = naive / blocks
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--records", type=int, nargs="+", default=[10**6])
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--warm", type=int, default=2)
+    ap.add_argument("--out", default=str(HERE / "results" / "multidim.json"))
+    args = ap.parse_args()
+    with blas_threads(1):
+        zc = zcdp_rows(args.reps)
+        print(f"{'workload':36s} {'sparsedp':>16s} {'ResidualPlanner':>16s} {'rel diff':>10s} {'seconds':>8s}")
+        for r in zc:
+            print(f"{r['workload']:36s} {r['sum_of_variances']:16.9g} {r['residualplanner']:16.9g} "
+                  f"{r['relative_difference']:10.2e} {r['seconds_median']:8.4f}")
+        rels = []
+        for n in args.records:
+            r = release_rows(n, args.warm)
+            rels.append(r)
+            print(f"release n={n}: cold {r['cold_seconds']:.2f} s, warm median {r['warm_seconds_median']:.2f} s "
+                  f"(phases {', '.join(f'{k} {v:.2f}' for k, v in r['warm_phases'][-1].items())}), "
+                  f"tracemalloc peak {r['tracemalloc_peak_mb']:.0f} MB, VmHWM {r['vmhwm_mb']:.0f} MB; "
+                  f"realised/optimum {r['realised_over_optimum']:.8f}; empirical/reported "
+                  f"{r['empirical_sq_error_over_reported']:.4f}; tables naive/blocks {r['tables_naive_over_blocks']:.2f}")
+    result = {
+        "zcdp": zc, "release": rels, "blas_threads": 1, "cpus": os.cpu_count(), "load_average": os.getloadavg(),
+        "python": platform.python_version(), "numpy": np.__version__, "rho": RHO,
+        "note": "2-core machine shared with other jobs: timings are noisy (see load_average)",
+        "command": "python benchmarks/bench_multidim.py " + " ".join(sys.argv[1:]),
+    }
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    print("wrote", args.out)
+
+
+if __name__ == "__main__":
+    main()
