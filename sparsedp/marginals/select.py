@@ -20,9 +20,8 @@ Weighted sum of variances ``sum_S w_S sum_cells Var`` (``objective="sum"``) has 
 
 (Lagrange / Cauchy-Schwarz: minimise ``sum c_A s_A`` subject to ``sum p_A / s_A = 2 rho``), and
 this is the optimum over *all* Gaussian linear mechanisms for the workload (the paper's Theorem).
-``objective="max"`` minimises the largest weighted per-cell variance ``max_S w_S v_S`` by its
-concave dual, ``max_{lambda in simplex} (sum_A sqrt(p_A c_A(lambda)))^2 / (2 rho)`` with weights
-``lambda_S w_S`` on the cells' variances (:func:`_max_variance_weights`).
+``objective="max"`` minimises the largest weighted per-cell variance ``max_S w_S v_S``: a small
+convex program in the precisions ``1 / sigma_A^2`` (:func:`_max_variance`, SLSQP).
 """
 
 from __future__ import annotations
@@ -161,40 +160,54 @@ def _cell_factors(domain: Domain, marginals: list[tuple[int, ...]], index: dict)
     return out
 
 
-def _max_variance_weights(domain: Domain, marginals: list[tuple[int, ...]], weights: np.ndarray,
-                          iters: int = 3000, tol: float = 1e-10) -> np.ndarray:
-    """The dual of ``min max_S w_S v_S``: ``lambda`` on the simplex maximising
-    ``h(lambda) = sum_A sqrt(p_A c_A(lambda))``, ``c_A(lambda) = sum_{S superset A} lambda_S w_S f_{S,A}``
-    (concave), by exponentiated-gradient ascent; returns ``lambda`` (the marginals' weights for
-    the sum objective whose optimum attains the max-variance optimum)."""
-    residuals, _, pv = _coefficients(domain, marginals, weights)
-    index = {A: i for i, A in enumerate(residuals)}
-    facts = _cell_factors(domain, marginals, index)
-    m = len(marginals)
-    rows = np.concatenate([js for js, _ in facts])
-    cols = np.concatenate([np.full(js.size, k) for k, (js, _) in enumerate(facts)])
-    vals = np.concatenate([fs * weights[k] for k, (_, fs) in enumerate(facts)])
+def _max_variance(domain: Domain, marginals: list[tuple[int, ...]], weights: np.ndarray, rho: float,
+                  residuals: list[tuple[int, ...]], pv: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """``sigma_A^2`` minimising ``max_S w_S v_S`` subject to ``sum_A p_A / (2 sigma_A^2) <= rho``.
+
+    In the precisions ``u_A = 1 / sigma_A^2`` this is convex: minimise ``t`` subject to
+    ``sum_A w_S f_{S,A} / u_A <= t`` for every marginal (convex in ``u``) and the linear budget
+    ``sum_A p_A u_A <= 2 rho``; solved by SLSQP (scipy) in ``log u`` from the sum-optimal point,
+    with analytic gradients.  The paper solves the same program with a generic convex solver."""
+    from scipy.optimize import minimize
     import scipy.sparse as sp
 
-    F = sp.csr_matrix((vals, (rows, cols)), shape=(len(residuals), m))  # c(lambda) = F lambda
-    lam = np.full(m, 1.0 / m)
-    sp_ = np.sqrt(pv)
-    best_gap = math.inf
-    step = 1.0
-    for _ in range(iters):
-        cl = F @ lam
-        g = F.T @ (0.5 * sp_ / np.sqrt(np.maximum(cl, 1e-300)))  # dh/dlambda
-        h = float(sp_ @ np.sqrt(cl))
-        # Frank-Wolfe gap: max_k g_k - g . lambda  (>= h* - h by concavity)
-        gap = float(g.max() - g @ lam)
-        best_gap = min(best_gap, gap)
-        if gap <= tol * h:
-            break
-        z = np.log(np.maximum(lam, 1e-300)) + step * (g / max(float(np.abs(g).max()), 1e-300)) * 5.0
-        z -= z.max()
-        lam = np.exp(z)
-        lam /= lam.sum()
-    return lam
+    index = {A: i for i, A in enumerate(residuals)}
+    facts = _cell_factors(domain, marginals, index)
+    rows = np.concatenate([np.full(js.size, k) for k, (js, _) in enumerate(facts)])
+    cols = np.concatenate([js for js, _ in facts])
+    vals = np.concatenate([fs * weights[k] for k, (_, fs) in enumerate(facts)])
+    F = sp.csr_matrix((vals, (rows, cols)), shape=(len(marginals), len(residuals)))
+    scale = float(np.max(F @ start))
+    z0 = np.concatenate([-np.log(start / scale), [0.0]])  # log u (u in units of 1/scale), then t
+
+    def obj(z):
+        return z[-1], np.concatenate([np.zeros(z.size - 1), [1.0]])
+
+    def var_con(z):  # t - F e^{-x} >= 0
+        e = np.exp(-z[:-1])
+        return z[-1] - F @ e
+
+    def var_jac(z):
+        e = np.exp(-z[:-1])
+        J = (F.multiply(e[None, :])).toarray()  # d/dx of -F e^{-x} = +F diag(e)
+        return np.hstack([J, np.ones((F.shape[0], 1))])
+
+    budget = 2.0 * rho * scale
+
+    def bud_con(z):
+        return np.array([1.0 - float(pv @ np.exp(z[:-1])) / budget])
+
+    def bud_jac(z):
+        return np.concatenate([-(pv * np.exp(z[:-1])) / budget, [0.0]])[None, :]
+
+    z0[-1] = float(np.max(var_con(np.concatenate([z0[:-1], [0.0]])) * -1.0)) * 1.0001
+    res = minimize(obj, z0, jac=True, method="SLSQP",
+                   constraints=[{"type": "ineq", "fun": var_con, "jac": var_jac},
+                                {"type": "ineq", "fun": bud_con, "jac": bud_jac}],
+                   options={"maxiter": 500, "ftol": 1e-12})
+    u = np.exp(res.x[:-1]) / scale
+    used = float(pv @ u) / (2.0 * rho)
+    return (1.0 / u) * max(used, 1.0)  # back on the budget (never above it)
 
 
 def select_residuals(domain: Domain, marginals: Any, rho: float, *, weights: Any = None,
@@ -214,20 +227,14 @@ def select_residuals(domain: Domain, marginals: Any, rho: float, *, weights: Any
         raise InvalidPrivacyParameterError("weights must be one finite value >= 0 per marginal, not all 0")
     if objective not in ("sum", "max"):
         raise SparseDPError(f"objective must be 'sum' or 'max', got {objective!r}")
-    wsum = w if objective == "sum" else w * _max_variance_weights(domain, ms, w)
-    if objective == "max":  # marginals with zero dual weight still get their residuals measured
-        wsum = np.maximum(wsum, 1e-12 * float(wsum.max()))
-    residuals, cv, pv = _coefficients(domain, ms, wsum if objective == "max" else w)
-    if objective == "max":
-        # the dual weights act on per-cell variances; _coefficients sums over cells: divide by cells
-        cells = np.array([math.prod(domain.sizes[i] for i in S) for S in ms], dtype=np.float64)
-        residuals, cv, pv = _coefficients(domain, ms, wsum / cells)
+    residuals, cv, pv = _coefficients(domain, ms, w)
     if not residuals:
-        raise ShapeError("nothing to measure: every marginal touches only size-1 attributes... "
-                         "and has no total")
+        raise ShapeError("nothing to measure: every marginal touches only size-1 attributes and has no total")
     root = np.sqrt(cv * pv)
     T = float(root.sum()) / (2.0 * r)
     sigma2 = np.sqrt(pv / cv) * T
+    if objective == "max":
+        sigma2 = _max_variance(domain, ms, w, r, residuals, pv, sigma2)
     rho_used = float(np.sum(pv / (2.0 * sigma2)))
     if rho_used > r:  # rounding: scale up by the excess (a few ulps)
         sigma2 = sigma2 * (rho_used / r) * (1 + 4e-16)
