@@ -146,3 +146,16 @@ def test_bad_input_refused_before_noise_or_charge(strategies):
     with pytest.raises(Exception):
         OptimizedCounter(N, 1.0, strat["tree"], accountant=acct)  # the budget is spent
     assert len(acct.ledger) == 1
+
+
+@pytest.mark.parametrize("fam", ["tree", "pidentity"])
+def test_unit_increments_measure_on_the_quantum_lattice(strategies, fam):
+    N, strat = strategies
+    c = OptimizedCounter(N, 1.0, strat[fam], increments="unit", rng=4)
+    assert c.quantum == 2.0**-10 and c.plan.grid == c.quantum and c.plan.grid_exact
+    z = c.plan.noise_stream(rng=4).all()
+    np.testing.assert_array_equal(z / c.quantum, np.round(z / c.quantum))  # exact noise on q Z
+    out = c.run(np.full(N, 0.5))
+    assert np.all(np.isfinite(out))
+    with pytest.raises(SparseDPError):
+        OptimizedCounter(N, 1.0, strat[fam], increments="unit", rng=4).update(1.5)
