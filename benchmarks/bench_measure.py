@@ -29,7 +29,8 @@ Repetitions are interleaved: every repetition runs every path once with each noi
 the two alternates between repetitions), so contention from other jobs hits both alike; the table
 reports the medians and their ratio (target ``<= 1.25``).  Data are built once per path, outside
 the timings.  BLAS is pinned to one thread (:func:`sparsedp._threads.blas_threads`; the count is
-recorded).  Results: ``benchmarks/results/measure.json``.
+recorded).  Results: ``benchmarks/results/measure.json``, rewritten after every repetition
+(``"complete": false`` until the last).
 
     python benchmarks/bench_measure.py [--reps 5] [--paths trees completion ...] [--out FILE]
     python benchmarks/bench_measure.py --quick      # small sizes, a few seconds (a smoke test)
@@ -206,8 +207,10 @@ def blas_info() -> list[dict]:
             if i.get("user_api") == "blas"]
 
 
-def run(selected: list[ReleasePath], reps: int, log: Callable[[str], None] = print) -> list[dict]:
-    """Time every path ``reps`` times with each noise, interleaved (see the module docstring)."""
+def run(selected: list[ReleasePath], reps: int, log: Callable[[str], None] = print,
+        partial: Callable[[list[dict]], None] | None = None) -> list[dict]:
+    """Time every path ``reps`` times with each noise, interleaved (see the module docstring);
+    ``partial(rows)`` is called after every repetition with the rows so far."""
     data: dict[int, Any] = {}
     for i, p in enumerate(selected):
         t0 = time.perf_counter()
@@ -223,11 +226,17 @@ def run(selected: list[ReleasePath], reps: int, log: Callable[[str], None] = pri
                 p.run(data[i], secure)
                 times[(i, secure)].append(time.perf_counter() - t0)
         log(f"  repetition {r + 1}/{reps} done")
+        if partial is not None and r + 1 < reps:
+            partial(_rows(selected, times))
+    return _rows(selected, times)
+
+
+def _rows(selected: list[ReleasePath], times: dict[tuple[int, bool], list[float]]) -> list[dict]:
     rows = []
     for i, p in enumerate(selected):
         ex, fl = times[(i, True)], times[(i, False)]
         ratio = float(np.median(ex) / np.median(fl))
-        rows.append({"group": p.group, "path": p.name, "size": p.size, "reps": reps,
+        rows.append({"group": p.group, "path": p.name, "size": p.size, "reps": len(ex),
                      "float_s": fl, "exact_s": ex, "float_median_s": float(np.median(fl)),
                      "exact_median_s": float(np.median(ex)), "ratio_median": ratio,
                      "ratio_min": float(min(ex) / min(fl)), "target": TARGET, "met": ratio <= TARGET})
@@ -263,20 +272,27 @@ def main(argv: list[str] | None = None) -> int:
         note = (f"shared machine ({os.cpu_count()} cores, other jobs running): timings are inflated by "
                 f"contention; ratios are of medians of {reps} interleaved repetitions in one run")
         print(f"BLAS threads: {blas}; {note}", flush=True)
+        out = args.out if args.out is not None else (None if args.quick else str(HERE / "results" / "measure.json"))
+        command = " ".join(["python", "benchmarks/bench_measure.py", *(argv if argv is not None else sys.argv[1:])])
         t0 = time.perf_counter()
-        rows = run(selected, reps, log=lambda s: print(s, flush=True))
+
+        def write(rows: list[dict], complete: bool) -> None:
+            if not out:
+                return
+            result = {"command": command, "machine": platform.platform(), "cpus": os.cpu_count(),
+                      "blas_threads": blas, "note": note, "quick": args.quick, "reps": reps, "complete": complete,
+                      "target": TARGET, "seconds": time.perf_counter() - t0, "rows": rows}
+            Path(out).parent.mkdir(parents=True, exist_ok=True)
+            Path(out).write_text(json.dumps(result, indent=1))
+
+        rows = run(selected, reps, log=lambda s: print(s, flush=True), partial=lambda r: write(r, False))
         total = time.perf_counter() - t0
+        write(rows, True)
     print()
     print(table(rows))
     missed = [r for r in rows if not r["met"]]
     print(f"\n{len(rows) - len(missed)} of {len(rows)} paths within {TARGET}x ({total:.0f} s in all)")
-    out = args.out if args.out is not None else (None if args.quick else str(HERE / "results" / "measure.json"))
     if out:
-        result = {"command": " ".join(["python", "benchmarks/bench_measure.py", *(argv if argv is not None else sys.argv[1:])]),
-                  "machine": platform.platform(), "cpus": os.cpu_count(), "blas_threads": blas, "note": note,
-                  "quick": args.quick, "reps": reps, "target": TARGET, "seconds": total, "rows": rows}
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(result, indent=1))
         print(f"wrote {out}")
     return 0
 

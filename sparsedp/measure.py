@@ -17,6 +17,9 @@ is where privacy noise is drawn for a measurement:
 2. :meth:`MeasurementPlan.measure` validates the data (shape, finite, counts, the input bound
    ``2^50`` on ``x`` and on ``A x``), the generator and the budget, **then** charges the
    accountant (with a :class:`~sparsedp.privacy.LedgerEntry`), **then** draws the noise.
+   The identity (recognised from its entries, ``plan.identity``; completion and flows measure it
+   on millions of values) takes a fast path with the same checks in one cache-blocked pass and
+   no product: ``Delta_1 = Delta_2 = 1`` exactly, ``y = x + z``.
 
 ``secure=True`` (the default here) draws exact discrete Laplace / discrete Gaussian noise
 (Canonne, Kamath, Steinke 2020) on the grid ``g``: ``y = g (round(A x / g) + k)``, ``k`` with
@@ -48,7 +51,15 @@ from .errors import (
 from .intervals import IntervalRows
 from .operators import Operator, SparseOperator, aslinearoperator
 from .privacy import Accountant, LedgerEntry, PrivacyCost, rho_for_approx_dp
-from .validation import check_counts, check_epsilon, check_magnitude, check_positive, check_rho, check_vector
+from .validation import (
+    MAX_MAGNITUDE,
+    check_counts,
+    check_epsilon,
+    check_magnitude,
+    check_positive,
+    check_rho,
+    check_vector,
+)
 
 __all__ = ["Measurement", "MeasurementPlan", "NoiseStream", "plan_measurement", "measure"]
 
@@ -222,11 +233,13 @@ class MeasurementPlan:
         grid cell and ``y = x + k`` (integers below ``2^53``: exact).  The release has the law (and,
         for the same generator, the values) of the general path's."""
         n = self.measured.shape[1]
-        xv = check_counts(x, n, "x") if counts else check_vector(x, n, "x")
-        if not counts:  # check_counts has checked the bound and integrality already
-            check_magnitude(xv, "x")
-            if self.secure and not np.array_equal(xv, np.round(xv)):
-                raise SparseDPError("secure mode with an exact grid needs integral data; pass grid= or round x")
+        xv = _clean_vector(x, n, counts, counts or self.secure)
+        if xv is None:  # the standard validators, which raise the precise error
+            xv = check_counts(x, n, "x") if counts else check_vector(x, n, "x")
+            if not counts:  # check_counts has checked the bound and integrality already
+                check_magnitude(xv, "x")
+                if self.secure and not np.array_equal(xv, np.round(xv)):
+                    raise SparseDPError("secure mode with an exact grid needs integral data; pass grid= or round x")
         _check_accountant(accountant)
         seeded, gen = _generator(rng)
         entry = self._charge(accountant, label, seeded, n)
@@ -306,6 +319,41 @@ class NoiseStream:
     def all(self) -> np.ndarray:
         """The noise of every remaining row."""
         return self.take(np.arange(self._next, self.plan.rows))
+
+
+_BLOCK = 1 << 16  # elements per block of _clean_vector (512 KB: stays in cache)
+
+
+def _clean_vector(x: Any, n: int, counts: bool, integral: bool) -> np.ndarray | None:
+    """``x`` as a float64 vector if it passes every check of the standard validators -- length
+    ``n``, finite, ``|x| <= MAX_MAGNITUDE``, non-negative (``counts``), integral (``integral``) --
+    verified in one cache-blocked pass (block minima and maxima, in which NaN propagates, and
+    ``rint(v) == v``); ``None`` if anything fails (the caller then runs the standard validators,
+    which raise the precise error).  Never a weaker check: every condition is the validators'."""
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+    if arr.ndim != 1 or arr.shape[0] != n:
+        return None
+    if arr.size == 0:
+        return arr
+    buf = np.empty(min(_BLOCK, arr.size)) if integral else None
+    lo, hi = math.inf, -math.inf
+    for a in range(0, arr.size, _BLOCK):
+        v = arr[a:a + _BLOCK]
+        vmin, vmax = float(v.min()), float(v.max())  # NaN if any NaN
+        if not (math.isfinite(vmin) and math.isfinite(vmax)):
+            return None
+        lo, hi = min(lo, vmin), max(hi, vmax)
+        if buf is not None:
+            w = buf[:v.size]
+            np.rint(v, out=w)
+            if not np.array_equal(w, v):
+                return None
+    if max(-lo, hi) > MAX_MAGNITUDE or (counts and lo < 0):
+        return None
+    return arr
 
 
 def _check_accountant(accountant: Any) -> None:

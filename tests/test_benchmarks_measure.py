@@ -27,7 +27,8 @@ def test_quick_run_times_every_path_exact_against_float(tmp_path, capsys):
     out = tmp_path / "measure.json"
     assert bench.main(["--quick", "--reps", "1", "--out", str(out)]) == 0
     res = json.loads(out.read_text())
-    assert res["quick"] is True and res["reps"] == 1 and res["target"] == 1.25 and "contention" in res["note"]
+    assert res["quick"] is True and res["complete"] is True and res["reps"] == 1 and res["target"] == 1.25
+    assert "contention" in res["note"]
     assert isinstance(res["blas_threads"], list)
     rows = res["rows"]
     assert {r["group"] for r in rows} == GROUPS

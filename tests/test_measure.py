@@ -306,3 +306,42 @@ def test_identity_is_recognised_from_the_entries_never_from_a_claim():
     assert plan_measurement(sp.csr_matrix(np.eye(n)), epsilon=1.0).identity
     assert plan_measurement(I, epsilon=1.0, secure=False, grid=0.5).identity  # float noise: no grid
     assert not plan_measurement(I, epsilon=1.0, secure=True, grid=0.5).identity  # exact, grid != 1: general
+
+
+@pytest.mark.parametrize("block", [3, 1 << 16])
+def test_the_blocked_input_check_accepts_exactly_what_the_validators_accept(block, monkeypatch):
+    """The identity path checks x in one cache-blocked pass and falls back to the standard validators
+    on any doubt: it must never accept what they refuse (nor refuse what they accept)."""
+    import importlib
+
+    from sparsedp.validation import MAX_MAGNITUDE, check_counts, check_magnitude, check_vector
+
+    measure_module = importlib.import_module("sparsedp.measure")
+    monkeypatch.setattr(measure_module, "_BLOCK", block)
+    base = np.arange(10, dtype=float)
+    variants = [base, -base, base + 0.5, np.zeros(0), np.full(10, -0.0)]
+    for i in (0, 4, 9):  # the first, a middle and the last block
+        for bad in (np.nan, np.inf, -np.inf, 0.25, -1.0, MAX_MAGNITUDE, np.nextafter(MAX_MAGNITUDE, np.inf),
+                    -MAX_MAGNITUDE, -np.nextafter(MAX_MAGNITUDE, np.inf)):
+            v = base.copy()
+            v[i] = bad
+            variants.append(v)
+    variants += [base[:9], base.reshape(2, 5), ["a"] * 10]
+    for v in variants:
+        n = 10 if np.ndim(v) != 1 or len(v) != 0 else 0
+        for counts in (False, True):
+            for integral in ({True} if counts else {False, True}):
+                def standard():
+                    xv = check_counts(v, n, "x") if counts else check_vector(v, n, "x")
+                    check_magnitude(xv, "x")
+                    if integral and not np.array_equal(xv, np.round(xv)):
+                        raise SparseDPError("not integral")
+                    return xv
+                try:
+                    want = standard()
+                except SparseDPError:
+                    want = None
+                got = measure_module._clean_vector(v, n, counts, integral)
+                assert (got is None) == (want is None), (v, counts, integral)
+                if got is not None:
+                    np.testing.assert_array_equal(got, want)
