@@ -187,6 +187,26 @@ def _reconstruct(domain: Domain, S: tuple[int, ...], y: dict, index: dict | None
     return apply_factors([_extended_basis(n) for n in sizes_S], Z) if S else Z
 
 
+def _reconstruct_batch(domain: Domain, group: list[tuple[int, ...]], y: dict) -> list[np.ndarray]:
+    """:func:`_reconstruct` for marginals of one table shape at once (the same transform, batched
+    over a leading axis)."""
+    sizes_S = domain.shape(group[0])
+    Z = np.zeros((len(group),) + sizes_S)
+    for b, S in enumerate(group):
+        for r in range(len(S) + 1):
+            for A in combinations(S, r):
+                if A not in y:
+                    if all(domain.sizes[i] > 1 for i in A):
+                        raise ShapeError(f"the residual {A} of marginal {S} was not measured")
+                    continue
+                idx = (b,) + tuple(slice(1, None) if i in A else 0 for i in S)
+                Z[idx] = np.asarray(y[A]).reshape(tuple(domain.sizes[i] - 1 for i in A))
+    if not sizes_S:
+        return list(Z)
+    T = apply_factors([_extended_basis(n) for n in sizes_S], Z, axes=range(1, len(sizes_S) + 1))
+    return list(T)
+
+
 @lru_cache(maxsize=256)
 def _extended_basis(n: int) -> np.ndarray:
     return np.hstack([np.full((n, 1), 1.0 / n), contrast_basis(n).toarray().T])
@@ -309,12 +329,16 @@ def release_marginals(
             y[A] = m.y[k * width:(k + 1) * width]
             var[A] = float(m.variances[k * width]) if width else 0.0
     t4 = time.perf_counter()
-    index = sel.index()
     out, variances = {}, {}
+    by_shape: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
     for S in sel.marginals:
-        key = tuple(domain.names[i] for i in S)
-        out[key] = _reconstruct(domain, S, y, index)
-        variances[key] = _cell_variance(domain, S, var)
+        by_shape.setdefault(domain.shape(S), []).append(S)
+    for shape, group in by_shape.items():  # one batched Kronecker transform per table shape
+        tabs = _reconstruct_batch(domain, group, y)
+        for S, tab in zip(group, tabs):
+            key = tuple(domain.names[i] for i in S)
+            out[key] = tab
+            variances[key] = _cell_variance(domain, S, var)
     t5 = time.perf_counter()
     return MarginalRelease(
         domain=domain, selection=sel, marginals=out, variances=variances, residuals=y, residual_variances=var,
