@@ -111,6 +111,7 @@ COMMAND_MODULES = (
     "sparsedp.completion.cli",
     "sparsedp.flows.cli",
     "sparsedp.optimize.cli",
+    "sparsedp.marginals.cli",
 )
 
 
