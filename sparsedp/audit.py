@@ -10,8 +10,10 @@ statistical testers of Ding et al., CCS 2018):
 1. splits the ``trials`` per input into a *selection* part and a *held-out* part (half each by
    default), drawn independently;
 2. on the selection part only, projects every output onto candidate directions -- each output
-   coordinate and the difference of the two selection means -- and scores threshold events
-   ``{<v, R> > t}`` / ``{<v, R> < t}`` at quantile thresholds (log-spaced into both tails, so rare
+   coordinate and the difference of the two selection means -- and onto an orthant statistic
+   (the smallest standardized shift over the coordinates whose means differ; its threshold events
+   are orthants, the events of largest ratio for independent Laplace noise), and scores threshold
+   events ``{stat > t}`` / ``{stat < t}`` at quantile thresholds (log-spaced into both tails, so rare
    events with large ratios are tried) by the Clopper-Pearson bound they give on the selection
    part itself (at confidence ``1 - 10^-3``, which penalises rare events whose selection counts
    are lucky), keeping the best (both orders of ``x, x'``);
@@ -34,8 +36,8 @@ and never stored, so memory is ``O((selection trials + chunk) d)``.
 **What it can and cannot prove.**  A lower bound above the claimed epsilon is evidence, at
 confidence ``1 - alpha``, that the release is *not* as private as claimed (a calibration bug).  A
 bound below the claim proves nothing about the upper bound: an auditor only finds violations it
-has the events and the samples to see (its events are thresholds on linear projections; the
-neighbouring pair is the caller's choice; ``eps`` near the claim needs events of probability
+has the events and the samples to see (its events are thresholds on linear projections and on
+one orthant statistic; the neighbouring pair is the caller's choice; ``eps`` near the claim needs events of probability
 ``>> 1 / trials``).  Auditing a deliberately broken copy (noise halved, so twice the claimed loss)
 shows whether the test *could* have seen a violation of that size.
 """
@@ -130,7 +132,7 @@ def _chunks(release: Callable[..., Any], data: Any, count: int, gen: np.random.G
 @dataclass(frozen=True)
 class _Event:
     score: float  # the event's bound on the selection part
-    direction: np.ndarray
+    project: Callable[[np.ndarray], np.ndarray]  # (k, d) outputs -> (k,) statistic
     sign: float
     threshold: float
     swap: bool  # True: the event is more likely under x_prime
@@ -162,16 +164,42 @@ def _directions(Sa: np.ndarray, Sb: np.ndarray, max_coordinates: int = 256) -> t
     return dirs, [f"coordinate {c}" for c in coords] + ["mean difference"]
 
 
+def _orthant(Sa: np.ndarray, Sb: np.ndarray, z_min: float = 4.0, most: int = 64):
+    """A non-linear candidate from the selection part: ``min_i s_i (R_i - mb_i) / |m_i|`` over the
+    coordinates whose means differ significantly (``|m_i| > z_min`` standard errors, at most
+    ``most``; ``m = mean_a - mean_b``, ``s = sign m``, ``mb`` the second input's means).  Its
+    threshold events are orthants along the mean shift, ``{s_i (R_i - mb_i) > t |m_i| for all i}``:
+    for independent Laplace noise the orthant beyond the shift has probability ratio exactly
+    ``e^loss``, which no linear projection of several coordinates reaches.  ``None`` if fewer than
+    two coordinates qualify (a coordinate direction is then the same event)."""
+    ma, mb = Sa.mean(axis=0), Sb.mean(axis=0)
+    m = ma - mb
+    se = np.sqrt(Sa.var(axis=0) / Sa.shape[0] + Sb.var(axis=0) / Sb.shape[0]) + 1e-300
+    z = np.abs(m) / se
+    T = np.flatnonzero(z > z_min)
+    if T.size < 2:
+        return None
+    T = np.sort(T[np.argsort(-z[T])[:most]])
+    sgn, base, width = np.sign(m[T]), mb[T], np.abs(m[T])
+    return lambda R: np.min(sgn * (R[:, T] - base) / width, axis=1)
+
+
 def _best_event(Sa: np.ndarray, Sb: np.ndarray, alpha: float, delta: float) -> _Event | None:
     """On the selection part: the threshold event with the largest Clopper-Pearson bound
-    ``ln((p_lo - delta) / q_hi)``, over directions, both signs and both orders of the inputs.
-    Counts for all thresholds at once by sorting (``O(n log n)`` per direction)."""
+    ``ln((p_lo - delta) / q_hi)``, over the candidate statistics (directions and the orthant
+    statistic), both signs and both orders of the inputs.  Counts for all thresholds at once by
+    sorting (``O(n log n)`` per candidate)."""
     na, nb = Sa.shape[0], Sb.shape[0]
     dirs, names = _directions(Sa, Sb)
+    candidates: list[tuple[Callable[[np.ndarray], np.ndarray], str]] = [
+        ((lambda R, v=v: R @ v), f"<{name}, R>") for v, name in zip(dirs, names)]
+    orth = _orthant(Sa, Sb)
+    if orth is not None:
+        candidates.append((orth, "orthant statistic"))
     levels = _levels(min(na, nb))
     best: _Event | None = None
-    for v, name in zip(dirs, names):
-        a, b = Sa @ v, Sb @ v
+    for project, name in candidates:
+        a, b = project(Sa), project(Sb)
         for sign in (1.0, -1.0):
             sa, sb = np.sort(sign * a), np.sort(sign * b)
             t = np.unique(np.quantile(np.concatenate([sa, sb]), levels))
@@ -184,14 +212,14 @@ def _best_event(Sa: np.ndarray, Sb: np.ndarray, alpha: float, delta: float) -> _
                     score = np.where(p_lo > 0, np.log(np.maximum(p_lo, 1e-300) / q_hi), -np.inf)
                 i = int(np.argmax(score))
                 if math.isfinite(score[i]) and (best is None or score[i] > best.score):
-                    best = _Event(float(score[i]), v, sign, float(t[i]), swap, name)
+                    best = _Event(float(score[i]), project, sign, float(t[i]), swap, name)
     return best
 
 
 def _count(chunks: Iterator[np.ndarray], ev: _Event) -> tuple[int, int]:
     k = n = 0
     for arr in chunks:
-        k += int(np.count_nonzero(ev.sign * (arr @ ev.direction) > ev.threshold))
+        k += int(np.count_nonzero(ev.sign * ev.project(arr) > ev.threshold))
         n += arr.shape[0]
     return k, n
 
@@ -248,7 +276,7 @@ def audit(
     p_lo, _ = clopper_pearson(k_p, n_p, alpha)
     _, q_hi = clopper_pearson(k_q, n_q, alpha)
     eps = math.log((p_lo - delta) / q_hi) if p_lo > delta else 0.0
-    event = (f"{'+' if ev.sign > 0 else '-'}<{ev.name}, R> > {ev.threshold:g} "
+    event = (f"{'+' if ev.sign > 0 else '-'}{ev.name} > {ev.threshold:g} "
              f"(more likely under {'x_prime' if ev.swap else 'x'})")
     return AuditResult(max(eps, 0.0), k_p / n_p, k_q / n_q, p_lo, q_hi, event, trials, alpha, delta, n_sel, n_hold)
 

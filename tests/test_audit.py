@@ -168,3 +168,17 @@ def test_zcdp_audit_with_delta_flags_halved_sigma():
                           batched=True, delta=1e-5)
     assert out["correct"].epsilon_lower <= claim, out["correct"]
     assert out["broken"].epsilon_lower > claim, out["broken"]
+
+
+def test_generic_events_include_the_orthant():
+    """Raw answers of a tree (no hand-made statistic): the neighbour moves four node counts, each by
+    a quarter of the loss; no linear projection reaches the orthant's ratio ``e^loss``, the orthant
+    statistic does, so the copy with halved scales (loss 2) is flagged from the raw answers."""
+    plan = plan_measurement(st.hierarchical(8, 2), epsilon=1.0)
+    broken = dataclasses.replace(plan, scales=plan.scales / 2, unit_scales=plan.unit_scales / 2)
+    x0 = np.array([3, 1, 4, 1, 5, 9, 2, 6])
+    x1 = x0 + np.eye(8, dtype=int)[0]
+    bad = audit(plan_release(broken), x0, x1, trials=100_000, rng=4, batched=True)
+    good = audit(plan_release(plan), x0, x1, trials=100_000, rng=4, batched=True)
+    assert "orthant" in bad.event and bad.epsilon_lower > 1.7, bad  # linear events alone: 1.28 here
+    assert good.epsilon_lower <= 1.0, good
