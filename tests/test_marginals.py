@@ -288,6 +288,10 @@ def test_bad_workload_and_records_bound():
         release_marginals(X, dom, [("a",)], 0.5, max_records=100)
     with pytest.raises(SparseDPError):
         select_residuals(dom, [(0, 1)], 0.5, objective="median")
+    acc = sparsedp.Accountant(rho=1.0)
+    with pytest.raises(InvalidPrivacyParameterError):  # a zero weight leaves (2, 3) unanswerable
+        release_marginals(X, dom, [(0, 1), (2, 3)], 0.5, weights=[1, 0], accountant=acc)
+    assert acc.ledger == ()
 
 
 def test_structured_and_dataframe_records():

@@ -294,6 +294,13 @@ def release_marginals(
     seeded = rng is not None and not (isinstance(rng, SecureRandomBits) and rng.secure)
     gen = rng if rng is None or isinstance(rng, SecureRandomBits) else as_generator(rng)
     sel = select_residuals(domain, marginals, r, weights=weights, objective=objective)
+    measured = set(sel.residuals)
+    for S in sel.marginals:  # every marginal must be answerable (a zero weight drops residuals)
+        for k in range(len(S) + 1):
+            for A in combinations(S, k):
+                if A not in measured and all(domain.sizes[i] > 1 for i in A):
+                    raise InvalidPrivacyParameterError(
+                        f"marginal {S} needs residual {A}, which no positive weight asks for: give it a weight > 0")
     t1 = time.perf_counter()
     # blocks of at most ~n/8 cells (2^10 .. 2^17): a block's table must not cost more than its records
     cells = int(min(2**17, max(2**10, X.shape[0] // 8)))
