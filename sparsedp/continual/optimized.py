@@ -167,7 +167,10 @@ class OptimizedCounter(StreamingCounter):
         Exactly one: ``epsilon`` (Laplace, pure DP) or ``rho`` (Gaussian, zCDP).
     strategy:
         ``None`` (default): :func:`optimized_prefix_strategy` for ``N`` and the noise (``family``,
-        ``time_limit`` passed on; cached per process).  Or an
+        ``time_limit`` passed on; cached per process).  Without ``time_limit`` the tree family's
+        per-node refinement stops after 20 s (``N = 2^20 - 1``: about 706 per step under load);
+        ``time_limit=600`` lets it converge (702.94 in 140 s, ``benchmarks/bench_continual.py
+        --optimized``).  Or an
         :class:`~sparsedp.optimize.OptimizedStrategy` / operator with ``N`` columns and full column
         rank (trees with a layout: any ``N``; others: ``N <= DENSE_MAX_N``).
     rng:
