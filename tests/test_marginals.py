@@ -346,3 +346,26 @@ def test_synthetic_records_are_valid_and_reproducible():
     np.testing.assert_array_equal(X, synthetic_records(dom, 1000, rng=3))
     assert X.shape == (1000, 4) and np.array_equal(dom.encode(X), X)
     assert (X.max(axis=0) < np.array(dom.sizes)).all()
+
+
+def test_kron_strategy_error_equals_dense_formula():
+    from sparsedp import workloads as wl
+    from sparsedp.marginals import optimize_kron
+
+    W1, W2 = wl.all_ranges(6), wl.prefix(5)
+    k = optimize_kron([W1, W2], family="templates")
+    W = np.kron(W1.tosparse().toarray(), W2.tosparse().toarray())
+    M = k.strategy.tosparse().toarray()
+    B = W @ np.linalg.pinv(M)
+    d1 = np.abs(M).sum(0).max()
+    assert k.sensitivity == pytest.approx(d1, rel=1e-12)
+    assert k.total_error(epsilon=0.5) == pytest.approx(2 * d1**2 / 0.25 * (B * B).sum(), rel=1e-9)
+    assert k.rmse(epsilon=0.5) == pytest.approx(math.sqrt(k.total_error(epsilon=0.5) / W.shape[0]))
+    g = optimize_kron([W1, W1], noise="gaussian", family="templates")
+    M = g.strategy.tosparse().toarray()
+    Wg = np.kron(W1.tosparse().toarray(), W1.tosparse().toarray())
+    B = Wg @ np.linalg.pinv(M)
+    d2 = np.sqrt((M * M).sum(0)).max()
+    assert g.total_error(rho=0.3) == pytest.approx(d2**2 / 0.6 * (B * B).sum(), rel=1e-9)
+    with pytest.raises(SparseDPError):
+        g.total_error(epsilon=1.0)

@@ -4,6 +4,8 @@ workloads at ResidualPlanner's optimum (Xiao et al., NeurIPS 2023) with exact no
 * :class:`Domain` -- named attributes with sizes; records as integer codes.
 * :class:`KronOperator`, :class:`KronStack`, :func:`marginal_operator` -- implicit (sums of)
   Kronecker products with factorised sensitivity and norms.
+* :func:`optimize_kron`, :class:`KronStrategy` -- Kronecker strategies for Kronecker workloads
+  (2-D ranges) from optimised 1-D factors, error by factorisation.
 * :func:`contrast_basis`, :func:`residual_operator` -- the residual basis.
 * :func:`select_residuals` -- the optimal noise per residual (sum / weighted sum / max variance).
 * :func:`release_marginals` -- measure (exact discrete Gaussian, through ``sparsedp.measure``) and
@@ -13,6 +15,7 @@ workloads at ResidualPlanner's optimum (Xiao et al., NeurIPS 2023) with exact no
 
 from .domain import Domain
 from .kron import KronOperator, KronStack, apply_factors, marginal_operator
+from .kron_opt import KronStrategy, factor_trace, optimize_kron
 from .release import MarginalRelease, marginal_tables, release_marginals
 from .residual import contrast_basis, residual_operator
 from .select import ResidualSelection, closure, marginals_up_to, select_residuals
@@ -22,14 +25,17 @@ __all__ = [
     "Domain",
     "KronOperator",
     "KronStack",
+    "KronStrategy",
     "MarginalRelease",
     "ResidualSelection",
     "apply_factors",
     "closure",
     "contrast_basis",
+    "factor_trace",
     "marginal_operator",
     "marginal_tables",
     "marginals_up_to",
+    "optimize_kron",
     "release_marginals",
     "residual_operator",
     "select_residuals",
