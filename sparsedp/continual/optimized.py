@@ -168,7 +168,8 @@ class OptimizedCounter(StreamingCounter):
     strategy:
         ``None`` (default): :func:`optimized_prefix_strategy` for ``N`` and the noise (``family``,
         ``time_limit`` passed on; cached per process).  Without ``time_limit`` the tree family's
-        per-node refinement stops after 20 s (``N = 2^20 - 1``: about 706 per step under load);
+        per-node refinement stops after 20 s (measured for prefix at ``n = 2^20``: 18.5 s of it gave
+        706.0 per query under load);
         ``time_limit=600`` lets it converge (702.94 in 140 s, ``benchmarks/bench_continual.py
         --optimized``).  Or an
         :class:`~sparsedp.optimize.OptimizedStrategy` / operator with ``N`` columns and full column
