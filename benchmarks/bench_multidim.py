@@ -14,14 +14,21 @@
   generator temporaries and interpreter included); the realised sum of variances against the
   optimum; and the empirical total squared error of one release against the true marginals
   divided by the reported sum of variances (1 in expectation).
+* ``kron``: all 2-D ranges as ``AllRange (x) AllRange`` with a Kronecker strategy of 1-D factors
+  optimised by sparsedp.optimize (sparsedp.marginals.optimize_kron, ``family="auto"``): total
+  squared error at eps = 1 on 32 x 32 against HDMM's KronPIdentity (6.453e7) and the identity
+  strategy (the baseline, same run); per-query RMSE at eps = sqrt(2) on 256 x 256 against HDMM's
+  README (32.69), with the optimise + evaluate seconds (``--kron-time`` seconds per factor).
 * baseline in the same run: the tables by one ``np.bincount`` per maximal marginal (intp codes)
   against the block tables (ratio of seconds).
 
 The machine has 2 cores shared with other jobs (load ~8 during the measurements): timings are
 noisy and several times the unloaded ones.  BLAS is pinned to one thread (not used here).
 
-    python benchmarks/bench_multidim.py [--records 1000000] [--reps 5] [--warm 2]
-        [--out benchmarks/results/multidim.json]
+    python benchmarks/bench_multidim.py [--records 1000000] [--reps 5] [--warm 2] [--kron-time 25]
+        [--parts zcdp release kron] [--out benchmarks/results/multidim.json]
+
+(parts not run keep their rows from an existing ``--out`` file.)
 """
 
 from __future__ import annotations
@@ -43,8 +50,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from sparsedp._threads import blas_threads  # noqa: E402
-from sparsedp.marginals import (Domain, closure, marginal_tables, marginals_up_to, release_marginals,  # noqa: E402
-                                select_residuals, synthetic_records)
+from sparsedp import workloads as wl  # noqa: E402
+from sparsedp.marginals import (Domain, closure, marginal_tables, marginals_up_to, optimize_kron,  # noqa: E402
+                                release_marginals, select_residuals, synthetic_records)
+from sparsedp.marginals.kron_opt import factor_trace  # noqa: E402
 
 # (label, sizes, order, exact order only, ResidualPlanner's value, its seconds, as measured for the issue)
 RP_ROWS = [
@@ -140,21 +149,41 @@ def release_rows(n: int, warm: int) -> dict:
     return out
 
 
+def kron_rows(seconds: float) -> list[dict]:
+    rows = []
+    for n, eps, ref, what in [(32, 1.0, 6.453e7, "total"), (256, math.sqrt(2), 32.69, "rmse")]:
+        W = wl.all_ranges(n)
+        t = time.perf_counter()
+        k = optimize_kron([W, W], family="auto", rng=0, time_limit=seconds)
+        value = k.total_error(epsilon=eps) if what == "total" else k.rmse(epsilon=eps)
+        el = time.perf_counter() - t
+        ident = 2.0 / eps**2 * factor_trace(W, wl.identity(n)) ** 2  # identity: Delta_1 = 1
+        base = ident if what == "total" else math.sqrt(ident / k.queries)
+        rows.append({"workload": f"all 2-D ranges {n} x {n}", "epsilon": eps, "measure": what, "sparsedp": value,
+                     "hdmm": ref, "ratio_to_hdmm": value / ref, "identity_baseline": base,
+                     "ratio_to_identity": value / base, "factors": list(k.names), "seconds": el,
+                     "time_limit_per_factor": seconds})
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--records", type=int, nargs="+", default=[10**6])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--warm", type=int, default=2)
+    ap.add_argument("--kron-time", type=float, default=25.0)
+    ap.add_argument("--parts", nargs="+", default=["zcdp", "release", "kron"], choices=["zcdp", "release", "kron"])
     ap.add_argument("--out", default=str(HERE / "results" / "multidim.json"))
     args = ap.parse_args()
+    zc, rels, kr = [], [], []
     with blas_threads(1):
-        zc = zcdp_rows(args.reps)
-        print(f"{'workload':36s} {'sparsedp':>16s} {'ResidualPlanner':>16s} {'rel diff':>10s} {'seconds':>8s}")
-        for r in zc:
-            print(f"{r['workload']:36s} {r['sum_of_variances']:16.9g} {r['residualplanner']:16.9g} "
-                  f"{r['relative_difference']:10.2e} {r['seconds_median']:8.4f}")
-        rels = []
-        for n in args.records:
+        if "zcdp" in args.parts:
+            zc = zcdp_rows(args.reps)
+            print(f"{'workload':36s} {'sparsedp':>16s} {'ResidualPlanner':>16s} {'rel diff':>10s} {'seconds':>8s}")
+            for r in zc:
+                print(f"{r['workload']:36s} {r['sum_of_variances']:16.9g} {r['residualplanner']:16.9g} "
+                      f"{r['relative_difference']:10.2e} {r['seconds_median']:8.4f}")
+        for n in (args.records if "release" in args.parts else []):
             r = release_rows(n, args.warm)
             rels.append(r)
             print(f"release n={n}: cold {r['cold_seconds']:.2f} s, warm median {r['warm_seconds_median']:.2f} s "
@@ -162,8 +191,18 @@ def main() -> None:
                   f"tracemalloc peak {r['tracemalloc_peak_mb']:.0f} MB, VmHWM {r['vmhwm_mb']:.0f} MB; "
                   f"realised/optimum {r['realised_over_optimum']:.8f}; empirical/reported "
                   f"{r['empirical_sq_error_over_reported']:.4f}; tables naive/blocks {r['tables_naive_over_blocks']:.2f}")
+        if "kron" in args.parts:
+            kr = kron_rows(args.kron_time)
+            for r in kr:
+                print(f"{r['workload']} eps={r['epsilon']:.4g} {r['measure']}: {r['sparsedp']:.6g} (HDMM {r['hdmm']:.6g}, "
+                      f"ratio {r['ratio_to_hdmm']:.4f}; identity {r['identity_baseline']:.6g}) {r['factors'][0]} "
+                      f"in {r['seconds']:.1f} s")
+    old = json.loads(Path(args.out).read_text()) if Path(args.out).exists() else {}
+    zc = zc or old.get("zcdp", [])
+    rels = rels or old.get("release", [])
+    kr = kr or old.get("kron", [])
     result = {
-        "zcdp": zc, "release": rels, "blas_threads": 1, "cpus": os.cpu_count(), "load_average": os.getloadavg(),
+        "zcdp": zc, "release": rels, "kron": kr, "blas_threads": 1, "cpus": os.cpu_count(), "load_average": os.getloadavg(),
         "python": platform.python_version(), "numpy": np.__version__, "rho": RHO,
         "note": "2-core machine shared with other jobs: timings are noisy (see load_average)",
         "command": "python benchmarks/bench_multidim.py " + " ".join(sys.argv[1:]),
