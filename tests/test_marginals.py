@@ -369,3 +369,20 @@ def test_kron_strategy_error_equals_dense_formula():
     assert g.total_error(rho=0.3) == pytest.approx(d2**2 / 0.6 * (B * B).sum(), rel=1e-9)
     with pytest.raises(SparseDPError):
         g.total_error(epsilon=1.0)
+
+
+def test_pure_dp_weighted_marginals_error_equals_dense():
+    from sparsedp.marginals import optimize_marginals_laplace
+
+    dom = Domain(["a", "b", "c", "d"], [2, 3, 2, 3])
+    ms = marginals_up_to(dom, 2, exact=True)
+    s = optimize_marginals_laplace(dom, ms, 0.5, restarts=2)
+    W = np.vstack([marginal_operator(dom, S).tosparse().toarray() for S in ms])
+    M = np.vstack([th * marginal_operator(dom, S).tosparse().toarray() for S, th in zip(s.measured, s.weights)])
+    d1 = np.abs(M).sum(0).max()
+    assert d1 == pytest.approx(1.0)  # weights sum to 1: Delta_1 = sum theta
+    B = W @ np.linalg.pinv(M)
+    assert np.allclose(B @ M, W, atol=1e-8)  # the strategy answers the workload
+    assert s.total_error == pytest.approx(2 * d1**2 / 0.25 * (B * B).sum(), rel=1e-8)
+    ident = 2 / 0.25 * (W * W).sum()  # the identity (the full table) is one of the candidates
+    assert s.total_error <= ident * (1 + 1e-9)

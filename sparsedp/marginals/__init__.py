@@ -6,6 +6,7 @@ workloads at ResidualPlanner's optimum (Xiao et al., NeurIPS 2023) with exact no
   Kronecker products with factorised sensitivity and norms.
 * :func:`optimize_kron`, :class:`KronStrategy` -- Kronecker strategies for Kronecker workloads
   (2-D ranges) from optimised 1-D factors, error by factorisation.
+* :func:`optimize_marginals_laplace` -- pure-DP weighted-marginals strategies (HDMM's Marginals).
 * :func:`contrast_basis`, :func:`residual_operator` -- the residual basis.
 * :func:`select_residuals` -- the optimal noise per residual (sum / weighted sum / max variance).
 * :func:`release_marginals` -- measure (exact discrete Gaussian, through ``sparsedp.measure``) and
@@ -16,6 +17,7 @@ workloads at ResidualPlanner's optimum (Xiao et al., NeurIPS 2023) with exact no
 from .domain import Domain
 from .kron import KronOperator, KronStack, apply_factors, marginal_operator
 from .kron_opt import KronStrategy, factor_trace, optimize_kron
+from .pure import MarginalsStrategy, optimize_marginals_laplace
 from .release import MarginalRelease, marginal_tables, release_marginals
 from .residual import contrast_basis, residual_operator
 from .select import ResidualSelection, closure, marginals_up_to, select_residuals
@@ -27,6 +29,7 @@ __all__ = [
     "KronStack",
     "KronStrategy",
     "MarginalRelease",
+    "MarginalsStrategy",
     "ResidualSelection",
     "apply_factors",
     "closure",
@@ -36,6 +39,7 @@ __all__ = [
     "marginal_tables",
     "marginals_up_to",
     "optimize_kron",
+    "optimize_marginals_laplace",
     "release_marginals",
     "residual_operator",
     "select_residuals",
