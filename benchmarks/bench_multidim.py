@@ -19,6 +19,9 @@
   squared error at eps = 1 on 32 x 32 against HDMM's KronPIdentity (6.453e7) and the identity
   strategy (the baseline, same run); per-query RMSE at eps = sqrt(2) on 256 x 256 against HDMM's
   README (32.69), with the optimise + evaluate seconds (``--kron-time`` seconds per factor).
+* ``pure``: all 2-way marginals of sizes (2,3,4,5,4,3,2,6), eps = 1, total squared error of the
+  weighted-marginals strategy (sparsedp.marginals.optimize_marginals_laplace, 4 and 16 restarts,
+  seed 0) against HDMM's Marginals template (1.763e5) and the identity (full table) baseline.
 * baseline in the same run: the tables by one ``np.bincount`` per maximal marginal (intp codes)
   against the block tables (ratio of seconds).
 
@@ -26,7 +29,7 @@ The machine has 2 cores shared with other jobs (load ~8 during the measurements)
 noisy and several times the unloaded ones.  BLAS is pinned to one thread (not used here).
 
     python benchmarks/bench_multidim.py [--records 1000000] [--reps 5] [--warm 2] [--kron-time 25]
-        [--parts zcdp release kron] [--out benchmarks/results/multidim.json]
+        [--parts zcdp release kron pure] [--out benchmarks/results/multidim.json]
 
 (parts not run keep their rows from an existing ``--out`` file.)
 """
@@ -53,6 +56,7 @@ from sparsedp._threads import blas_threads  # noqa: E402
 from sparsedp import workloads as wl  # noqa: E402
 from sparsedp.marginals import (Domain, closure, marginal_tables, marginals_up_to, optimize_kron,  # noqa: E402
                                 release_marginals, select_residuals, synthetic_records)
+from sparsedp.marginals import marginal_operator, optimize_marginals_laplace  # noqa: E402
 from sparsedp.marginals.kron_opt import factor_trace  # noqa: E402
 
 # (label, sizes, order, exact order only, ResidualPlanner's value, its seconds, as measured for the issue)
@@ -166,13 +170,29 @@ def kron_rows(seconds: float) -> list[dict]:
     return rows
 
 
+def pure_rows() -> list[dict]:
+    dom = Domain([f"a{i}" for i in range(8)], [2, 3, 4, 5, 4, 3, 2, 6])
+    work = marginals_up_to(dom, 2, exact=True)
+    # identity baseline: the full table with Laplace(1/eps): 2 * sum_S ||W_S||_F^2 = 2 * cells(S) * N_S summed
+    ident = 2.0 * sum(marginal_operator(dom, S).frobenius_sq() for S in work)
+    rows = []
+    for restarts in (4, 16):
+        t = time.perf_counter()
+        s = optimize_marginals_laplace(dom, work, 1.0, restarts=restarts, rng=0)
+        rows.append({"workload": "all 2-way marginals, sizes (2,3,4,5,4,3,2,6)", "epsilon": 1.0,
+                     "restarts": restarts, "sparsedp": s.total_error, "hdmm_marginals": 1.763e5,
+                     "ratio_to_hdmm": s.total_error / 1.763e5, "identity_baseline": ident,
+                     "measured_marginals": len(s.measured), "seconds": time.perf_counter() - t})
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--records", type=int, nargs="+", default=[10**6])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--warm", type=int, default=2)
     ap.add_argument("--kron-time", type=float, default=25.0)
-    ap.add_argument("--parts", nargs="+", default=["zcdp", "release", "kron"], choices=["zcdp", "release", "kron"])
+    ap.add_argument("--parts", nargs="+", default=["zcdp", "release", "kron", "pure"], choices=["zcdp", "release", "kron", "pure"])
     ap.add_argument("--out", default=str(HERE / "results" / "multidim.json"))
     args = ap.parse_args()
     zc, rels, kr = [], [], []
@@ -197,12 +217,17 @@ def main() -> None:
                 print(f"{r['workload']} eps={r['epsilon']:.4g} {r['measure']}: {r['sparsedp']:.6g} (HDMM {r['hdmm']:.6g}, "
                       f"ratio {r['ratio_to_hdmm']:.4f}; identity {r['identity_baseline']:.6g}) {r['factors'][0]} "
                       f"in {r['seconds']:.1f} s")
+        pr = pure_rows() if "pure" in args.parts else []
+        for r in pr:
+            print(f"pure DP {r['workload']}, {r['restarts']} restarts: {r['sparsedp']:.6g} (HDMM {r['hdmm_marginals']:.6g}, "
+                  f"ratio {r['ratio_to_hdmm']:.4f}; identity {r['identity_baseline']:.6g}) in {r['seconds']:.2f} s")
     old = json.loads(Path(args.out).read_text()) if Path(args.out).exists() else {}
+    pr = pr or old.get("pure", [])
     zc = zc or old.get("zcdp", [])
     rels = rels or old.get("release", [])
     kr = kr or old.get("kron", [])
     result = {
-        "zcdp": zc, "release": rels, "kron": kr, "blas_threads": 1, "cpus": os.cpu_count(), "load_average": os.getloadavg(),
+        "zcdp": zc, "release": rels, "kron": kr, "pure": pr, "blas_threads": 1, "cpus": os.cpu_count(), "load_average": os.getloadavg(),
         "python": platform.python_version(), "numpy": np.__version__, "rho": RHO,
         "note": "2-core machine shared with other jobs: timings are noisy (see load_average)",
         "command": "python benchmarks/bench_multidim.py " + " ".join(sys.argv[1:]),
