@@ -19,10 +19,12 @@ Pipeline of :func:`release_marginals` (``rho``-zCDP, neighbours = add or remove 
    of ``I_m (x) Q_A`` on their stacked tables (one sampler call instead of ``m``); one record
    changes one column of *each* diagonal block, so such a block costs ``m`` times the plan's
    certified per-column loss, and the release's loss is the sum over blocks (zCDP composes
-   additively).  ``Q_A`` is irrational, so the exact sampler works on the fine grid
-   ``g = 2^(ceil(log2 max_records) - 49)`` (``|Q_A t_A| / g <= 2^49``); rounding to it adds one
-   grid unit per entry to the certified sensitivity (a relative loss increase ~1e-6), and the
-   ``sigma_A`` are scaled up until the certified total is ``<= rho``.
+   additively).  ``Q_A`` is irrational, so the exact sampler works on a fine grid: residual
+   ``A``'s grid is ``sigma_A / 2^k``, the same power of two ``2^k`` for all, so every plan has the
+   sampler scale ``2^k`` (one exact-sampler table for the whole release), and every grid is at
+   least ``g = 2^(ceil(log2 max_records) - 49)`` (``|Q_A t_A| / grid <= 2^49``); rounding to the
+   grid adds one grid unit per entry to the certified sensitivity (a relative loss increase of
+   ~1e-6), and the ``sigma_A`` are scaled up until the certified total is ``<= rho``.
 5. **Charge** the accountant once, ``rho`` (zCDP composes additively over the residuals; every
    record touches every residual), with one ledger entry; **then** draw each residual's noise with
    its plan (``plan.measure``, no second charge).
@@ -238,6 +240,12 @@ def _plans(sel: ResidualSelection, sigma2: np.ndarray, secure: bool, g: float
     One record changes one cell of *each* stacked table, i.e. one column in each of the ``m``
     diagonal blocks, so a block costs ``m`` times its plan's certified per-column loss: the total
     returned is ``sum_blocks m * plan.loss`` (zCDP composes additively), an exact rational."""
+    # One sampler scale for every residual: the grid of residual A is sigma_A / 2^k (exact: a power
+    # of two), so every plan's sampler scale is 2^k and the exact sampler builds one table.  The
+    # grids are at least g (sigma_A / 2^k >= sigma_min / 2^k >= g), so |Q_A t_A| / grid <= 2^49 still.
+    sig = np.sqrt(sigma2)
+    k = min(39, math.floor(math.log2(float(sig.min()) / g))) if secure else 0
+    shared = secure and k >= 24
     groups: dict[tuple, list[int]] = {}
     for j, (A, s2) in enumerate(zip(sel.residuals, sigma2)):
         groups.setdefault((sel.domain.shape(A), float(s2)), []).append(j)
@@ -253,9 +261,10 @@ def _plans(sel: ResidualSelection, sigma2: np.ndarray, secure: bool, g: float
             plan = cache.get((shape, s2, m))
             if plan is None:
                 M = Q if m == 1 else sp.kron(sp.identity(m, format="csr"), Q, format="csr")
+                sigma = math.sqrt(s2)
+                grid = (sigma / 2.0**k if shared else g) if secure else 1.0
                 plan = plan_measurement(SparseOperator(M, name=f"I_{m} (x) residual{shape}"),
-                                        scales=math.sqrt(s2), noise="gaussian", secure=secure,
-                                        grid=g if secure else 1.0)
+                                        scales=sigma, noise="gaussian", secure=secure, grid=grid)
                 cache[(shape, s2, m)] = plan
             out.append((plan, chunk))
             total += m * Fraction(plan.loss)
