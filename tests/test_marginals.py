@@ -386,3 +386,19 @@ def test_pure_dp_weighted_marginals_error_equals_dense():
     assert s.total_error == pytest.approx(2 * d1**2 / 0.25 * (B * B).sum(), rel=1e-8)
     ident = 2 / 0.25 * (W * W).sum()  # the identity (the full table) is one of the candidates
     assert s.total_error <= ident * (1 + 1e-9)
+
+
+def test_one_sampler_scale_for_the_whole_release():
+    """Heterogeneous sizes give many sigma_A; the grids sigma_A / 2^k give every plan the same
+    sampler scale (one exact-sampler table), grids no finer than the magnitude grid."""
+    from sparsedp.marginals.release import _grid, _plans
+
+    dom = Domain([f"a{i}" for i in range(5)], [2, 3, 5, 7, 4])
+    sel = select_residuals(dom, marginals_up_to(dom, 2, exact=True), 0.5)
+    assert np.unique(sel.sigma2).size > 5
+    g = _grid(2**24)
+    plans, total = _plans(sel, sel.sigma2, True, g)
+    units = {float(p.unit_scales[0]) for p, _ in plans}
+    assert len(units) == 1 and all(np.all(p.unit_scales == p.unit_scales[0]) for p, _ in plans)
+    assert all(p.grid >= g for p, _ in plans)
+    assert float(total) == pytest.approx(float(np.sum(sel.p / (2 * sel.sigma2))), rel=1e-5)
