@@ -402,3 +402,39 @@ def test_one_sampler_scale_for_the_whole_release():
     assert len(units) == 1 and all(np.all(p.unit_scales == p.unit_scales[0]) for p, _ in plans)
     assert all(p.grid >= g for p, _ in plans)
     assert float(total) == pytest.approx(float(np.sum(sel.p / (2 * sel.sigma2))), rel=1e-5)
+
+
+def test_pure_dp_release_is_dense_gls_and_charged_once():
+    from sparsedp.marginals import optimize_marginals_laplace
+    from sparsedp.marginals.pure_release import release_marginals_laplace
+
+    dom = Domain(["a", "b", "c"], [2, 3, 4])
+    ms = marginals_up_to(dom, 2, exact=True)
+    strat = optimize_marginals_laplace(dom, ms, 2.0, restarts=1)
+    strat = strat.__class__(**{**strat.__dict__, "measured": ((0, 1), (0, 2), (1, 2), (0, 1, 2)),
+                               "weights": np.array([0.2, 0.3, 0.1, 0.4])})  # several tables, weights sum 1
+    X = np.random.default_rng(4).integers(0, dom.sizes, size=(200, 3))
+    acc = sparsedp.Accountant(epsilon=3.0)
+    rel = release_marginals_laplace(X, strat, accountant=acc, rng=3)
+    assert len(acc.ledger) == 1 and acc.ledger[0].cost.epsilon == 2.0 and rel.loss <= 2.0
+    assert rel.loss == pytest.approx(2.0, rel=1e-9)
+    # dense GLS over the full domain with the exact discrete Laplace variances of each table
+    Ms, vs = [], []
+    for S, th in zip(strat.measured, strat.weights):
+        Wd = marginal_operator(dom, S).tosparse().toarray()
+        Ms.append(Wd)
+        vs.append(np.full(Wd.shape[0], sparsedp.noise.discrete_laplace_variance(1.0 / (th * 2.0))))
+    M = np.vstack(Ms)
+    v = np.concatenate(vs)
+    G = np.linalg.pinv(M.T @ (M / v[:, None]))
+    y = np.concatenate([rel.measurements[S][0].ravel() for S in strat.measured])
+    xhat = G @ (M.T @ (y / v))
+    for S in ms:
+        Wd = marginal_operator(dom, S).tosparse().toarray()
+        np.testing.assert_allclose(rel.marginals[tuple(dom.names[i] for i in S)].ravel(), Wd @ xhat, atol=1e-8)
+        dense = np.diag(Wd @ G @ Wd.T)
+        key = tuple(dom.names[i] for i in S)
+        np.testing.assert_allclose(dense, rel.variances[key], rtol=1e-6)
+    with pytest.raises(InputBoundError):
+        release_marginals_laplace(np.vstack([X, [[0, 0, 9]]]), strat, accountant=acc)
+    assert len(acc.ledger) == 1

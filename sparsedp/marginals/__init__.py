@@ -18,6 +18,7 @@ from .domain import Domain
 from .kron import KronOperator, KronStack, apply_factors, marginal_operator
 from .kron_opt import KronStrategy, factor_trace, optimize_kron
 from .pure import MarginalsStrategy, optimize_marginals_laplace
+from .pure_release import PureMarginalRelease, release_marginals_laplace
 from .release import MarginalRelease, marginal_tables, release_marginals
 from .residual import contrast_basis, residual_operator
 from .select import ResidualSelection, closure, marginals_up_to, select_residuals
@@ -30,6 +31,7 @@ __all__ = [
     "KronStrategy",
     "MarginalRelease",
     "MarginalsStrategy",
+    "PureMarginalRelease",
     "ResidualSelection",
     "apply_factors",
     "closure",
@@ -41,6 +43,7 @@ __all__ = [
     "optimize_kron",
     "optimize_marginals_laplace",
     "release_marginals",
+    "release_marginals_laplace",
     "residual_operator",
     "select_residuals",
     "synthetic_records",
