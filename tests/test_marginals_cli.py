@@ -51,3 +51,16 @@ def test_cli_categories_and_errors(tmp_path):
     assert main(["marginals", str(path), "--columns", "x,y", "--categories", str(cats), "--rho", "1",
                  "--out", str(out2)]) != 0
     assert not out2.exists()
+
+
+def test_marginals_example_runs(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=str(root))
+    out = subprocess.run([sys.executable, str(root / "examples" / "marginals_release.py")], capture_output=True,
+                         text=True, env=env, check=True, timeout=300)
+    assert "28 marginals released" in out.stdout and "1 ledger entry" in out.stdout
