@@ -17,6 +17,7 @@ workloads at ResidualPlanner's optimum (Xiao et al., NeurIPS 2023) with exact no
 from .domain import Domain
 from .kron import KronOperator, KronStack, apply_factors, marginal_operator
 from .kron_opt import KronStrategy, factor_trace, optimize_kron
+from .nonneg import NonNegativeMarginals, nonnegative_marginals
 from .pure import MarginalsStrategy, optimize_marginals_laplace
 from .pure_release import PureMarginalRelease, release_marginals_laplace
 from .release import MarginalRelease, marginal_tables, release_marginals
@@ -31,6 +32,7 @@ __all__ = [
     "KronStrategy",
     "MarginalRelease",
     "MarginalsStrategy",
+    "NonNegativeMarginals",
     "PureMarginalRelease",
     "ResidualSelection",
     "apply_factors",
@@ -40,6 +42,7 @@ __all__ = [
     "marginal_operator",
     "marginal_tables",
     "marginals_up_to",
+    "nonnegative_marginals",
     "optimize_kron",
     "optimize_marginals_laplace",
     "release_marginals",
