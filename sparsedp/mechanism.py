@@ -24,14 +24,14 @@ Noise calibration (one record changes one entry of the count vector ``x`` by one
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .accuracy import ErrorReport, expected_error
-from .errors import InvalidPrivacyParameterError, ShapeError
+from .errors import InvalidPrivacyParameterError, ShapeError, SparseDPError
 from .inference import Reconstruction, reconstruct
 from .calibration import gaussian_sigma, laplace_scale
 from .measure import Measurement, plan_measurement
@@ -44,17 +44,56 @@ __all__ = ["Measurement", "Release", "MatrixMechanism"]
 
 @dataclass(frozen=True)
 class Release:
-    """Workload answers from one run of a mechanism."""
+    """Workload answers from one run of a mechanism.
+
+    Per-answer accuracy (issue 20): :meth:`variances` is the variance of each workload answer,
+    ``Var((W x_hat)_q) = sum_i Var(z_i) (W G)_{qi}^2`` with ``G`` the GLS estimator of the measured
+    strategy and ``Var(z_i)`` the noise actually drawn (exact discrete variances for exact noise);
+    :meth:`confidence_intervals` puts an interval around each answer at the level asked for (normal
+    quantile for float Gaussian noise, the guaranteed Laplace-sum bound for float Laplace,
+    Chebyshev for exact discrete noise; :mod:`sparsedp.accuracy`).  Both hold for the least-squares
+    reconstruction (``method="ls"``), the unbiased one; ``nnls`` and ``l1`` answers are biased and
+    are refused.
+    """
 
     answers: np.ndarray
     x_hat: np.ndarray
     measurement: Measurement
     reconstruction: Reconstruction
+    workload: Any = field(default=None, repr=False, compare=False)  # the answered W (an operator)
 
     @property
     def private(self) -> bool:
         """False when the noise came from a seeded generator."""
         return self.measurement.private
+
+    def error_report(self, **kwargs: Any) -> ErrorReport:
+        """The :class:`~sparsedp.accuracy.ErrorReport` of these answers (their variances, total and
+        intervals) from the strategy measured and its noise variances; ``kwargs`` go to
+        :func:`~sparsedp.accuracy.expected_error` (``method``, ``memory_limit``, ...)."""
+        if self.workload is None:
+            raise SparseDPError("this release does not know its workload: make it with MatrixMechanism.run")
+        if self.reconstruction.method != "ls":
+            raise SparseDPError(f"per-answer variances are those of the least-squares answers; this release "
+                                f"was reconstructed with {self.reconstruction.method!r} (biased): run with method='ls'")
+        m = self.measurement
+        kwargs.setdefault("noise", m.noise)
+        kwargs.setdefault("secure", m.secure)
+        return expected_error(self.workload, m.strategy, m.variances, **kwargs)
+
+    def variances(self, **kwargs: Any) -> np.ndarray:
+        """Variance of each workload answer (see the class docstring)."""
+        rep = self.error_report(**kwargs)
+        if rep.variances is None:
+            raise SparseDPError("the error report of this workload carries no per-answer variances "
+                                "(too many queries for max_variances)")
+        return rep.variances
+
+    def confidence_intervals(self, level: float = 0.95, method: str = "auto",
+                             **kwargs: Any) -> tuple[np.ndarray, np.ndarray]:
+        """``(lower, upper)`` around each answer, covering the true answer with probability at
+        least ``level`` (``method``: ``"auto"``, ``"gaussian"``, ``"laplace"`` or ``"chebyshev"``)."""
+        return self.error_report(**kwargs).confidence_intervals(self.answers, level, method)
 
     def save(self, path: str | Path, *, description: dict | None = None) -> Path:
         """Write the answers, the estimate and the measurement's ledger entry as a release file
@@ -205,7 +244,7 @@ class MatrixMechanism:
         """Measure, reconstruct (``ls``, ``nnls`` or ``l1``) and answer the workload."""
         meas = self.measure(x, rng=rng, counts=counts)
         rec = reconstruct(meas, method=method)
-        return Release(self.W.matvec(rec.x), rec.x, meas, rec)
+        return Release(self.W.matvec(rec.x), rec.x, meas, rec, workload=self.W)
 
     # -- analytics -------------------------------------------------------------------------------
     def error_report(self, **kwargs: Any) -> ErrorReport:

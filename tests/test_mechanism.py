@@ -245,3 +245,46 @@ def test_optimized_strategy_by_name_and_by_result():
         MatrixMechanism(W, st.identity(32), epsilon=1.0, optimize_options={"family": "tree"})
     with pytest.raises(ShapeError):
         MatrixMechanism(wl.prefix(8), res, epsilon=1.0)  # optimised for 32 cells
+
+
+# -- per-answer accuracy carried by the release (issue 20 #2) ----------------------------------------
+
+
+def test_release_carries_each_answers_variance_and_interval():
+    W = wl.prefix(16)
+    mech = MatrixMechanism(W, st.hierarchical(16, 2), epsilon=1.0, secure=False)
+    x = np.arange(16) % 5
+    runs = [mech.run(x, rng=seed) for seed in range(4000)]
+    v = runs[0].variances()
+    np.testing.assert_allclose(v, mech.error_report().variances, rtol=1e-12)
+    # dense GLS formula: Var(W x_hat) = diag(W (M^T V^-1 M)^-1 W^T)
+    Md = st.hierarchical(16, 2).tosparse().toarray()
+    Wd = W.tosparse().toarray()
+    cov = Wd @ np.linalg.inv(Md.T @ np.diag(1.0 / mech.variances()) @ Md) @ Wd.T
+    np.testing.assert_allclose(v, np.diag(cov), rtol=1e-9)
+    answers = np.array([r.answers for r in runs])
+    truth = Wd @ x
+    emp = answers.var(axis=0)
+    # 4000 runs: relative s.e. of a variance estimate ~ sqrt((kurtosis - 1) / 4000) < 0.05 here
+    np.testing.assert_allclose(emp.mean() / v.mean(), 1.0, atol=0.1)
+    lo, hi = runs[0].confidence_intervals(0.95)
+    assert lo.shape == hi.shape == (16,) and np.all(hi > lo)
+    inside = np.mean([(r.confidence_intervals(0.95)[0] <= truth) & (truth <= r.confidence_intervals(0.95)[1])
+                      for r in runs[:400]])
+    assert inside >= 0.95
+
+
+def test_release_per_answer_accuracy_refuses_biased_reconstructions():
+    mech = MatrixMechanism(wl.prefix(8), st.identity(8), epsilon=1.0, secure=False)
+    rel = mech.run(np.arange(8), rng=0, method="nnls")
+    with pytest.raises(SparseDPError, match="least-squares"):
+        rel.variances()
+
+
+def test_release_intervals_of_exact_noise_use_chebyshev():
+    mech = MatrixMechanism(wl.prefix(8), st.identity(8), epsilon=1.0)
+    rel = mech.run(np.arange(8))
+    rep = rel.error_report()
+    assert rep.secure and rep.interval_method() == "chebyshev"
+    lo, hi = rel.confidence_intervals(0.9)
+    np.testing.assert_allclose(hi - rel.answers, np.sqrt(10.0) * np.sqrt(rel.variances()), rtol=1e-12)
