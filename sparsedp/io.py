@@ -35,7 +35,7 @@ import scipy.sparse as sp
 from .errors import NonFiniteInputError, ShapeError, SparseDPError
 from .validation import check_counts
 
-__all__ = ["Bins", "read_values", "read_columns", "load_histogram", "load_entries", "bin_records"]
+__all__ = ["Bins", "read_values", "read_columns", "load_histogram", "load_entries", "bin_records", "bin_indices"]
 
 
 @dataclass(frozen=True)
@@ -61,17 +61,25 @@ class Bins:
 
 def bin_records(values: np.ndarray, bins: Bins, clip: bool = False) -> np.ndarray:
     """Histogram of record ``values`` on the public ``bins``."""
+    return np.bincount(bin_indices(values, bins, clip), minlength=bins.count).astype(np.float64)
+
+
+def bin_indices(values: np.ndarray, bins: Bins, clip: bool = False) -> np.ndarray:
+    """The bin (int64) of every record value on the public ``bins``, by :func:`bin_records`' rule:
+    NaN / infinite values raise :class:`~sparsedp.errors.NonFiniteInputError`, values outside
+    ``[start, stop)`` raise :class:`~sparsedp.errors.SparseDPError` unless ``clip`` puts them in the
+    end bins (for binning records a part at a time, e.g. :mod:`sparsedp.scaleout.records`)."""
     v = np.asarray(values, dtype=np.float64)
     if not np.all(np.isfinite(v)):
         raise NonFiniteInputError(f"{int(np.count_nonzero(~np.isfinite(v)))} record value(s) are NaN or infinite")
-    idx = np.floor((v - bins.start) / bins.width).astype(np.int64)
-    outside = (idx < 0) | (idx >= bins.count)
+    f = np.floor((v - bins.start) / bins.width)  # float: a huge value cannot wrap around in int64
+    outside = (f < 0) | (f >= bins.count)
     if np.any(outside):
         if not clip:
             raise SparseDPError(f"{int(outside.sum())} record value(s) lie outside [{bins.start}, {bins.stop}); "
                                 "widen the public domain or pass clip=True")
-        idx = np.clip(idx, 0, bins.count - 1)
-    return np.bincount(idx, minlength=bins.count).astype(np.float64)
+        f = np.clip(f, 0, bins.count - 1)
+    return f.astype(np.int64)
 
 
 def read_values(path: str | Path, column: str | None = None) -> np.ndarray:
