@@ -5,31 +5,122 @@ Laplace noise instead (leaks through its low bits: for experiments), ``--seed`` 
 reproducible and the release NOT private.  The JSON records ``secure`` and ``private``; ``--out``
 writes a sparsedp release file (the consistent vector ``x``, description, the measurement's ledger
 entry; ``sparsedp ledger FILE`` prints it).
+
+``--data SALES`` releases a user's own daily item sales instead of the synthetic ones
+(:func:`load_sales`): one row per day, the five item columns ``cola, burger, wings, fries,
+nuggets`` of a CSV / Parquet file (other columns are ignored), or a ``(days, 5)`` ``.npy`` array
+in that column order.  The release's privacy unit is one *order* (one combo, at most 5 items), so
+the sales must be what orders of the three combos produce: every day's row must equal
+``orders @ COMBOS`` for non-negative integer orders.  The combo matrix has full row rank (its
+cola, fries and nuggets columns form a unimodular 3 x 3 matrix), so those orders are determined by
+the day's sales and are recovered exactly in integer arithmetic; a day whose sales no orders
+produce is refused (its items are not sold in combos, and one such sale would change the counts
+outside the bound ``Delta_1 = 5 h``).  Everything is checked before the budget is charged or any
+noise drawn.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .._cli_util import warn_not_private
-from ..errors import SparseDPError
+from ..errors import NonFiniteInputError, ShapeError, SparseDPError
+from ..io import read_columns
 from ..progress import SolverProgress
 from ..release_file import save_release
-from .restaurant import restaurant, restaurant_release
+from ..validation import MAX_MAGNITUDE
+from .restaurant import COMBOS, ITEMS, RestaurantSales, restaurant, restaurant_release
 from .solvers import METHODS
 
-__all__ = ["register"]
+__all__ = ["load_sales", "register"]
+
+DEFAULT_DAYS = 1024
+#: The combo matrix's columns cola, fries, nuggets: ``det = 1``, so orders = sales[:, _BASIS] @ inverse.
+_BASIS = np.array([0, 3, 4])
+_BASIS_INV = np.rint(np.linalg.inv(COMBOS[:, _BASIS].astype(np.float64))).astype(np.int64)
+
+
+def _sales_table(p: Path) -> np.ndarray:
+    """The ``(days, 5)`` float64 item sales of a file (see the module docstring)."""
+    if not p.exists():
+        raise SparseDPError(f"no such file: {p}")
+    suffix = p.suffix.lower()
+    if suffix == ".npy":
+        try:
+            arr = np.load(p, allow_pickle=False)
+        except (ValueError, OSError) as exc:
+            raise SparseDPError(f"cannot read {p}: {exc}") from exc
+        if arr.ndim != 2 or arr.shape[1] != len(ITEMS):
+            raise ShapeError(f"{p} holds an array of shape {arr.shape}; a (days, {len(ITEMS)}) array of daily "
+                             f"sales ({', '.join(ITEMS)}) is needed")
+        if arr.dtype == bool or not np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.complexfloating):
+            raise SparseDPError(f"{p}: sales are not real numbers (dtype {arr.dtype})")
+        table = arr.astype(np.float64)
+    elif suffix in (".csv", ".parquet", ".pq"):
+        cols = read_columns(p, list(ITEMS))  # missing file / column, non-numeric, no rows: SparseDPError
+        table = np.column_stack([cols[item] for item in ITEMS])
+    else:
+        raise SparseDPError(f"unsupported sales file {p.name}: use .csv, .parquet or .npy")
+    if table.shape[0] == 0:
+        raise SparseDPError(f"{p} holds no days of sales")
+    return table
+
+
+def load_sales(path: str | Path, days: int | None = None) -> RestaurantSales:
+    """A user's daily item sales from ``path``, validated, with the combo orders they imply.
+
+    Refused with a :class:`~sparsedp.errors.SparseDPError` before anything is measured: a missing
+    file or item column, non-numeric, missing / NaN / infinite, negative, fractional or too large
+    (``> 2^50``) sales, a file without rows, ``days`` (if given) different from the file's row
+    count, and a day whose sales are not ``orders @ COMBOS`` for non-negative integer orders.
+    """
+    p = Path(path)
+    table = _sales_table(p)
+    T = table.shape[0]
+    if days is not None and days != T:
+        raise ShapeError(f"--days {days} but {p.name} holds {T} days of sales (omit --days to use the file's)")
+    bad = ~np.isfinite(table)
+    if bad.any():
+        t, i = np.argwhere(bad)[0]
+        raise NonFiniteInputError(f"{p.name}: {int(bad.sum())} sale(s) are missing, NaN or infinite "
+                                  f"(first: day {t}, {ITEMS[i]})")
+    for mask, what in ((table < 0, "negative"), (table != np.floor(table), "not whole numbers"),
+                       (table > MAX_MAGNITUDE, f"above 2^50 ({MAX_MAGNITUDE})")):
+        if mask.any():
+            t, i = np.argwhere(mask)[0]
+            raise SparseDPError(f"{p.name}: {int(mask.sum())} sale(s) are {what} (first: day {t}, "
+                                f"{ITEMS[i]} = {table[t, i]!r}); sales are counts of items sold")
+    sales = table.astype(np.int64)
+    orders = sales[:, _BASIS] @ _BASIS_INV  # exact: |entries| <= 2^50 times small integers
+    off = np.any(orders @ COMBOS != sales, axis=1)
+    if off.any():
+        t = int(np.flatnonzero(off)[0])
+        raise SparseDPError(
+            f"{p.name}: the sales of day {t} ({dict(zip(ITEMS, sales[t].tolist()))}) are not a combination of the "
+            f"combos {COMBOS.tolist()} ({int(off.sum())} such day(s)); the release protects one order of one "
+            "combo, so items sold outside the combos cannot be released")
+    neg = np.any(orders < 0, axis=1)
+    if neg.any():
+        t = int(np.flatnonzero(neg)[0])
+        raise SparseDPError(
+            f"{p.name}: the sales of day {t} ({dict(zip(ITEMS, sales[t].tolist()))}) would need a negative number "
+            f"of orders of a combo ({orders[t].tolist()}); no orders of the combos {COMBOS.tolist()} produce them")
+    return RestaurantSales(orders=orders, sales=sales)
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.days < 1:
+    if args.days is not None and args.days < 1:
         raise SparseDPError(f"--days must be >= 1, got {args.days}")
+    if args.data is not None:  # validated before anything is charged or drawn
+        sales = load_sales(args.data, args.days)
+    else:  # synthetic data; the noise is seeded separately
+        sales = restaurant(DEFAULT_DAYS if args.days is None else args.days, seed=args.data_seed)
     private = warn_not_private(args.seed, args.evaluate, "the true sales")
-    sales = restaurant(args.days, seed=args.data_seed)  # synthetic data; the noise is seeded separately
     progress = SolverProgress(args.tol, desc="consistency")
     try:
         rel = restaurant_release(
@@ -54,7 +145,8 @@ def _run(args: argparse.Namespace) -> int:
         "secure": rel.secure,
         "noise": noise,
         "noise_seed": args.seed,
-        "data_seed": args.data_seed,
+        "data": "file" if args.data is not None else "synthetic",
+        "data_seed": None if args.data is not None else args.data_seed,
         "days": rel.sales.days,
         "variables": int(rel.noisy.size),
         "constraints": res.constraints,
@@ -85,7 +177,7 @@ def _run(args: argparse.Namespace) -> int:
             json.dump(summary, fh, indent=2)
     if args.out:
         desc = {k: summary[k] for k in ("secure", "noise", "days", "epsilon", "sensitivity", "laplace_scale", "method",
-                                        "noise_seed", "data_seed")}
+                                        "noise_seed", "data", "data_seed")}
         save_release(args.out, "restaurant", {"x": res.x}, ledger=[rel.ledger] if rel.ledger else [],
                      description=desc, private=summary["private"])
     if args.plot:
@@ -121,14 +213,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "restaurant",
         help="seed 002's restaurant: DP item trees made consistent with tree and combo constraints",
-        description="Generate the restaurant's sales (5 items sold in 3 combos), release each item's "
+        description="Read the restaurant's daily item sales (--data) or generate them (5 items sold in 3 combos), release each item's "
         "binary tree over the days with Laplace noise (Delta_1 = 5h, one order), and make the release "
         "consistent (parent = sum of children; every node's 5 counts in the span of the combos).  The noise "
         "is exact discrete Laplace from OS entropy (--float-noise: float64 Laplace, for experiments); --seed "
         "makes it reproducible and the release NOT private.  Comparisons with the true sales appear only "
         "with --evaluate (also not private).",
     )
-    p.add_argument("--days", type=int, default=1024, help="number of days T (default %(default)s)")
+    p.add_argument("--data", metavar="SALES", default=None,
+                   help="the daily item sales to release: a CSV / Parquet file with one row per day and the columns "
+                   "cola, burger, wings, fries, nuggets (whole non-negative counts, each day a combination of the "
+                   "combos: the orders are recovered exactly), or a (days, 5) .npy array in that order; checked "
+                   "before any noise is drawn (default: synthetic sales from --data-seed)")
+    p.add_argument("--days", type=int, default=None,
+                   help=f"number of days T (default: the file's rows with --data, else {DEFAULT_DAYS}; with --data "
+                   "it must match the file)")
     p.add_argument("--epsilon", type=float, default=1.0, help="privacy budget epsilon (default %(default)s)")
     p.add_argument("--method", choices=METHODS, default="auto", help="consistency solver (default %(default)s)")
     p.add_argument("--seed", type=int, default=None,
@@ -136,7 +235,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--float-noise", action="store_true",
                    help="float64 Laplace noise instead of the default exact discrete Laplace (leaks through its "
                    "low bits, Mironov 2012: for experiments only)")
-    p.add_argument("--data-seed", type=int, default=0, help="seed of the synthetic sales (default %(default)s)")
+    p.add_argument("--data-seed", type=int, default=0, help="seed of the synthetic sales, without --data (default %(default)s)")
     p.add_argument("--evaluate", action="store_true",
                    help="evaluation mode: also report the RMSE against the true sales, in the output, the JSON "
                    "('evaluation') and the plot (the output is NOT private)")
