@@ -11,6 +11,8 @@ workloads at ResidualPlanner's optimum (Xiao et al., NeurIPS 2023) with exact no
 * :func:`select_residuals` -- the optimal noise per residual (sum / weighted sum / max variance).
 * :func:`release_marginals` -- measure (exact discrete Gaussian, through ``sparsedp.measure``) and
   reconstruct every marginal with its exact variance.
+* :class:`MarginalWorkload`, :func:`marginal_workload` -- a marginal workload for
+  :func:`sparsedp.optimize` (residual optimum under Gaussian noise, weighted marginals under Laplace).
 * :func:`synthetic_records` -- latent-class synthetic records for examples and benchmarks.
 """
 
@@ -24,6 +26,7 @@ from .release import MarginalRelease, marginal_tables, release_marginals
 from .residual import contrast_basis, residual_operator
 from .select import ResidualSelection, closure, marginals_up_to, select_residuals
 from .synthetic import synthetic_records
+from .workload import MarginalWorkload, marginal_workload
 
 __all__ = [
     "Domain",
@@ -31,6 +34,7 @@ __all__ = [
     "KronStack",
     "KronStrategy",
     "MarginalRelease",
+    "MarginalWorkload",
     "MarginalsStrategy",
     "NonNegativeMarginals",
     "PureMarginalRelease",
@@ -41,6 +45,7 @@ __all__ = [
     "factor_trace",
     "marginal_operator",
     "marginal_tables",
+    "marginal_workload",
     "marginals_up_to",
     "nonnegative_marginals",
     "optimize_kron",

@@ -47,6 +47,14 @@ class MarginalsStrategy:
     total_error: float  # expected total squared error of the workload's answers at epsilon
     seconds: float
 
+    def at(self, epsilon: float) -> "MarginalsStrategy":
+        """The same weights at another ``epsilon`` (the error scales as ``1 / epsilon^2``): what
+        :func:`~sparsedp.marginals.release_marginals_laplace` measures at that budget."""
+        from dataclasses import replace
+
+        eps = check_epsilon(epsilon)
+        return replace(self, epsilon=eps, total_error=self.total_error * (self.epsilon / eps) ** 2)
+
 
 def _setup(domain: Domain, ms: list[tuple[int, ...]]):
     d = len(domain)

@@ -13,6 +13,12 @@ error is ``E / epsilon^2`` (Laplace), at ``rho`` it is ``E / rho`` (Gaussian).
 Families (``family=``): ``"templates"`` (identity, hierarchical k-ary, Haar, Fenwick),
 ``"tree"`` (weighted interval trees, any ``n``), ``"pidentity"`` (HDMM's p-Identity, dense,
 ``n <= 8192``), ``"auto"`` (all that apply; never worse than the best template).
+
+Multi-dimensional workloads (issue 18, :mod:`sparsedp.optimize.multidim`): a
+:class:`~sparsedp.marginals.MarginalWorkload` gets ResidualPlanner's optimum under Gaussian noise
+(family ``"residual"``) or HDMM's weighted marginals under Laplace noise (``"marginals"``); a
+:class:`~sparsedp.marginals.KronOperator` gets a Kronecker product of optimised 1-D factors
+(``"kron"``).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from ..validation import check_positive
 from .calibrate import noise_model
 from .candidate import Candidate, Trial
 from .gram import Gram
+from .multidim import is_multidim, optimize_multidim
 from .pidentity_family import PIDENTITY_MAX_N, pidentity_candidates
 from .search import Deadline
 from .templates import template_candidates
@@ -47,7 +54,12 @@ class OptimizedStrategy:
     """The result of :func:`optimize`.
 
     ``strategy``: the operator to pass to ``MatrixMechanism(W, strategy, epsilon=...)`` (or
-    ``rho=``, ``noise="gaussian"``).  The optimised families return an *integer* matrix scaled to
+    ``rho=``, ``noise="gaussian"``) -- except for marginal workloads: family ``"residual"`` gives a
+    :class:`~sparsedp.marginals.ResidualSelection` at ``rho = 1`` (release with
+    :func:`~sparsedp.marginals.release_marginals`, which re-selects the same optimum at its ``rho``)
+    and family ``"marginals"`` a :class:`~sparsedp.marginals.MarginalsStrategy` at ``epsilon = 1``
+    (release ``strategy.at(epsilon)`` with :func:`~sparsedp.marginals.release_marginals_laplace`);
+    family ``"kron"`` gives a :class:`~sparsedp.marginals.KronOperator`.  The optimised families return an *integer* matrix scaled to
     ``Delta_p = 2^k`` (p = 1 Laplace, 2 Gaussian; :mod:`~sparsedp.optimize.calibrate`), the
     templates their 0/1 matrices: the mechanism calibrates from the entries, so the scale does not
     change the error, and integer entries let its default exact noise measure ``M x`` without
@@ -58,7 +70,7 @@ class OptimizedStrategy:
     candidate tried, in order; ``seconds``: wall time.
     """
 
-    strategy: Operator
+    strategy: Any  # Operator; ResidualSelection / MarginalsStrategy for marginal workloads
     family: str
     name: str
     error: ErrorReport
@@ -106,6 +118,7 @@ def optimize(
     per_node: bool | None = None,
     p: int | None = None,
     restarts: int | None = None,
+    domain: Any = None,
 ) -> OptimizedStrategy:
     """The strategy with the lowest exact expected GLS error for workload ``W`` among the families
     tried (see the module docstring).
@@ -128,10 +141,30 @@ def optimize(
         Tree family: refine per node (``True``), never (``False``) or when affordable (``None``).
     p, restarts:
         p-Identity: number of extra rows (default ``min(n // 16, 256)``) and of random starts
-        (default 3 for ``n <= 512``, else 1; the best is kept).
+        (default 3 for ``n <= 512``, else 1; the best is kept).  Weighted marginals (Laplace
+        marginal workloads): random starts (default 4; ``rng`` default 0).
+    domain:
+        Multi-dimensional workloads only (optional): the :class:`~sparsedp.marginals.Domain` the
+        workload must be on; a different one raises :class:`~sparsedp.errors.ShapeError`.
+
+    Multi-dimensional ``W``: a :class:`~sparsedp.marginals.MarginalWorkload` (family ``"auto"``,
+    ``"residual"`` for Gaussian, ``"marginals"`` for Laplace) or a
+    :class:`~sparsedp.marginals.KronOperator` (family ``"kron"`` / ``"auto"`` or a 1-D family used
+    for every factor); see :mod:`sparsedp.optimize.multidim`.
     """
     t_start = time.perf_counter()
     model = noise_model(noise)
+    if is_multidim(W):
+        if time_limit is not None:
+            time_limit = check_positive(time_limit, "time_limit")
+        strat, fam_m, name, report, sens, hist = optimize_multidim(
+            W, model_kind=model.kind, family=family, domain=domain, rng=rng, restarts=restarts,
+            options={"time_limit": time_limit, "per_node": per_node, "p": p})
+        return OptimizedStrategy(strategy=strat, family=fam_m, name=name, error=report, noise=model.kind,
+                                 sensitivity=sens, history=hist, seconds=time.perf_counter() - t_start)
+    if domain is not None:
+        raise ShapeError("domain= is for multi-dimensional workloads (MarginalWorkload, KronOperator); "
+                         "a 1-D workload has none")
     fam = _check_family(family)
     if time_limit is not None:
         time_limit = check_positive(time_limit, "time_limit")

@@ -1,0 +1,66 @@
+"""A marginal workload: a set of marginals on a :class:`~sparsedp.marginals.Domain` (with a weight
+per marginal and the loss to minimise), the object :func:`sparsedp.optimize` takes for marginals.
+
+``MarginalWorkload(domain, marginals, weights, objective)``; :func:`marginal_workload` builds it
+from names or indices, or from ``k`` (every marginal of order ``k``, or ``<= k`` with
+``exact=False``).  Nothing here enumerates the domain: a workload is its list of attribute sets.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidPrivacyParameterError, ShapeError, SparseDPError
+from .domain import Domain
+from .select import _normalise, marginals_up_to
+
+__all__ = ["MarginalWorkload", "marginal_workload"]
+
+
+@dataclass(frozen=True)
+class MarginalWorkload:
+    """Marginals (sorted attribute-index tuples) on ``domain``, one weight ``>= 0`` each, and the
+    objective: ``"sum"`` (weighted sum of all cells' variances / squared errors) or ``"max"``
+    (largest weighted per-cell variance; Gaussian only)."""
+
+    domain: Domain
+    marginals: tuple[tuple[int, ...], ...]
+    weights: np.ndarray
+    objective: str = "sum"
+
+    @property
+    def cells(self) -> int:
+        """Number of answers: the cells of all the marginal tables."""
+        return int(sum(math.prod(self.domain.sizes[i] for i in S) for S in self.marginals))
+
+    @property
+    def unit_weights(self) -> bool:
+        return bool(np.all(self.weights == 1.0))
+
+
+def marginal_workload(domain: Domain, marginals: Any = None, *, k: int | None = None, exact: bool = True,
+                      weights: Any = None, objective: str = "sum") -> MarginalWorkload:
+    """The workload of ``marginals`` (attribute sets: names or indices) on ``domain``, or, with
+    ``k``, of every marginal of order ``k`` (``exact=False``: every order ``<= k``, the total
+    included).  ``weights``: one ``>= 0`` per marginal (default 1).  Unknown attributes, repeated
+    marginals and bad weights raise before anything is optimised."""
+    if not isinstance(domain, Domain):
+        raise ShapeError(f"domain must be a sparsedp.Domain, got {type(domain).__name__}")
+    if (marginals is None) == (k is None):
+        raise SparseDPError("give either marginals or k")
+    if k is not None:
+        if isinstance(k, bool) or int(k) != k or not 0 <= int(k) <= len(domain):
+            raise ShapeError(f"k must be an integer in 0..{len(domain)}, got {k!r}")
+        marginals = marginals_up_to(domain, int(k), exact=exact)
+    ms = _normalise(domain, marginals)
+    w = np.ones(len(ms)) if weights is None else np.asarray(weights, dtype=np.float64).ravel()
+    if w.shape != (len(ms),) or not np.all(np.isfinite(w)) or np.any(w < 0) or not np.any(w > 0):
+        raise InvalidPrivacyParameterError("weights must be one finite value >= 0 per marginal, not all 0")
+    if objective not in ("sum", "max"):
+        raise SparseDPError(f"objective must be 'sum' or 'max', got {objective!r}")
+    w.flags.writeable = False
+    return MarginalWorkload(domain=domain, marginals=tuple(ms), weights=w, objective=objective)

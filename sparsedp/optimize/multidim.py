@@ -1,0 +1,135 @@
+"""Multi-dimensional workloads for :func:`sparsedp.optimize` (issue 18, sharing issue 11's entry point).
+
+* :class:`~sparsedp.marginals.MarginalWorkload` (``marginals.marginal_workload(domain, k=2)``):
+
+  - ``noise="gaussian"``: ResidualPlanner's optimum (Xiao et al., NeurIPS 2023) by
+    :func:`~sparsedp.marginals.select_residuals` at ``rho = 1``, family ``"residual"``.  It is the
+    optimum over all Gaussian linear mechanisms for the workload; the strategy is the
+    :class:`~sparsedp.marginals.ResidualSelection` (noise per residual), *not* an operator for
+    ``MatrixMechanism``: release it with :func:`~sparsedp.marginals.release_marginals`.
+  - ``noise="laplace"``: HDMM's weighted-marginals parametrisation (McKenna et al., VLDB 2018) by
+    :func:`~sparsedp.marginals.optimize_marginals_laplace` at ``epsilon = 1``, family
+    ``"marginals"``; the strategy is the :class:`~sparsedp.marginals.MarginalsStrategy`, released by
+    :func:`~sparsedp.marginals.release_marginals_laplace` (``strategy.at(epsilon)``).
+
+* :class:`~sparsedp.marginals.KronOperator` (e.g. ``KronOperator([all_ranges(32)] * 2)``): a
+  Kronecker product of optimised 1-D factors by :func:`~sparsedp.marginals.optimize_kron`, family
+  ``"kron"``; the strategy is a :class:`~sparsedp.marginals.KronOperator` usable in ``MatrixMechanism``.
+
+The error is exact in every case: ``(sum_A sqrt(c_A p_A))^2 / 2`` (residual), ``2 Delta_1^2
+tr(W^T W (M^T M)^+)`` in the residual basis (marginals), the product of the 1-D traces (kron).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..accuracy import ErrorReport
+from ..errors import ShapeError, SparseDPError
+from ..marginals.domain import Domain
+from ..marginals.kron import KronOperator, KronStack
+from ..marginals.kron_opt import optimize_kron
+from ..marginals.pure import optimize_marginals_laplace
+from ..marginals.select import select_residuals
+from ..marginals.workload import MarginalWorkload
+from ..operators import SparseOperator
+from .candidate import Trial
+
+__all__: list[str] = []  # reached through sparsedp.optimize
+
+MARGINAL_FAMILIES = ("auto", "residual", "marginals")
+MAX_LISTED_CELLS = 10**7  # per-cell variances are listed in the ErrorReport up to this many cells
+
+
+def is_multidim(W: Any) -> bool:
+    """Whether ``W`` is a workload this module handles."""
+    return isinstance(W, (MarginalWorkload, KronOperator, KronStack))
+
+
+def _check_domain(domain: Any, sizes: tuple[int, ...], what: str) -> None:
+    if domain is None:
+        return
+    if not isinstance(domain, Domain):
+        raise ShapeError(f"domain must be a sparsedp.Domain, got {type(domain).__name__}")
+    if tuple(domain.sizes) != tuple(sizes):
+        raise ShapeError(f"domain mismatch: the domain has sizes {domain.sizes} but {what} has {tuple(sizes)}")
+
+
+def _cell_variances(wl: MarginalWorkload, per_cell) -> np.ndarray | None:
+    if wl.cells > MAX_LISTED_CELLS:
+        return None
+    sizes = wl.domain.sizes
+    return np.concatenate([np.full(math.prod(sizes[i] for i in S), per_cell(S)) for S in wl.marginals])
+
+
+def _marginals(wl: MarginalWorkload, model_kind: str, family: str, domain: Any, rng: Any, restarts: Any):
+    _check_domain(domain, wl.domain.sizes, "the workload's domain")
+    if wl.domain != domain and domain is not None:
+        raise ShapeError(f"domain mismatch: the workload is on {wl.domain.names}, not {domain.names}")
+    if family not in MARGINAL_FAMILIES:
+        raise SparseDPError(f"family for a marginal workload must be one of {MARGINAL_FAMILIES}, got {family!r}")
+    t0 = time.perf_counter()
+    if model_kind == "gaussian":
+        if family == "marginals":
+            raise SparseDPError("family 'marginals' is the pure-DP (laplace) strategy; Gaussian noise uses 'residual'")
+        sel = select_residuals(wl.domain, wl.marginals, 1.0, weights=wl.weights, objective=wl.objective)
+        total = sel.sum_of_variances()
+        variances = _cell_variances(wl, sel.cell_variance)
+        note = f"objective {wl.objective}: {sel.value:.10g}; {len(sel.residuals)} residuals"
+        trial = Trial("residual", "residual optimum", total, time.perf_counter() - t0, note)
+        return (sel, "residual", "residual optimum", ErrorReport(total, total / wl.cells, "exact-residual",
+                variances=variances, noise="gaussian"), float(math.sqrt(float(np.sum(sel.p)))), (trial,))
+    if family == "residual":
+        raise SparseDPError("family 'residual' is the Gaussian (zCDP) optimum; Laplace noise uses 'marginals'")
+    if not wl.unit_weights or wl.objective != "sum":
+        raise SparseDPError("the pure-DP marginals strategy minimises the unweighted sum of squared errors: "
+                            "use unit weights and objective='sum'")
+    strat = optimize_marginals_laplace(wl.domain, wl.marginals, 1.0, restarts=4 if restarts is None else int(restarts),
+                                       rng=0 if rng is None else rng)
+    total = float(strat.total_error)
+    name = f"weighted marginals ({len(strat.measured)} measured)"
+    trial = Trial("marginals", name, total, time.perf_counter() - t0)
+    return (strat, "marginals", name, ErrorReport(total, total / wl.cells, "exact-residual", noise="laplace"),
+            1.0, (trial,))
+
+
+def _dedup_factors(K: KronOperator) -> list[Any]:
+    """The factors as operators, equal factors as one object (so optimize_kron optimises them once)."""
+    out: list[Any] = []
+    for F in K.factors:
+        Fs = sp.csr_matrix(F)
+        for G in out:
+            if G.shape == Fs.shape and (G.matrix != Fs).nnz == 0:
+                out.append(G)
+                break
+        else:
+            out.append(SparseOperator(Fs, name="workload factor"))
+    return out
+
+
+def _kron(K: Any, model_kind: str, family: str, domain: Any, options: dict):
+    if isinstance(K, KronStack):
+        raise SparseDPError("unions of Kronecker products (KronStack) are not optimised yet: optimise one "
+                            "KronOperator, or give a MarginalWorkload for a set of marginals")
+    _check_domain(domain, K.in_shape, "the Kronecker workload")
+    fam = "auto" if family == "kron" else family
+    ks = optimize_kron(_dedup_factors(K), noise=model_kind, family=fam,
+                       **{k: v for k, v in options.items() if v is not None})
+    total = ks.total_error(epsilon=1.0) if model_kind == "laplace" else ks.total_error(rho=1.0)
+    name = " (x) ".join(ks.names)
+    trial = Trial("kron", name, total, ks.seconds)
+    return (ks.strategy, "kron", name, ErrorReport(total, total / ks.queries, "exact-kron", noise=model_kind),
+            float(ks.sensitivity), (trial,))
+
+
+def optimize_multidim(W: Any, *, model_kind: str, family: str, domain: Any, rng: Any, restarts: Any,
+                      options: dict) -> tuple:
+    """``(strategy, family, name, ErrorReport, sensitivity, history)`` for a multi-dimensional ``W``."""
+    if isinstance(W, MarginalWorkload):
+        return _marginals(W, model_kind, family, domain, rng, restarts)
+    return _kron(W, model_kind, family, domain, dict(options, rng=rng, restarts=restarts))
