@@ -10,11 +10,13 @@ Modules: :mod:`~sparsedp.scaleout.tree` (the chunked tree, budgets and scales),
 :mod:`~sparsedp.scaleout.chunked` (inputs and outputs), :mod:`~sparsedp.scaleout.passes` (the
 two passes split at a subtree root), :mod:`~sparsedp.scaleout.subtree` (the per-chunk tasks),
 :mod:`~sparsedp.scaleout.top` (the top measurement and solve), :mod:`~sparsedp.scaleout.release`
-(the driver).
+(the driver), :mod:`~sparsedp.scaleout.records` (Parquet / CSV records binned into the leaf
+histogram part by part, then released).
 """
 
 from .chunked import as_input, as_output, open_array
 from .passes import UpwardState, downward, upward
+from .records import PartCounts, RecordPart, bin_to_histogram, record_parts, release_records
 from .release import ScaleoutRelease, chunk_seeds, release_hierarchical
 from .subtree import ChunkSpec, ChunkSummary
 from .tree import ChunkedTree, check_chunking, chunk_layout, default_chunk, level_budgets, level_coverage
@@ -23,10 +25,13 @@ __all__ = [
     "ChunkSpec",
     "ChunkSummary",
     "ChunkedTree",
+    "PartCounts",
+    "RecordPart",
     "ScaleoutRelease",
     "UpwardState",
     "as_input",
     "as_output",
+    "bin_to_histogram",
     "check_chunking",
     "chunk_layout",
     "chunk_seeds",
@@ -35,6 +40,8 @@ __all__ = [
     "level_budgets",
     "level_coverage",
     "open_array",
+    "record_parts",
     "release_hierarchical",
+    "release_records",
     "upward",
 ]

@@ -12,8 +12,11 @@ issue 14): ``--method boost`` (uniform budget) or ``boost-un`` (budgets per leve
 balanced ``--k``-ary tree (default 16) whose subtrees of ``--chunk`` leaves are measured, reduced
 and released one task each, on a new
 ``LocalCluster`` (``--workers K --worker-memory 4GB``) or a running scheduler (``--scheduler
-ADDRESS``); DATA is a ``.npy`` (memory-mapped) or ``.zarr`` array and ``--out`` a ``.npy`` / ``.zarr``
-array of leaf estimates written block by block, with the ledger in ``OUT.release.json``.  A progress
+ADDRESS``); DATA is a ``.npy`` (memory-mapped) or ``.zarr`` array of counts, or records (a Parquet /
+CSV file or a directory of them) with ``--column C --bins START STOP WIDTH`` (binned part by part on
+the workers, :func:`sparsedp.scaleout.release_records`; outside the domain refused unless
+``--clip``), and ``--out`` a ``.npy`` / ``.zarr`` array of leaf estimates written block by block,
+with the ledger in ``OUT.release.json``.  A progress
 bar counts chunks on a terminal.
 """
 
@@ -52,21 +55,37 @@ def _histogram_scaleout(args: argparse.Namespace) -> int:
     method = args.method or "boost"
     if method not in ("boost", "boost-un"):
         raise SparseDPError(f"--executor publishes --method boost or boost-un (BLUE) chunk by chunk; got {method!r}")
-    if args.column is not None or args.bins is not None:
-        raise SparseDPError("--executor reads a .npy or .zarr array of counts (no --column / --bins)")
+    records = args.column is not None or args.bins is not None
+    data = Path(args.data)
+    if records and (args.column is None or args.bins is None):
+        raise SparseDPError("--executor bins records: give both --column and --bins START STOP WIDTH "
+                            "(or pass a .npy / .zarr array of counts with neither)")
+    if not records and (data.is_dir() and data.suffix != ".zarr" or data.suffix.lower() in (".parquet", ".pq", ".csv")):
+        raise SparseDPError(f"{args.data} holds records: give --column and --bins START STOP WIDTH to bin them")
+    if args.clip and not records:
+        raise SparseDPError("--clip applies to records binned with --column / --bins")
     if Path(args.out).suffix not in (".npy", ".zarr"):
         raise SparseDPError(f"--out must be a .npy or .zarr path with --executor, got {args.out}")
+    kwargs = dict(k=args.k or 16, chunk=args.chunk, rng=args.seed, out=args.out, secure=not args.float_noise,
+                  progress=None, level_weights="boost-un" if method == "boost-un" else None)
     ex = _scaleout_executor(args)
     try:
-        r = release_hierarchical(args.data, args.epsilon, k=args.k or 16, chunk=args.chunk, executor=ex,
-                                 rng=args.seed, out=args.out, secure=not args.float_noise, progress=None,
-                                 level_weights="boost-un" if method == "boost-un" else None)
+        if records:
+            from ..scaleout import release_records
+
+            start, stop, width = args.bins
+            r = release_records(args.data, args.column, Bins(start, stop, width), args.epsilon, clip=args.clip,
+                                executor=ex, **kwargs)
+        else:
+            r = release_hierarchical(args.data, args.epsilon, executor=ex, **kwargs)
     finally:
         ex.close()
     meta = {"method": method, "n": r.n, "k": r.k, "chunk": r.chunk, "chunks": r.chunks, "levels": r.levels,
             "epsilon": r.epsilon, "certified_loss": r.loss, "level_scales": r.level_scales.tolist(),
             "level_variances": r.level_variances.tolist(), "private": r.private, "secure": r.secure,
             "executor": r.executor, "ledger": [r.ledger.as_dict()], "estimate": str(args.out)}
+    if records:
+        meta.update(column=args.column, bins=dict(zip(("start", "stop", "width"), args.bins)), clip=bool(args.clip))
     side = Path(str(args.out) + ".release.json")
     side.write_text(json.dumps(meta, indent=1))
     noise = "exact discrete Laplace" if r.secure else "float Laplace (--float-noise)"
@@ -138,7 +157,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "dwork = Laplace noise on every bin.",
     )
     h.add_argument("data", help="input: a .npy array of counts, or a CSV / Parquet file (with --column); with "
-                   "--bins the values are records, binned on a public domain")
+                   "--bins the values are records, binned on a public domain (with --executor: a .npy / .zarr array "
+                   "of counts, or a Parquet / CSV file or directory of records with --column and --bins)")
     h.add_argument("--column", default=None, help="the column of a CSV / Parquet file")
     h.add_argument("--bins", type=float, nargs=3, metavar=("START", "STOP", "WIDTH"), default=None,
                    help="bin record values on the public domain [START, STOP) in bins of WIDTH")

@@ -1,0 +1,341 @@
+"""Record data for a scale-out release: Parquet / CSV records binned into the leaf histogram, part by part.
+
+:func:`release_records` publishes the hierarchical histogram of one numeric column of a table of
+records, binned on a public :class:`~sparsedp.io.Bins` domain, without ever holding the records (or
+the histogram) on one process.  Two passes of small tasks build the leaf histogram, then
+:func:`~sparsedp.scaleout.release.release_hierarchical` publishes it:
+
+1. **bin** (:func:`bin_part`, one task per *part*: a Parquet row group, or one CSV file read in
+   batches of ``2^20`` rows): read the column, check it (numeric, no missing / NaN / infinite
+   value, inside ``[start, stop)`` unless ``clip``: the rule of :func:`~sparsedp.io.bin_records`
+   and ``sparsedp histogram --clip`` -- refused by default, clipped into the end bins with
+   ``clip=True``), bin it (:func:`~sparsedp.io.bin_indices`), reduce it to compact counts (the
+   distinct bins and their counts, sorted), and write them to scratch with the offsets where each
+   histogram chunk's bins begin.  Only a :class:`PartCounts` (the chunks it touches and the file)
+   goes back to the driver;
+2. **assemble** (:func:`assemble_chunk`, one task per histogram chunk of ``chunk`` leaves): add the
+   slices of every part that touches the chunk into a dense block and write it to the leaf
+   histogram (a ``.npy`` in scratch, written block by block through a memory map);
+3. **release**: :func:`~sparsedp.scaleout.release.release_hierarchical` on that file, with the same
+   chunks, executor and arguments: it validates every block, charges the budget once and measures.
+
+Every check on the records happens in pass 1, before the release is called: bad input raises a
+:class:`~sparsedp.errors.SparseDPError` before any budget is charged or any noise drawn.  The
+binning is deterministic, so a task Dask runs again (a worker died) writes the same counts.
+Memory per task: one part's records (a row group) or one chunk's block; the driver holds the list
+of parts and their touched chunks only.  On a real cluster the data and ``scratch`` must live on
+storage every worker reaches.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import SparseDPError
+from ..executors import get_executor
+from ..io import Bins, bin_indices
+from ..validation import check_epsilon
+from .release import ScaleoutRelease, _run, release_hierarchical
+from .tree import ChunkedTree, default_chunk
+
+__all__ = ["RecordPart", "PartCounts", "record_parts", "bin_part", "assemble_chunk", "bin_to_histogram", "release_records"]
+
+#: rows per batch when a task streams a CSV file
+CSV_BATCH = 2**20
+
+_PARQUET = (".parquet", ".pq")
+
+
+@dataclass(frozen=True)
+class RecordPart:
+    """One task's share of the records: row group ``row_group`` of a Parquet file, or a whole CSV
+    file (``row_group`` ``None``, read in batches of :data:`CSV_BATCH` rows)."""
+
+    kind: str  # "parquet" or "csv"
+    path: str
+    row_group: int | None = None
+
+
+@dataclass(frozen=True)
+class PartCounts:
+    """A binned part: its number of ``records``; the histogram ``chunks`` it touches (sorted) and,
+    for each, ``[starts[i], starts[i + 1])``, the slice of its compact counts (``path`` + ``.idx.npy``:
+    global bins, sorted; ``path`` + ``.cnt.npy``: their counts) in that chunk."""
+
+    part: int
+    records: int
+    chunks: tuple[int, ...]
+    starts: tuple[int, ...]
+    path: str | None
+
+
+def _pq():
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError as exc:  # pragma: no cover - the io extra
+        raise SparseDPError("reading Parquet needs pyarrow: pip install 'sparsedp[io]'") from exc
+    return pa, pq
+
+
+def _parquet_parts(p: Path, column: str) -> list[RecordPart]:
+    pa, pq = _pq()
+    try:
+        f = pq.ParquetFile(str(p))
+    except Exception as exc:  # pyarrow raises its own error types for a bad file
+        raise SparseDPError(f"cannot read {p} as Parquet: {exc}") from exc
+    schema = f.schema_arrow
+    if column not in schema.names:
+        raise SparseDPError(f"{p} has no column {column!r}; columns: {', '.join(schema.names)}")
+    t = schema.field(column).type
+    if not (pa.types.is_integer(t) or pa.types.is_floating(t)):
+        raise SparseDPError(f"{p}: column {column!r} is not numeric (type {t})")
+    return [RecordPart("parquet", str(p.resolve()), g) for g in range(f.num_row_groups)]
+
+
+def _csv_part(p: Path, column: str) -> list[RecordPart]:
+    with open(p, newline="") as fh:
+        header = next(csv.reader(fh), None)
+    if header is None:
+        raise SparseDPError(f"{p} is empty")
+    if column not in header:
+        raise SparseDPError(f"{p} has no column {column!r}; columns: {', '.join(header)}")
+    return [RecordPart("csv", str(p.resolve()))]
+
+
+def record_parts(source: str | Path, column: str) -> list[RecordPart]:
+    """The parts of a Parquet file (one per row group), a CSV file (one), or a directory of such
+    files (searched recursively, in sorted order); the column is checked in every file's header or
+    schema (present; numeric for Parquet) without reading any record."""
+    if not isinstance(column, str) or not column:
+        raise SparseDPError(f"column must name a column of the records, got {column!r}")
+    p = Path(source)
+    if not p.exists():
+        raise SparseDPError(f"no such file or directory: {p}")
+    if p.is_dir():
+        files = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in (*_PARQUET, ".csv"))
+        if not files:
+            raise SparseDPError(f"{p} holds no .parquet / .pq / .csv file")
+    else:
+        files = [p]
+    parts: list[RecordPart] = []
+    for f in files:
+        suffix = f.suffix.lower()
+        if suffix in _PARQUET:
+            parts.extend(_parquet_parts(f, column))
+        elif suffix == ".csv":
+            parts.extend(_csv_part(f, column))
+        else:
+            raise SparseDPError(f"unsupported record file {f.name}: use .parquet, .pq or .csv (or a directory of them)")
+    return parts
+
+
+def _csv_values(path: str, column: str, batch: Any, first_row: int) -> np.ndarray:
+    import pandas as pd
+
+    series = batch[column]
+    if pd.api.types.is_float_dtype(series.dtype) or pd.api.types.is_integer_dtype(series.dtype):
+        return series.to_numpy(dtype=np.float64)
+    values = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64)
+    for i in np.flatnonzero(np.isnan(values)):  # only the suspicious rows, one by one
+        text = series.iloc[i]
+        try:
+            float(text)
+        except (TypeError, ValueError):
+            raise SparseDPError(f"{path}: row {first_row + int(i) + 2} of column {column!r} is not numeric: "
+                                f"{text!r}") from None
+    return values
+
+
+def _read_batches(part: RecordPart, column: str):
+    """The column's values of one part, as float64 batches (missing values are ``NaN``)."""
+    if part.kind == "parquet":
+        pa, pq = _pq()
+        col = pq.ParquetFile(part.path).read_row_group(part.row_group, columns=[column]).column(0)
+        yield col.cast(pa.float64()).to_numpy(zero_copy_only=False)
+        return
+    import pandas as pd
+
+    row = 0
+    for batch in pd.read_csv(part.path, usecols=[column], na_filter=False, chunksize=CSV_BATCH):
+        yield _csv_values(part.path, column, batch, row)
+        row += len(batch)
+
+
+def bin_part(part: RecordPart, q: int, column: str, bins: Bins, clip: bool, chunk: int, scratch: str) -> PartCounts:
+    """Read, check and bin one part (see the module docstring); its compact counts go to ``scratch``."""
+    where = part.path if part.row_group is None else f"{part.path} (row group {part.row_group})"
+    idx_parts, cnt_parts, records = [], [], 0
+    for values in _read_batches(part, column):
+        try:
+            idx = bin_indices(values, bins, clip)
+        except SparseDPError as exc:
+            raise type(exc)(f"{where}, column {column!r}: {exc}") from None
+        u, c = np.unique(idx, return_counts=True)
+        idx_parts.append(u)
+        cnt_parts.append(c.astype(np.int64))
+        records += int(values.size)
+    if records == 0:
+        return PartCounts(q, 0, (), (), None)
+    u = np.concatenate(idx_parts)
+    c = np.concatenate(cnt_parts)
+    if len(idx_parts) > 1:  # several CSV batches: merge their counts
+        u, inv = np.unique(u, return_inverse=True)
+        c = np.bincount(inv, weights=c, minlength=u.size).astype(np.int64)
+    owner = u // chunk
+    chunks, starts = np.unique(owner, return_index=True)
+    base = os.path.join(scratch, f"part{q:07d}-{uuid.uuid4().hex}")
+    for suffix, arr in ((".idx.npy", u), (".cnt.npy", c)):
+        with open(base + suffix + ".part", "wb") as fh:
+            np.save(fh, arr)
+        os.replace(base + suffix + ".part", base + suffix)
+    return PartCounts(q, records, tuple(int(v) for v in chunks), tuple(int(v) for v in starts) + (int(u.size),), base)
+
+
+def assemble_chunk(lo: int, hi: int, pieces: list[tuple[str, int, int]], histogram: str) -> int:
+    """Add the compact counts ``pieces`` (``(path, start, end)`` slices of parts' files) of leaves
+    ``[lo, hi)`` into a dense block, write it into the ``.npy`` ``histogram``; the block's total."""
+    block = np.zeros(hi - lo, dtype=np.int64)
+    for path, s, e in pieces:
+        idx = np.load(path + ".idx.npy", mmap_mode="r")[s:e]
+        cnt = np.load(path + ".cnt.npy", mmap_mode="r")[s:e]
+        block[np.asarray(idx) - lo] += cnt  # the bins of one part are distinct
+    out = np.load(histogram, mmap_mode="r+", allow_pickle=False)
+    out[lo:hi] = block
+    out.flush()
+    del out
+    return int(block.sum())
+
+
+def bin_to_histogram(
+    source: str | Path,
+    column: str,
+    bins: Bins,
+    histogram: str | Path,
+    *,
+    clip: bool = False,
+    chunk: int | None = None,
+    executor: Any = None,
+    scratch: str | Path | None = None,
+    progress: bool | None = None,
+    _parts: list[RecordPart] | None = None,
+) -> dict[str, float]:
+    """Bin the records of ``source`` (column ``column``, public ``bins``) into the int64 ``.npy``
+    ``histogram`` of ``bins.count`` leaves, part by part and ``chunk`` leaves per assembling task
+    (default: the largest power of 16 up to ``2^20``), never holding the records on one process
+    (passes 1 and 2 of the module docstring).  No privacy: the exact histogram, for a release.
+    Returns the seconds of the two passes (``"bin"``, ``"assemble"``) and the number of
+    ``"records"``; raises :class:`~sparsedp.errors.SparseDPError` on bad records."""
+    if not isinstance(bins, Bins):
+        raise SparseDPError(f"bins must be a sparsedp.io.Bins, got {type(bins).__name__}")
+    if not isinstance(clip, (bool, np.bool_)):
+        raise SparseDPError(f"clip must be True or False, got {clip!r}")
+    n = bins.count
+    c = default_chunk(n, 16) if chunk is None else int(chunk)
+    if isinstance(chunk, (bool, np.bool_)) or c < 1:
+        raise SparseDPError(f"chunk must be a positive integer, got {chunk!r}")
+    parts = record_parts(source, column) if _parts is None else _parts
+    m = -(-n // c)
+    ex = get_executor(executor)
+    owns = isinstance(executor, str)
+    work = tempfile.mkdtemp(prefix="sparsedp-bin-", dir=None if scratch is None else str(scratch))
+    try:
+        t0 = time.perf_counter()
+        counts = _run(ex, bin_part, [parts, range(len(parts)), [column] * len(parts), [bins] * len(parts),
+                                     [bool(clip)] * len(parts), [c] * len(parts), [work] * len(parts)],
+                      len(parts), "bin", progress)
+        records = sum(pc.records for pc in counts)
+        if records == 0:
+            raise SparseDPError(f"{source} holds no records")
+        t1 = time.perf_counter()
+        pieces: list[list[tuple[str, int, int]]] = [[] for _ in range(m)]
+        for pc in counts:
+            for i, q in enumerate(pc.chunks):
+                pieces[q].append((pc.path, pc.starts[i], pc.starts[i + 1]))
+        histogram = str(Path(histogram).resolve())
+        np.lib.format.open_memmap(histogram, mode="w+", dtype=np.int64, shape=(n,)).flush()
+        los = [q * c for q in range(m)]
+        his = [min((q + 1) * c, n) for q in range(m)]
+        totals = _run(ex, assemble_chunk, [los, his, pieces, [histogram] * m], m, "assemble", progress)
+        if sum(totals) != records:
+            raise SparseDPError(f"binned {records} records but the histogram holds {sum(totals)}")
+        return {"bin": t1 - t0, "assemble": time.perf_counter() - t1, "records": float(records)}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if owns:
+            ex.close()
+
+
+def release_records(
+    source: str | Path,
+    column: str,
+    bins: Bins,
+    epsilon: float,
+    *,
+    clip: bool = False,
+    k: int = 16,
+    chunk: int | None = None,
+    executor: Any = None,
+    scratch: str | Path | None = None,
+    out: str | Path | None = None,
+    progress: bool | None = None,
+    **release: Any,
+) -> ScaleoutRelease:
+    """Publish the hierarchical histogram of the records in ``source`` (a Parquet / CSV file or a
+    directory of them), column ``column`` binned on the public ``bins``, chunk by chunk.
+
+    The mechanism, its sensitivity (one record moves one leaf by one: one node per level) and its
+    calibration are those of :func:`~sparsedp.scaleout.release.release_hierarchical` on the
+    ``bins.count`` leaves; the records are binned by the rule of :func:`~sparsedp.io.bin_records`
+    (values outside ``[start, stop)`` refused, or put into the end bins when ``clip``), part by part
+    (see the module docstring), and checked before any charge or noise.  ``executor``, ``chunk``,
+    ``k``, ``out``, ``progress`` and the other keyword arguments (``accountant``, ``rng``,
+    ``secure``, ``level_weights``) are as in ``release_hierarchical``; ``scratch`` holds the compact
+    counts and the leaf histogram (default: a temporary directory next to ``out``), removed at the
+    end.  ``timings`` gains ``"bin"`` and ``"assemble"``.
+    """
+    t0 = time.perf_counter()
+    check_epsilon(epsilon, "epsilon")
+    if not isinstance(bins, Bins):
+        raise SparseDPError(f"bins must be a sparsedp.io.Bins, got {type(bins).__name__}")
+    if not isinstance(clip, (bool, np.bool_)):
+        raise SparseDPError(f"clip must be True or False, got {clip!r}")
+    if isinstance(k, (bool, np.bool_)) or int(k) != k or k < 2:
+        raise SparseDPError(f"k must be an integer >= 2, got {k!r}")
+    n = bins.count
+    c = default_chunk(n, int(k)) if chunk is None else int(chunk)
+    ChunkedTree(n, int(k), c)  # a power of k in [1, n], or a clear error
+    parts = record_parts(source, column)  # the headers / schemas, before any work
+
+    ex = get_executor(executor)
+    owns = isinstance(executor, str)
+    if scratch is None:
+        base = None if out is None else str(Path(out).resolve().parent)
+        work = tempfile.mkdtemp(prefix="sparsedp-records-", dir=base)
+    else:
+        Path(scratch).mkdir(parents=True, exist_ok=True)
+        work = tempfile.mkdtemp(prefix="sparsedp-records-", dir=str(scratch))
+    try:
+        # 1-2. bin every part (all checks on the records happen here), assemble the leaf histogram
+        histogram = os.path.join(work, "histogram.npy")
+        timings = bin_to_histogram(source, column, bins, histogram, clip=clip, chunk=c, executor=ex, scratch=work,
+                                   progress=progress, _parts=parts)
+        # 3. the release (validates the blocks, charges once, measures)
+        r = release_hierarchical(histogram, epsilon, k=int(k), chunk=c, executor=ex, out=out, scratch=work,
+                                 progress=progress, **release)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if owns:
+            ex.close()
+    r.timings.update({"bin": timings["bin"], "assemble": timings["assemble"], "total": time.perf_counter() - t0})
+    return r
