@@ -83,7 +83,7 @@ def test_on_a_local_cluster_written_to_npy(records, tmp_path):
     pytest.importorskip("dask.distributed")
     root, v = records
     x = np.histogram(v[:5000], bins=_edges(BINS))[0]
-    ex = DaskExecutor.local(n_workers=2, threads_per_worker=1, processes=True, memory_limit="1GB")
+    ex = DaskExecutor.local(n_workers=2, threads_per_worker=1, processes=False)  # worker threads: a quick start
     try:
         acc = Accountant(epsilon=1.0)
         r = release_records(root / "a.parquet", "x", BINS, 0.5, k=4, chunk=16, rng=2, executor=ex,
