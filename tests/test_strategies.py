@@ -82,9 +82,11 @@ def test_default_branching_is_the_best_measured():
     n = 4096
     default = st.hierarchical(n)
     assert "k=16" in default.name
+    # max_variances=0: the exact totals only (the same numbers), not the 8.4 million per-range
+    # variances of all_ranges(4096) that this comparison does not use (~20 s -> ~0.05 s)
     for W in (wl.all_ranges(n), wl.prefix(n)):
-        err = MatrixMechanism(W, default, epsilon=1.0).expected_error()
-        assert err < 0.6 * MatrixMechanism(W, st.hierarchical(n, 2), epsilon=1.0).expected_error()
+        err = MatrixMechanism(W, default, epsilon=1.0).expected_error(max_variances=0)
+        assert err < 0.6 * MatrixMechanism(W, st.hierarchical(n, 2), epsilon=1.0).expected_error(max_variances=0)
 
 
 def test_haar_sensitivity_formula_from_the_docstring():
