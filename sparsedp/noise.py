@@ -739,11 +739,8 @@ def _cached(key: tuple, build: Callable[[], Any]) -> Any:
 def _laplace_plan(scale: float, light: bool = False) -> _LaplacePlan:
     """The (cached) sampler tables for scale ``t``; ``light`` plans have tiny tables and no buckets."""
     s = float(scale)
-    if light:
-        with _PLAN_LOCK:  # a heavy plan, once built, serves small requests too
-            heavy = _PLAN_CACHE.get(("lap", s, False))
-        if heavy is not None:
-            return heavy
+    # light and heavy plans consume random bits differently: never let one stand in for the other,
+    # or a seeded draw would depend on which plans this process happened to build before
     return _cached(("lap", s, light), lambda: _LaplacePlan(s, light))
 
 
