@@ -163,3 +163,17 @@ def test_cli_histogram_records_with_executor(records, tmp_path, capsys):
     assert main(args + ["--column", "x", "--bins", "0", "100", "1", "--out", str(out)]) == 2  # outside: refused
     assert "outside" in capsys.readouterr().err
     assert main(args + ["--column", "x", "--bins", "0", "100", "1", "--clip", "--out", str(out)]) == 0
+
+
+def test_a_seeded_release_does_not_depend_on_the_samplers_built_before():
+    """The top nodes (a few rows: small sampler tables) share their scale with the chunks (many rows:
+    large tables, built later in the same call); a seeded release must give the same noise whether
+    or not the large tables already exist in this process."""
+    from sparsedp import noise
+
+    x = np.random.default_rng(4).integers(0, 5, 4 * 4096)
+    noise._PLAN_CACHE.clear()
+    first = release_hierarchical(x, 1.0, k=16, chunk=4096, rng=9)
+    second = release_hierarchical(x, 1.0, k=16, chunk=4096, rng=9)
+    np.testing.assert_array_equal(first.top_values, second.top_values)
+    np.testing.assert_array_equal(first.estimate, second.estimate)
