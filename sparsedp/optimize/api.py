@@ -123,6 +123,11 @@ def optimize(
     """The strategy with the lowest exact expected GLS error for workload ``W`` among the families
     tried (see the module docstring).
 
+    Multi-dimensional ``W``: a :class:`~sparsedp.marginals.MarginalWorkload` (family ``"auto"``,
+    ``"residual"`` for Gaussian, ``"marginals"`` for Laplace) or a
+    :class:`~sparsedp.marginals.KronOperator` (family ``"kron"`` / ``"auto"`` or a 1-D family used
+    for every factor); see :mod:`sparsedp.optimize.multidim`.
+
     Parameters
     ----------
     W:
@@ -146,11 +151,6 @@ def optimize(
     domain:
         Multi-dimensional workloads only (optional): the :class:`~sparsedp.marginals.Domain` the
         workload must be on; a different one raises :class:`~sparsedp.errors.ShapeError`.
-
-    Multi-dimensional ``W``: a :class:`~sparsedp.marginals.MarginalWorkload` (family ``"auto"``,
-    ``"residual"`` for Gaussian, ``"marginals"`` for Laplace) or a
-    :class:`~sparsedp.marginals.KronOperator` (family ``"kron"`` / ``"auto"`` or a 1-D family used
-    for every factor); see :mod:`sparsedp.optimize.multidim`.
     """
     t_start = time.perf_counter()
     model = noise_model(noise)
