@@ -141,7 +141,27 @@ def test_bad_input_is_a_clear_error():
         sparsedp.optimize(wl, noise="gaussian", family="tree")
     with pytest.raises(SparseDPError, match="unit weights"):
         sparsedp.optimize(mg.marginal_workload(D, k=1, weights=[1, 2, 3]), noise="laplace")
-    with pytest.raises(SparseDPError, match="KronStack"):
-        sparsedp.optimize(mg.KronStack([mg.marginal_operator(D, S) for S in itertools.combinations(range(3), 2)]))
+    with pytest.raises(ShapeError, match="domain mismatch"):
+        sparsedp.optimize(mg.KronStack([mg.marginal_operator(D, S) for S in itertools.combinations(range(3), 2)]),
+                          domain=mg.Domain.uniform(3, 4))
     with pytest.raises(SparseDPError):
         sparsedp.optimize(wl, noise="poisson")
+
+
+@pytest.mark.parametrize("noise", ["laplace", "gaussian"])
+def test_union_of_kron_products_exact_error_and_never_worse_than_identity(noise):
+    R, one = workloads.all_ranges, (lambda n: np.ones((1, n)))
+    U = mg.KronStack([mg.KronOperator([R(8), R(6)]), mg.KronOperator([R(8), one(6)]),
+                      mg.KronOperator([one(8), R(6)])])
+    r = sparsedp.optimize(U, noise=noise, rng=0)
+    assert r.family == "kron" and isinstance(r.strategy, mg.KronOperator)
+    W = U.tosparse().toarray()
+    M = r.strategy.tosparse().toarray()
+    var = 2.0 * np.abs(M).sum(axis=0).max() ** 2 if noise == "laplace" else (M * M).sum(axis=0).max() / 2.0
+    assert r.error.total == pytest.approx(var * np.trace(W.T @ W @ np.linalg.inv(M.T @ M)), rel=1e-8)
+    ident = [h for h in r.history if h.name.startswith("identity")][0]
+    idvar = 2.0 if noise == "laplace" else 0.5  # Delta = 1 for the identity product
+    assert ident.error == pytest.approx(idvar * np.trace(W.T @ W), rel=1e-12)
+    assert r.error.total <= ident.error
+    if noise == "gaussian":  # ranges under Gaussian noise: trees beat the identity clearly
+        assert r.error.total < 0.8 * ident.error
