@@ -6,11 +6,19 @@ outside its list, or a missing value, is an error raised before anything is meas
 domain is never read from the data (the set of values present is itself private).  The output
 JSON holds the released marginals, their per-cell variances and the privacy parameters; never
 a record.
+
+The data: a CSV or Parquet file with one row per record (the named columns; others are ignored),
+or an ``(n, d)`` ``.npy`` array of integer codes whose columns ``--columns`` names in order (with
+``--sizes``).  A missing file or column, an empty file, non-numeric or missing codes and codes
+outside the domain are refused before anything is measured.  On a terminal a tqdm bar shows the
+command's stages (read, encode, release, write; :mod:`sparsedp.progress`); it is silent in pipes,
+logs and tests.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import sys
 from pathlib import Path
@@ -18,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from .._cli_util import warn_not_private
+from ..progress import loop_disable, progress_bar
 from ..errors import InputBoundError, NonFiniteInputError, ShapeError, SparseDPError
 from .domain import Domain
 from .release import release_marginals
@@ -25,17 +34,57 @@ from .select import marginals_up_to
 
 
 def _read_table(path: str, columns: list[str]):
-    import pandas as pd
-
+    """The named columns of a CSV / Parquet file as a DataFrame (CSV values as text), or of an
+    ``(n, d)`` ``.npy`` array (``columns`` names its columns in order); every unreadable, empty or
+    incomplete file raises :class:`SparseDPError` naming the problem."""
+    try:
+        import pandas as pd
+    except ImportError as exc:  # pragma: no cover - the io extra
+        raise SparseDPError("sparsedp marginals reads tables with pandas: pip install 'sparsedp[io]'") from exc
     p = Path(path)
-    if p.suffix.lower() in (".parquet", ".pq"):
+    if not p.is_file():
+        raise SparseDPError(f"no such file: {p}")
+    suffix = p.suffix.lower()
+    if suffix == ".npy":
+        try:
+            arr = np.load(p, allow_pickle=False)
+        except (ValueError, OSError) as exc:
+            raise SparseDPError(f"cannot read {p}: {exc}") from exc
+        if arr.ndim != 2 or arr.shape[1] != len(columns):
+            raise ShapeError(f"{p} holds an array of shape {arr.shape}; an (n, {len(columns)}) array of codes, one "
+                             f"column per --columns name, is needed")
+        if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+            raise SparseDPError(f"{p}: codes are not numeric (dtype {arr.dtype})")
+        df = pd.DataFrame(arr, columns=columns)
+    elif suffix in (".parquet", ".pq"):
+        try:
+            import pyarrow.parquet as pq
+
+            names = pq.read_schema(p).names
+        except ImportError as exc:  # pragma: no cover - the io extra
+            raise SparseDPError("reading Parquet needs pyarrow: pip install 'sparsedp[io]'") from exc
+        except Exception as exc:  # pyarrow's ArrowInvalid etc.: not a Parquet file
+            raise SparseDPError(f"cannot read {p} as Parquet: {exc}") from exc
+        _check_columns(p, names, columns)
         df = pd.read_parquet(p, columns=columns)
-    else:
+    elif suffix == ".csv":
+        with open(p, newline="") as fh:
+            header = next(csv.reader(fh), None)
+        if header is None:
+            raise SparseDPError(f"{p} is empty")
+        _check_columns(p, header, columns)
         df = pd.read_csv(p, usecols=columns, dtype=str, keep_default_na=True)
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise ShapeError(f"{path} lacks the column(s) {missing}")
+    else:
+        raise SparseDPError(f"unsupported data file {p.name}: use .csv, .parquet or .npy")
+    if len(df) == 0:
+        raise SparseDPError(f"{p} holds no records")
     return df
+
+
+def _check_columns(p: Path, names: list[str], columns: list[str]) -> None:
+    missing = [c for c in columns if c not in names]
+    if missing:
+        raise ShapeError(f"{p} has no column(s) {', '.join(map(repr, missing))}; columns: {', '.join(names)}")
 
 
 def _encode(df, columns: list[str], sizes: list[int] | None, categories: dict | None) -> tuple[Domain, np.ndarray]:
@@ -58,28 +107,58 @@ def _encode(df, columns: list[str], sizes: list[int] | None, categories: dict | 
     try:
         X = df[columns].astype(float).to_numpy()
     except ValueError as exc:
-        raise ShapeError(f"--sizes needs integer codes in the columns: {exc}") from exc
-    return dom, X
+        raise ShapeError(f"--sizes needs integer codes in the columns; a value is non-numeric ({exc})") from exc
+    return dom, dom.encode(X)  # NaN, fractional or out-of-domain codes: refused here, before any release
 
 
 def _run(args: argparse.Namespace) -> int:
     columns = [c.strip() for c in args.columns.split(",") if c.strip()]
     if (args.sizes is None) == (args.categories is None):
         raise SparseDPError("give the public domain: --sizes or --categories (not both)")
-    sizes = None if args.sizes is None else [int(s) for s in args.sizes.split(",")]
+    try:
+        sizes = None if args.sizes is None else [int(s) for s in args.sizes.split(",")]
+    except ValueError as exc:
+        raise SparseDPError(f"--sizes must be comma-separated integers, got {args.sizes!r}") from exc
     if sizes is not None and len(sizes) != len(columns):
         raise ShapeError(f"{len(columns)} columns but {len(sizes)} sizes")
     categories = None
     if args.categories is not None:
-        categories = json.loads(Path(args.categories).read_text())
+        try:
+            categories = json.loads(Path(args.categories).read_text())
+        except (OSError, ValueError) as exc:
+            raise SparseDPError(f"cannot read --categories {args.categories}: {exc}") from exc
+        if not isinstance(categories, dict):
+            raise SparseDPError("--categories must hold a JSON object {column: [categories]}")
         missing = [c for c in columns if c not in categories]
         if missing:
             raise ShapeError(f"--categories lacks the column(s) {missing}")
-    df = _read_table(args.data, columns)
-    dom, X = _encode(df, columns, sizes, categories)
-    work = marginals_up_to(dom, args.k, exact=not args.lower)
-    rel = release_marginals(X, dom, work, args.rho, rng=args.seed, objective=args.objective)
+    if sizes is None and Path(args.data).suffix.lower() == ".npy":
+        raise SparseDPError("a .npy array holds codes: give the public domain with --sizes")
     private = warn_not_private(args.seed, False)
+    # a bar of the command's stages, drawn only on a terminal inside the sparsedp command (loop_disable)
+    with progress_bar(total=4, desc="marginals", unit="stage", disable=loop_disable(),
+                      bar_format="{desc}: {n_fmt}/{total_fmt} stages |{bar}| {postfix} [{elapsed}]") as bar:
+        bar.set_postfix_str(f"reading {Path(args.data).name}")
+        df = _read_table(args.data, columns)
+        bar.update(1)
+        bar.set_postfix_str(f"encoding {len(df)} records")
+        dom, X = _encode(df, columns, sizes, categories)
+        del df
+        bar.update(1)
+        bar.set_postfix_str("selecting, measuring, reconstructing")
+        work = marginals_up_to(dom, args.k, exact=not args.lower)
+        rel = release_marginals(X, dom, work, args.rho, rng=args.seed, objective=args.objective)
+        bar.update(1)
+        bar.set_postfix_str(f"writing {args.out}")
+        _write(args, rel, dom, columns, categories, private)
+        bar.update(1)
+    print(f"released {len(rel.marginals)} marginals of {len(columns)} columns at rho={args.rho:g} "
+          f"(sum of variances {rel.sum_of_variances():.6g}) to {args.out}", file=sys.stderr)
+    return 0
+
+
+def _write(args: argparse.Namespace, rel, dom: Domain, columns: list[str], categories: dict | None,
+           private: bool) -> None:
     out = {
         "domain": {"names": list(dom.names), "sizes": list(dom.sizes)},
         "categories": None if categories is None else {c: categories[c] for c in columns},
@@ -91,9 +170,6 @@ def _run(args: argparse.Namespace) -> int:
                       for k, v in rel.marginals.items()],
     }
     Path(args.out).write_text(json.dumps(out) + "\n")
-    print(f"released {len(rel.marginals)} marginals of {len(columns)} columns at rho={args.rho:g} "
-          f"(sum of variances {rel.sum_of_variances():.6g}) to {args.out}", file=sys.stderr)
-    return 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -102,7 +178,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "marginals", help="release the k-way marginals of a CSV / Parquet table under zCDP (ResidualPlanner)",
         description=__doc__.split("\n\n")[0] + " Residuals measured with exact discrete Gaussian noise; every "
         "marginal reconstructed by GLS with its exact variance.")
-    m.add_argument("data", help="a CSV or Parquet file with one row per record")
+    m.add_argument("data", help="a CSV or Parquet file with one row per record (the --columns are read; missing file or "
+                   "column, empty file, non-numeric or missing codes are refused before any noise), or an (n, d) .npy "
+                   "array of integer codes, its columns named by --columns in order (with --sizes)")
     m.add_argument("--columns", required=True, help="comma-separated columns (the attributes)")
     m.add_argument("--sizes", default=None, help="comma-separated public sizes: columns hold codes 0..size-1")
     m.add_argument("--categories", default=None, help="JSON file {column: [categories]}: the public domain")
