@@ -283,7 +283,10 @@ def test_audit_of_the_release(broken):
         observed = sp.csr_matrix(([float(x[0])], ([0], [0])), shape=(1, 1))
         return privatize_observations(observed, eps_used, (0.0, 1.0), rng=g, grid=1 / 8).matrix.data
 
-    res = audit(release, [0.0], [1.0], trials=4000, rng=3)
+    # the release itself is audited (one privatize_observations call per trial), so trials are kept
+    # small: at 1500 trials the broken copy's bound was 1.58-2.01 over audit seeds 1-6 (true loss 2),
+    # well above the threshold 1.0; the valid case's bound holds at any trial count (alpha = 0.05)
+    res = audit(release, [0.0], [1.0], trials=1500, rng=3)
     if broken:
         assert res.epsilon_lower > 1.0, res
     else:
