@@ -128,7 +128,7 @@ def test_bad_records_refused_before_charge_and_noise(tmp_path, monkeypatch, name
 
 def test_parameters_and_sources_checked(tmp_path, monkeypatch):
     path = _write(tmp_path, "ok.parquet", pa.table({"x": [1.0, 2.0]}))
-    for kw in ({"chunk": 100}, {"k": 1}, {"clip": 1}):
+    for kw in ({"chunk": 100}, {"chunk": "64"}, {"chunk": 16.0}, {"k": 1}, {"clip": 1}):
         with pytest.raises(SparseDPError):
             release_records(path, "x", BINS, 1.0, **{"k": 4, "chunk": 16, **kw})
     for bad in ((path, "x", (0, 10, 1), 1.0), (path, "x", BINS, 0.0), (tmp_path / "none.parquet", "x", BINS, 1.0),
@@ -137,6 +137,8 @@ def test_parameters_and_sources_checked(tmp_path, monkeypatch):
             bad[0].write_text("x\n1\n")
         with pytest.raises(SparseDPError):
             release_records(*bad, k=4, chunk=16)
+    with pytest.raises(SparseDPError, match="positive integer"):
+        bin_to_histogram(path, "x", BINS, tmp_path / "h.npy", chunk=True)
     acc = Accountant(epsilon=0.5)
     with pytest.raises(BudgetExceededError):
         release_records(path, "x", BINS, 1.0, k=4, chunk=16, accountant=acc)
@@ -177,3 +179,25 @@ def test_a_seeded_release_does_not_depend_on_the_samplers_built_before():
     second = release_hierarchical(x, 1.0, k=16, chunk=4096, rng=9)
     np.testing.assert_array_equal(first.top_values, second.top_values)
     np.testing.assert_array_equal(first.estimate, second.estimate)
+
+
+def test_a_rerun_bin_or_assemble_task_writes_the_same_counts(records, tmp_path):
+    """Dask runs a task again when its worker dies: binning draws no noise, so both attempts agree."""
+    from sparsedp.scaleout.records import assemble_chunk, bin_part
+
+    root, v = records
+    part = record_parts(root / "a.parquet", "x")[2]
+    first = bin_part(part, 2, "x", BINS, False, 64, str(tmp_path))
+    second = bin_part(part, 2, "x", BINS, False, 64, str(tmp_path))
+    assert first.path != second.path and (first.chunks, first.starts, first.records) == (
+        second.chunks, second.starts, second.records)
+    for suffix in (".idx.npy", ".cnt.npy"):
+        np.testing.assert_array_equal(np.load(first.path + suffix), np.load(second.path + suffix))
+    h = tmp_path / "h.npy"
+    np.lib.format.open_memmap(h, mode="w+", dtype=np.int64, shape=(BINS.count,)).flush()
+    q = first.chunks[0]
+    pieces = [(first.path, first.starts[0], first.starts[1])]
+    totals = [assemble_chunk(q * 64, (q + 1) * 64, pieces, str(h)) for _ in range(2)]
+    want = np.histogram(v[2200:3300], bins=_edges(BINS))[0][q * 64:(q + 1) * 64]  # row group 2 of 1100 rows
+    np.testing.assert_array_equal(np.load(h)[q * 64:(q + 1) * 64], want)
+    assert totals == [int(want.sum())] * 2

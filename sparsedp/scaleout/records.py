@@ -217,6 +217,12 @@ def assemble_chunk(lo: int, hi: int, pieces: list[tuple[str, int, int]], histogr
     return int(block.sum())
 
 
+def _positive_int(v: Any, name: str) -> int:
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 1:
+        raise SparseDPError(f"{name} must be a positive integer, got {v!r}")
+    return int(v)
+
+
 def bin_to_histogram(
     source: str | Path,
     column: str,
@@ -241,9 +247,7 @@ def bin_to_histogram(
     if not isinstance(clip, (bool, np.bool_)):
         raise SparseDPError(f"clip must be True or False, got {clip!r}")
     n = bins.count
-    c = default_chunk(n, 16) if chunk is None else int(chunk)
-    if isinstance(chunk, (bool, np.bool_)) or c < 1:
-        raise SparseDPError(f"chunk must be a positive integer, got {chunk!r}")
+    c = default_chunk(n, 16) if chunk is None else _positive_int(chunk, "chunk")
     parts = record_parts(source, column) if _parts is None else _parts
     m = -(-n // c)
     ex = get_executor(executor)
@@ -313,7 +317,7 @@ def release_records(
     if isinstance(k, (bool, np.bool_)) or int(k) != k or k < 2:
         raise SparseDPError(f"k must be an integer >= 2, got {k!r}")
     n = bins.count
-    c = default_chunk(n, int(k)) if chunk is None else int(chunk)
+    c = default_chunk(n, int(k)) if chunk is None else _positive_int(chunk, "chunk")
     ChunkedTree(n, int(k), c)  # a power of k in [1, n], or a clear error
     parts = record_parts(source, column)  # the headers / schemas, before any work
 
