@@ -201,3 +201,20 @@ def test_a_rerun_bin_or_assemble_task_writes_the_same_counts(records, tmp_path):
     want = np.histogram(v[2200:3300], bins=_edges(BINS))[0][q * 64:(q + 1) * 64]  # row group 2 of 1100 rows
     np.testing.assert_array_equal(np.load(h)[q * 64:(q + 1) * 64], want)
     assert totals == [int(want.sum())] * 2
+
+
+def test_csv_streamed_in_batches(tmp_path, monkeypatch):
+    """A CSV file is read in batches: their counts merge, and an error names the file's own row."""
+    from sparsedp.scaleout import records as rec
+
+    monkeypatch.setattr(rec, "CSV_BATCH", 7)
+    v = _values(100, 5)
+    text = "id,x\n" + "".join(f"{i},{float(x)!r}\n" for i, x in enumerate(v))
+    (tmp_path / "r.csv").write_text(text)
+    bin_to_histogram(tmp_path / "r.csv", "x", BINS, tmp_path / "h.npy", chunk=16)
+    np.testing.assert_array_equal(np.load(tmp_path / "h.npy"), bin_records(v, BINS))
+    lines = text.splitlines()
+    lines[51] = "50,oops"  # data row 50 = line 52 of the file
+    (tmp_path / "bad.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(SparseDPError, match="row 52 of column 'x' is not numeric: 'oops'"):
+        bin_to_histogram(tmp_path / "bad.csv", "x", BINS, tmp_path / "h.npy", chunk=16)
