@@ -485,6 +485,42 @@ class StreamingCounter:
         raise NotImplementedError
 
 
+class OffsetCounter(StreamingCounter):
+    """Base of the counters that release ``s~_t = s_t + e_t`` with every offset ``e = B z`` computed
+    at creation from noise drawn ahead (the GLS tree, optimised strategies): ``O(1)`` per step.
+
+    Subclasses set ``self._offsets`` (a list of ``horizon`` floats, after :meth:`_open` charged) and
+    implement :meth:`_all_step_variances` (``Var(e_t)`` for every step, exact, from the plan's
+    per-row variances); :meth:`step_variances` computes it once, on first use.
+    """
+
+    _offsets: list[float]
+    _s: float = 0.0
+    _var: np.ndarray | None = None
+
+    def _all_step_variances(self) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def step_variances(self) -> np.ndarray:
+        """``Var(s~_t)`` for every step (exact; computed on first use)."""
+        if self._var is None:
+            self._var = self._all_step_variances()
+        return self._var
+
+    @property
+    def last_variance(self) -> float:
+        """Exact variance of the last output (``nan`` before the first step)."""
+        return float(self.step_variances()[self.t - 1]) if self.t else float("nan")
+
+    @last_variance.setter
+    def last_variance(self, value: float) -> None:  # the base class initialises it; derived here
+        pass
+
+    def _step(self, a: float) -> float:
+        self._s += a
+        return self._s + self._offsets[self.t]
+
+
 def fenwick_rows(N: int, name: str = "fenwick") -> IntervalRows:
     """The Fenwick nodes as interval rows: row ``t - 1`` sums the steps ``(t - lowbit(t), t]``
     (0-based columns ``[t - lowbit(t), t)``), i.e. :func:`sparsedp.continual.fenwick_matrices`' ``M_N``."""

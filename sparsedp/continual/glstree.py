@@ -63,7 +63,7 @@ from ..validation import check_epsilon, check_rho
 from ._stream import (
     MIN_RELATIVE_WEIGHT,
     RowNoise,
-    StreamingCounter,
+    OffsetCounter,
     check_accountant,
     check_secure,
     exact_level_sensitivity,
@@ -378,7 +378,7 @@ def gls_noise_offsets(layout: TreeLayout, lam: np.ndarray, epsilon: float | None
     return z, e
 
 
-class GLSTreeCounter(StreamingCounter):
+class GLSTreeCounter(OffsetCounter):
     """Online counter: ``s~_t = s_t + e_t`` with ``e = W G z`` the GLS running-sum error of a
     mixed-radix tree, every node measured (see the module docstring).
 
@@ -416,8 +416,6 @@ class GLSTreeCounter(StreamingCounter):
         self._open(accountant, rng)  # charges, before the noise of every node is drawn, below
         _, self._v_nodes, offsets = _offsets(self.layout, measured[0], self.plan, self._noise.all())
         self._offsets = offsets.tolist()
-        self._s = 0.0
-        self._var: np.ndarray | None = None
 
     def measured_strategy(self) -> sp.csr_matrix:
         """The tree's rows (root first, 0/1), unmeasured levels (a root of weight 0) left out; the
@@ -429,21 +427,6 @@ class GLSTreeCounter(StreamingCounter):
         (``inf``: not measured)."""
         return self._v_nodes.copy()
 
-    def step_variances(self) -> np.ndarray:
-        """``Var(s~_t)`` for every step (exact; computed on first use, ``O(N L^2)``)."""
-        if self._var is None:
-            self._var = path_variances(self.layout, self._v_nodes)
-        return self._var
-
-    @property
-    def last_variance(self) -> float:
-        """Exact variance of the last output (``nan`` before the first step)."""
-        return float(self.step_variances()[self.t - 1]) if self.t else float("nan")
-
-    @last_variance.setter
-    def last_variance(self, value: float) -> None:  # the base class initialises it; derived here
-        pass
-
-    def _step(self, a: float) -> float:
-        self._s += a
-        return self._s + self._offsets[self.t]
+    def _all_step_variances(self) -> np.ndarray:
+        """``Var(s~_t)`` for every step, ``O(N L^2)`` (:func:`path_variances`)."""
+        return path_variances(self.layout, self._v_nodes)

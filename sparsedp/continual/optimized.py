@@ -51,7 +51,7 @@ from ..privacy import Accountant
 from ..strategies import TreeLayout
 from ..tree_estimator import tree_gls
 from ..validation import check_epsilon, check_positive, check_rho
-from ._stream import StreamingCounter, check_accountant, plan_rows, row_variances
+from ._stream import OffsetCounter, check_accountant, plan_rows, row_variances
 from .error import ContinualError, noise_calibration
 from .fenwick import check_horizon
 from .glstree import path_variances
@@ -155,7 +155,7 @@ class _Solver:
         return np.einsum("ij,ij->i", np.cumsum(Rinv, axis=0), np.cumsum(Rinv, axis=0))
 
 
-class OptimizedCounter(StreamingCounter):
+class OptimizedCounter(OffsetCounter):
     """Online counter ``s~_t = s_t + e_t`` with ``e = W G z`` the GLS running-sum error of an optimised
     strategy (see the module docstring for the release, its privacy and its variance).
 
@@ -202,27 +202,10 @@ class OptimizedCounter(StreamingCounter):
         self.sensitivity = float(self.plan.data_sensitivity)
         self._open(accountant, rng)  # charges, before the noise of every row is drawn, below
         self._offsets = self._solver.offsets(self._noise.all()).tolist()
-        self._s = 0.0
-        self._var: np.ndarray | None = None
 
-    def step_variances(self) -> np.ndarray:
-        """``Var(s~_t)`` for every step (exact, from the plan's per-row variances; computed on first use)."""
-        if self._var is None:
-            self._var = self._solver.step_variances()
-        return self._var
-
-    @property
-    def last_variance(self) -> float:
-        """Exact variance of the last output (``nan`` before the first step)."""
-        return float(self.step_variances()[self.t - 1]) if self.t else float("nan")
-
-    @last_variance.setter
-    def last_variance(self, value: float) -> None:  # the base class initialises it; derived here
-        pass
-
-    def _step(self, a: float) -> float:
-        self._s += a
-        return self._s + self._offsets[self.t]
+    def _all_step_variances(self) -> np.ndarray:
+        """``Var(s~_t)`` for every step (exact, from the plan's per-row variances)."""
+        return self._solver.step_variances()
 
 
 def optimized_counter_error(N: int, epsilon: float | None = None, strategy: Any = None, rho: float | None = None,
