@@ -49,6 +49,8 @@ GALLERY: dict[str, tuple[list[str], list[str]]] = {
     "continual_counter": ([], []),
     "flow_map": (["{img}/flow_map.png"], []),
     "inpaint_image": (["--out", "{tmp}"], ["original.png", "observed_private.png", "dlnm_qr.png", "soft_impute.png"]),
+    "optimize_custom_workload": ([], []),
+    "marginals_release": (["--plot", "{tmp}/marginals.png"], ["marginals.png"]),
 }
 RELEASE_SPEC = "release_spec"  # examples/release_spec/: make_ages.py, then `sparsedp release ages.toml`
 
@@ -84,6 +86,7 @@ def gallery_outputs() -> list[Path]:
     files = [IMG / f"{name}.txt" for name in [*GALLERY, RELEASE_SPEC]]
     files += [IMG / "flow_map.png", IMG / "release_spec.png", IMG / "release_spec_report.md"]
     files += [IMG / f"inpaint_image_{p}" for p in GALLERY["inpaint_image"][1]]
+    files += [IMG / f"marginals_release_{p}" for p in GALLERY["marginals_release"][1]]
     return files
 
 
