@@ -85,7 +85,7 @@ class MarginalRelease:
         key = tuple(self.domain.names[i] for i in S)
         if key in self.marginals:
             return self.marginals[key]
-        return _reconstruct(self.domain, S, self.residuals, self.selection.index())
+        return _reconstruct(self.domain, S, self.residuals)
 
     def cell_variance(self, attrs: Any) -> float:
         """Exact per-cell variance of :meth:`marginal` ``(attrs)``."""
@@ -172,26 +172,16 @@ def _cover(sets: list[tuple[int, ...]], sizes: tuple[int, ...], max_cells: int
     return out
 
 
-def _reconstruct(domain: Domain, S: tuple[int, ...], y: dict, index: dict | None = None) -> np.ndarray:
-    """``t_S = sum_{A subset S} K_{S,A} y_A`` as one Kronecker transform: the residuals are placed
-    in an array of the marginal's shape (index 0 on an axis = "attribute not in A", 1..n-1 = the
-    contrast coordinates) and each axis is mapped by ``B_n = [1/n | Q_n^T]`` (n x n)."""
-    sizes_S = domain.shape(S)
-    Z = np.zeros(sizes_S)
-    for r in range(len(S) + 1):
-        for A in combinations(S, r):
-            if A not in y:
-                if all(domain.sizes[i] > 1 for i in A):
-                    raise ShapeError(f"the residual {A} of marginal {S} was not measured")
-                continue
-            idx = tuple(slice(1, None) if i in A else 0 for i in S)
-            Z[idx] = np.asarray(y[A]).reshape(tuple(domain.sizes[i] - 1 for i in A))
-    return apply_factors([_extended_basis(n) for n in sizes_S], Z) if S else Z
+def _reconstruct(domain: Domain, S: tuple[int, ...], y: dict) -> np.ndarray:
+    """``t_S = sum_{A subset S} K_{S,A} y_A``: :func:`_reconstruct_batch` of the one marginal."""
+    return _reconstruct_batch(domain, [S], y)[0]
 
 
 def _reconstruct_batch(domain: Domain, group: list[tuple[int, ...]], y: dict) -> list[np.ndarray]:
-    """:func:`_reconstruct` for marginals of one table shape at once (the same transform, batched
-    over a leading axis)."""
+    """``t_S = sum_{A subset S} K_{S,A} y_A`` for marginals of one table shape at once, as one
+    Kronecker transform batched over a leading axis: the residuals are placed in an array of the
+    marginal's shape (index 0 on an axis = "attribute not in A", 1..n-1 = the contrast
+    coordinates) and each axis is mapped by ``B_n = [1/n | Q_n^T]`` (n x n)."""
     sizes_S = domain.shape(group[0])
     Z = np.zeros((len(group),) + sizes_S)
     for b, S in enumerate(group):

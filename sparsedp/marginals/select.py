@@ -80,21 +80,8 @@ class ResidualSelection:
 
     def cell_variance(self, S: Sequence[int]) -> float:
         """Per-cell variance of the reconstructed marginal ``S`` (every cell has the same)."""
-        S = tuple(S)
-        idx = self.index()
-        sizes = self.domain.sizes
-        v = 0.0
-        for r in range(len(S) + 1):
-            for A in combinations(S, r):
-                j = idx.get(A)
-                if j is None:
-                    continue
-                f = 1.0
-                for i in S:
-                    n = sizes[i]
-                    f *= (n - 1) / n if i in A else 1.0 / (n * n)
-                v += self.sigma2[j] * f
-        return v
+        js, fs = _cell_factors(self.domain, [tuple(S)], self.index())[0]
+        return float(np.sum(self.sigma2[js] * fs))
 
     def sum_of_variances(self, marginals: Iterable[Sequence[int]] | None = None) -> float:
         """``sum_S sum_cells Var``: unweighted, over the workload (or the marginals given)."""
@@ -210,6 +197,17 @@ def _max_variance(domain: Domain, marginals: list[tuple[int, ...]], weights: np.
     return (1.0 / u) * max(used, 1.0)  # back on the budget (never above it)
 
 
+def check_weights(weights: Any, count: int, objective: str) -> np.ndarray:
+    """One finite weight ``>= 0`` per marginal, not all 0 (``None``: all 1), and the objective
+    ``"sum"`` or ``"max"``; the weights as a float64 array."""
+    w = np.ones(count) if weights is None else np.asarray(weights, dtype=np.float64).ravel()
+    if w.shape != (count,) or not np.all(np.isfinite(w)) or np.any(w < 0) or not np.any(w > 0):
+        raise InvalidPrivacyParameterError("weights must be one finite value >= 0 per marginal, not all 0")
+    if objective not in ("sum", "max"):
+        raise SparseDPError(f"objective must be 'sum' or 'max', got {objective!r}")
+    return w
+
+
 def select_residuals(domain: Domain, marginals: Any, rho: float, *, weights: Any = None,
                      objective: str = "sum") -> ResidualSelection:
     """ResidualPlanner's optimal Gaussian noise for the marginal workload ``marginals`` at ``rho``-zCDP.
@@ -222,11 +220,7 @@ def select_residuals(domain: Domain, marginals: Any, rho: float, *, weights: Any
     t0 = time.perf_counter()
     r = check_rho(rho, "rho")
     ms = _normalise(domain, marginals)
-    w = np.ones(len(ms)) if weights is None else np.asarray(weights, dtype=np.float64).ravel()
-    if w.shape != (len(ms),) or not np.all(np.isfinite(w)) or np.any(w < 0) or not np.any(w > 0):
-        raise InvalidPrivacyParameterError("weights must be one finite value >= 0 per marginal, not all 0")
-    if objective not in ("sum", "max"):
-        raise SparseDPError(f"objective must be 'sum' or 'max', got {objective!r}")
+    w = check_weights(weights, len(ms), objective)
     residuals, cv, pv = _coefficients(domain, ms, w)
     if not residuals:
         raise ShapeError("nothing to measure: every marginal touches only size-1 attributes and has no total")

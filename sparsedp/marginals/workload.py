@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidPrivacyParameterError, ShapeError, SparseDPError
+from ..errors import ShapeError, SparseDPError
 from .domain import Domain
-from .select import _normalise, marginals_up_to
+from .select import _normalise, check_weights, marginals_up_to
 
 __all__ = ["MarginalWorkload", "marginal_workload"]
 
@@ -57,10 +57,6 @@ def marginal_workload(domain: Domain, marginals: Any = None, *, k: int | None = 
             raise ShapeError(f"k must be an integer in 0..{len(domain)}, got {k!r}")
         marginals = marginals_up_to(domain, int(k), exact=exact)
     ms = _normalise(domain, marginals)
-    w = np.ones(len(ms)) if weights is None else np.asarray(weights, dtype=np.float64).ravel()
-    if w.shape != (len(ms),) or not np.all(np.isfinite(w)) or np.any(w < 0) or not np.any(w > 0):
-        raise InvalidPrivacyParameterError("weights must be one finite value >= 0 per marginal, not all 0")
-    if objective not in ("sum", "max"):
-        raise SparseDPError(f"objective must be 'sum' or 'max', got {objective!r}")
+    w = check_weights(weights, len(ms), objective)
     w.flags.writeable = False
     return MarginalWorkload(domain=domain, marginals=tuple(ms), weights=w, objective=objective)
