@@ -35,7 +35,7 @@ import scipy.sparse as sp
 from .errors import NonFiniteInputError, ShapeError, SparseDPError
 from .validation import check_counts
 
-__all__ = ["Bins", "read_values", "read_columns", "load_histogram", "load_entries", "bin_records", "bin_indices"]
+__all__ = ["Bins", "load_npy", "read_values", "read_columns", "load_histogram", "load_entries", "bin_records", "bin_indices"]
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,16 @@ def bin_indices(values: np.ndarray, bins: Bins, clip: bool = False) -> np.ndarra
     return f.astype(np.int64)
 
 
+def load_npy(path: str | Path) -> np.ndarray:
+    """The array in a ``.npy`` file (no pickled objects); an unreadable file raises
+    :class:`SparseDPError` naming it.  The callers check its shape and type."""
+    p = Path(path)
+    try:
+        return np.load(p, allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        raise SparseDPError(f"cannot read {p}: {exc}") from exc
+
+
 def read_values(path: str | Path, column: str | None = None) -> np.ndarray:
     """The numeric values of a ``.npy`` array or of one column of a CSV / Parquet file."""
     p = Path(path)
@@ -89,10 +99,7 @@ def read_values(path: str | Path, column: str | None = None) -> np.ndarray:
         raise SparseDPError(f"no such file: {p}")
     suffix = p.suffix.lower()
     if suffix == ".npy":
-        try:
-            arr = np.load(p, allow_pickle=False)
-        except ValueError as exc:
-            raise SparseDPError(f"cannot read {p}: {exc}") from exc
+        arr = load_npy(p)
         if arr.ndim != 1:
             raise ShapeError(f"{p} holds an array of shape {arr.shape}; a 1-D array is needed")
         values = arr
@@ -259,10 +266,7 @@ def load_entries(
             if shape != stored_shape:
                 raise ShapeError(f"{p} holds a {stored_shape[0]} x {stored_shape[1]} matrix, not {shape[0]} x {shape[1]}")
     elif suffix == ".npy":
-        try:
-            arr = np.load(p, allow_pickle=False)
-        except ValueError as exc:
-            raise SparseDPError(f"cannot read {p}: {exc}") from exc
+        arr = load_npy(p)
         if arr.ndim != 2:
             raise ShapeError(f"{p} holds an array of shape {arr.shape}; a 2-D matrix (NaN = unobserved) is needed")
         if not np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.complexfloating):

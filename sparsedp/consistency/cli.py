@@ -30,7 +30,7 @@ import numpy as np
 
 from .._cli_util import warn_not_private
 from ..errors import NonFiniteInputError, ShapeError, SparseDPError
-from ..io import read_columns
+from ..io import load_npy, read_columns
 from ..progress import SolverProgress
 from ..release_file import save_release
 from ..validation import MAX_MAGNITUDE
@@ -51,10 +51,7 @@ def _sales_table(p: Path) -> np.ndarray:
         raise SparseDPError(f"no such file: {p}")
     suffix = p.suffix.lower()
     if suffix == ".npy":
-        try:
-            arr = np.load(p, allow_pickle=False)
-        except (ValueError, OSError) as exc:
-            raise SparseDPError(f"cannot read {p}: {exc}") from exc
+        arr = load_npy(p)
         if arr.ndim != 2 or arr.shape[1] != len(ITEMS):
             raise ShapeError(f"{p} holds an array of shape {arr.shape}; a (days, {len(ITEMS)}) array of daily "
                              f"sales ({', '.join(ITEMS)}) is needed")

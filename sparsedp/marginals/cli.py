@@ -28,6 +28,7 @@ import numpy as np
 from .._cli_util import warn_not_private
 from ..progress import loop_disable, progress_bar
 from ..errors import InputBoundError, NonFiniteInputError, ShapeError, SparseDPError
+from ..io import load_npy
 from .domain import Domain
 from .release import release_marginals
 from .select import marginals_up_to
@@ -46,10 +47,7 @@ def _read_table(path: str, columns: list[str]):
         raise SparseDPError(f"no such file: {p}")
     suffix = p.suffix.lower()
     if suffix == ".npy":
-        try:
-            arr = np.load(p, allow_pickle=False)
-        except (ValueError, OSError) as exc:
-            raise SparseDPError(f"cannot read {p}: {exc}") from exc
+        arr = load_npy(p)
         if arr.ndim != 2 or arr.shape[1] != len(columns):
             raise ShapeError(f"{p} holds an array of shape {arr.shape}; an (n, {len(columns)}) array of codes, one "
                              f"column per --columns name, is needed")
