@@ -38,7 +38,7 @@ $(SUITESPARSE_HEADER):
 
 $(STAMP): pyproject.toml | $(PY) $(SUITESPARSE_HEADER)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install -e '.[cholmod,dev,plot,roads,io,docs,scale]'
+	$(PY) -m pip install -e '.[cholmod,dev,plot,roads,io,docs,scale,data]'
 	touch $(STAMP)
 
 clean:
