@@ -29,20 +29,17 @@ from typing import Any
 import numpy as np
 
 from .._cli_util import warn_not_private
-from ..errors import NonFiniteInputError, ShapeError, SparseDPError
+from ..errors import ShapeError, SparseDPError
 from ..io import load_npy, read_columns
 from ..progress import SolverProgress
 from ..release_file import save_release
-from ..validation import MAX_MAGNITUDE
-from .restaurant import COMBOS, ITEMS, RestaurantSales, restaurant, restaurant_release
+from .restaurant import _BASIS, _BASIS_INV  # noqa: F401 (the order-recovery basis; checked by the tests)
+from .restaurant import COMBOS, ITEMS, RestaurantSales, _orders_of, restaurant, restaurant_release
 from .solvers import METHODS
 
 __all__ = ["load_sales", "register"]
 
 DEFAULT_DAYS = 1024
-#: The combo matrix's columns cola, fries, nuggets: ``det = 1``, so orders = sales[:, _BASIS] @ inverse.
-_BASIS = np.array([0, 3, 4])
-_BASIS_INV = np.rint(np.linalg.inv(COMBOS[:, _BASIS].astype(np.float64))).astype(np.int64)
 
 
 def _sales_table(p: Path) -> np.ndarray:
@@ -81,32 +78,8 @@ def load_sales(path: str | Path, days: int | None = None) -> RestaurantSales:
     T = table.shape[0]
     if days is not None and days != T:
         raise ShapeError(f"--days {days} but {p.name} holds {T} days of sales (omit --days to use the file's)")
-    bad = ~np.isfinite(table)
-    if bad.any():
-        t, i = np.argwhere(bad)[0]
-        raise NonFiniteInputError(f"{p.name}: {int(bad.sum())} sale(s) are missing, NaN or infinite "
-                                  f"(first: day {t}, {ITEMS[i]})")
-    for mask, what in ((table < 0, "negative"), (table != np.floor(table), "not whole numbers"),
-                       (table > MAX_MAGNITUDE, f"above 2^50 ({MAX_MAGNITUDE})")):
-        if mask.any():
-            t, i = np.argwhere(mask)[0]
-            raise SparseDPError(f"{p.name}: {int(mask.sum())} sale(s) are {what} (first: day {t}, "
-                                f"{ITEMS[i]} = {table[t, i]!r}); sales are counts of items sold")
-    sales = table.astype(np.int64)
-    orders = sales[:, _BASIS] @ _BASIS_INV  # exact: |entries| <= 2^50 times small integers
-    off = np.any(orders @ COMBOS != sales, axis=1)
-    if off.any():
-        t = int(np.flatnonzero(off)[0])
-        raise SparseDPError(
-            f"{p.name}: the sales of day {t} ({dict(zip(ITEMS, sales[t].tolist()))}) are not a combination of the "
-            f"combos {COMBOS.tolist()} ({int(off.sum())} such day(s)); the release protects one order of one "
-            "combo, so items sold outside the combos cannot be released")
-    neg = np.any(orders < 0, axis=1)
-    if neg.any():
-        t = int(np.flatnonzero(neg)[0])
-        raise SparseDPError(
-            f"{p.name}: the sales of day {t} ({dict(zip(ITEMS, sales[t].tolist()))}) would need a negative number "
-            f"of orders of a combo ({orders[t].tolist()}); no orders of the combos {COMBOS.tolist()} produce them")
+    orders = _orders_of(table, p.name)
+    sales = orders @ COMBOS
     return RestaurantSales(orders=orders, sales=sales)
 
 

@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from ..calibration import sensitivity_bound
-from ..errors import ShapeError, SparseDPError
+from ..errors import NonFiniteInputError, ShapeError, SparseDPError
 from ..executors import get_executor
 from ..intervals import IntervalRows
 from ..measure import MeasurementPlan, plan_measurement
@@ -56,6 +56,7 @@ from ..noise import as_generator
 from ..privacy import Accountant, LedgerEntry
 from ..strategies import TreeLayout
 from ..validation import (
+    MAX_MAGNITUDE,
     check_counts,
     check_epsilon,
     check_positive,
@@ -226,6 +227,55 @@ def check_sales(sales: RestaurantSales, days: int | None = None) -> RestaurantSa
             "changes at most 5 item counts), so item sales outside the combos cannot be released"
         )
     return RestaurantSales(orders=o, sales=derived)
+
+
+#: The combo matrix's columns cola, fries, nuggets: ``det = 1``, so orders = sales[:, _BASIS] @ inverse.
+_BASIS = np.array([0, 3, 4])
+_BASIS_INV = np.rint(np.linalg.inv(COMBOS[:, _BASIS].astype(np.float64))).astype(np.int64)
+
+
+def _orders_of(table: np.ndarray, name: str = "sales", first_day: int = 0) -> np.ndarray:
+    """The non-negative integer orders ``o`` with ``o @ COMBOS == table`` (a ``(days, 5)`` array of
+    daily item sales), or a :class:`~sparsedp.errors.SparseDPError` naming the first bad day
+    (counted from ``first_day``): missing / NaN / infinite, negative, fractional or too large
+    (``> 2^50``) sales, or a day that no orders of the combos produce.
+
+    The combo matrix has full row rank and its cola, fries and nuggets columns form a unimodular
+    3 x 3 matrix, so the orders are determined by a day's sales and recovered in exact integer
+    arithmetic (``sales[:, [0, 3, 4]] @ inverse``)."""
+    table = np.asarray(table)
+    if table.ndim != 2 or table.shape[1] != len(ITEMS):
+        raise ShapeError(f"{name} must have shape (days, {len(ITEMS)}), got {table.shape}")
+    if table.dtype == bool or not np.issubdtype(table.dtype, np.number) or np.issubdtype(table.dtype, np.complexfloating):
+        raise SparseDPError(f"{name}: sales are not real numbers (dtype {table.dtype})")
+    table = table.astype(np.float64, copy=False)
+    bad = ~np.isfinite(table)
+    if bad.any():
+        t, i = np.argwhere(bad)[0]
+        raise NonFiniteInputError(f"{name}: {int(bad.sum())} sale(s) are missing, NaN or infinite "
+                                  f"(first: day {first_day + t}, {ITEMS[i]})")
+    for mask, what in ((table < 0, "negative"), (table != np.floor(table), "not whole numbers"),
+                       (table > MAX_MAGNITUDE, f"above 2^50 ({MAX_MAGNITUDE})")):
+        if mask.any():
+            t, i = np.argwhere(mask)[0]
+            raise SparseDPError(f"{name}: {int(mask.sum())} sale(s) are {what} (first: day {first_day + t}, "
+                                f"{ITEMS[i]} = {table[t, i]!r}); sales are counts of items sold")
+    sales = table.astype(np.int64)
+    orders = sales[:, _BASIS] @ _BASIS_INV  # exact: |entries| <= 2^50 times small integers
+    off = np.any(orders @ COMBOS != sales, axis=1)
+    if off.any():
+        t = int(np.flatnonzero(off)[0])
+        raise SparseDPError(
+            f"{name}: the sales of day {first_day + t} ({dict(zip(ITEMS, sales[t].tolist()))}) are not a combination "
+            f"of the combos {COMBOS.tolist()} ({int(off.sum())} such day(s)); the release protects one order of one "
+            "combo, so items sold outside the combos cannot be released")
+    neg = np.any(orders < 0, axis=1)
+    if neg.any():
+        t = int(np.flatnonzero(neg)[0])
+        raise SparseDPError(
+            f"{name}: the sales of day {first_day + t} ({dict(zip(ITEMS, sales[t].tolist()))}) would need a negative "
+            f"number of orders of a combo ({orders[t].tolist()}); no orders of the combos {COMBOS.tolist()} produce them")
+    return orders
 
 
 @dataclass(frozen=True)
