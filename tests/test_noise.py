@@ -137,38 +137,112 @@ def test_seeded_samplers_reproducible():
     assert not np.array_equal(nz.discrete_laplace(7.5, 1000, rng=5), nz.discrete_laplace(7.5, 1000, rng=6))
 
 
-def test_default_secure_source_uses_os_urandom(monkeypatch):
+def test_default_secure_source_uses_openssl_csprng(monkeypatch):
+    import ssl
+
     calls = []
-    real = os.urandom
+    real = ssl.RAND_bytes
 
     def counting(n):
         calls.append(n)
         return real(n)
 
     monkeypatch.setattr(nz, "_DEFAULT_BITS", nz.SecureRandomBits())
-    monkeypatch.setattr(os, "urandom", counting)
+    monkeypatch.setattr(ssl, "RAND_bytes", counting)
+    monkeypatch.setattr(os, "urandom", lambda n: pytest.fail("the default source must not call os.urandom"))
     x = nz.discrete_laplace(3.0, 5000)
     assert calls and x.dtype == np.int64
     calls.clear()
     monkeypatch.setattr(nz, "_DEFAULT_BITS", nz.SecureRandomBits())  # empty buffer again
     nz.discrete_gaussian(3.0, 5000)
     assert calls
-    # the output is a function of the OS bytes: all-zero bytes give U = 0, the first category (0)
+    # the output is a function of the CSPRNG's bytes: all-zero bytes give U = 0, the first category (0)
     monkeypatch.setattr(nz, "_DEFAULT_BITS", nz.SecureRandomBits())
-    monkeypatch.setattr(os, "urandom", lambda n: bytes(n))
+    monkeypatch.setattr(ssl, "RAND_bytes", lambda n: bytes(n))
     np.testing.assert_array_equal(nz.discrete_laplace(3.0, 5000), 0)
-    assert nz._DEFAULT_BITS.secure and not nz.SecureRandomBits(np.random.default_rng()).secure
+    assert nz._DEFAULT_BITS.secure and nz._DEFAULT_BITS.source == "openssl"
+    src = nz.SecureRandomBits(np.random.default_rng())
+    assert not src.secure and src.source == "numpy" and "NOT secure" in repr(src)
+
+
+def test_os_source_uses_os_urandom(monkeypatch):
+    import ssl
+
+    calls = []
+    real = os.urandom
+    monkeypatch.setattr(os, "urandom", lambda n: calls.append(n) or real(n))
+    monkeypatch.setattr(ssl, "RAND_bytes", lambda n: pytest.fail("source='os' must not call OpenSSL"))
+    src = nz.SecureRandomBits(source="os")
+    assert src.secure and src.source == "os" and "os.urandom" in repr(src)
+    x = nz.discrete_laplace(3.0, 5000, rng=src)
+    assert calls and x.dtype == np.int64
+    monkeypatch.setattr(os, "urandom", lambda n: bytes(n))
+    np.testing.assert_array_equal(nz.discrete_laplace(3.0, 5000, rng=nz.SecureRandomBits(source="os")), 0)
+    with pytest.raises(SparseDPError):
+        nz.SecureRandomBits(source="mt19937")
+
+
+def test_openssl_source_falls_back_to_os_urandom_without_ssl(monkeypatch):
+    calls = []
+    real = os.urandom
+    monkeypatch.setattr(nz, "_ssl", None)  # Python built without OpenSSL
+    monkeypatch.setattr(os, "urandom", lambda n: calls.append(n) or real(n))
+    src = nz.SecureRandomBits()
+    assert len(src.bytes(10)) == 10 and calls == [1 << 20]
+
+
+def test_csprng_bytes_look_uniform():
+    """A smoke test of the default source: byte frequencies and bit pairs of 4 MiB are uniform."""
+    b = np.frombuffer(nz.SecureRandomBits().bytes(4 << 20), dtype=np.uint8)
+    counts = np.bincount(b, minlength=256)
+    exp = b.size / 256
+    chi2 = float(((counts - exp) ** 2 / exp).sum())
+    assert chi2 < 255 + 6 * math.sqrt(2 * 255)  # 255 df: mean 255, sd 22.6
+    # two bytes apart from each other in the stream are independent (a 16-bit joint histogram)
+    pairs = b[0::2].astype(np.int64) * 256 + b[1::2]
+    pc = np.bincount(pairs, minlength=1 << 16)
+    e2 = pairs.size / (1 << 16)
+    chi2p = float(((pc - e2) ** 2 / e2).sum())
+    df = (1 << 16) - 1
+    assert chi2p < df + 6 * math.sqrt(2 * df)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("source", ["openssl", "os"])
+def test_forked_child_draws_different_bytes(source):
+    """After fork(), parent and child must not replay one stream: our buffer is dropped in the
+    child and OpenSSL's DRBG reseeds (it tracks the process id), so their next bytes differ."""
+    src = nz.SecureRandomBits(source=source)
+    src.bytes(16)  # fill the buffer and prime the DRBG before forking
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            os.write(w, src.bytes(32) + nz._SOURCES[source](32))
+        finally:
+            os._exit(0)
+    os.close(w)
+    child = b""
+    while len(child) < 64:
+        part = os.read(r, 64)
+        if not part:
+            break
+        child += part
+    os.close(r)
+    os.waitpid(pid, 0)
+    mine = src.bytes(32) + nz._SOURCES[source](32)
+    assert len(child) == 64 and child[:32] != mine[:32] and child[32:] != mine[32:]
 
 
 def test_secure_bits_buffer_and_fork_guard(monkeypatch):
     calls = []
     real = os.urandom
     monkeypatch.setattr(os, "urandom", lambda n: calls.append(n) or real(n))
-    src = nz.SecureRandomBits(chunk_size=4096)
+    src = nz.SecureRandomBits(chunk_size=4096, source="os")
     a = src.bytes(100)
     b = src.bytes(100)
     assert len(a) == len(b) == 100 and a != b and calls == [4096]
-    big = src.bytes(10_000)  # large requests go straight to the OS
+    big = src.bytes(10_000)  # large requests go straight to the source
     assert len(big) == 10_000 and calls == [4096, 10_000]
     monkeypatch.setattr(os, "getpid", lambda: -12345)  # "forked": the buffer must be dropped
     src.bytes(10)
