@@ -616,8 +616,13 @@ def plan_measurement(
         if np.unique(unit_scales).size > int(max_distinct_scales):
             unit_scales = _quantize_up(unit_scales)
     given = unit_scales if scales is not None else None
-    # exact structured loss for interval rows; anything else (subclasses included) from its entries
-    calibrate = _interval_calibration if type(op) is IntervalRows else _explicit_calibration
+    # exact structured loss for interval rows; a Kronecker product from its factors (mode products,
+    # never formed: sparsedp.marginals.kron_calibration); anything else (subclasses included) from its entries
+    from .marginals.kron import KronOperator  # local: marginals imports this module
+    from .marginals.kron_calibration import kron_calibration
+
+    calibrate = (_interval_calibration if type(op) is IntervalRows else
+                 kron_calibration if type(op) is KronOperator else _explicit_calibration)
     measured, grid_exact, sens, data_sens, given_loss, is_identity = calibrate(op, secure, g, p, given)
     if sens == 0:
         raise ShapeError("the strategy has no non-zero entry: nothing to measure")
