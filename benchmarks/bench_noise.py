@@ -2,14 +2,19 @@
 
 Usage::
 
-    python benchmarks/bench_noise.py [--n N] [--opendp-n M] [--out FILE]
+    python benchmarks/bench_noise.py [--n N] [--opendp-n M] [--big B] [--out FILE]
 
 BLAS/OpenMP threads are pinned to one with ``threadpoolctl.threadpool_limits(1)`` (the samplers
 are single-threaded numpy code anyway).  Each timing is the best of 3 repeats after a warm-up
 call (which builds and caches the exact sampler's tables; its time, table build included, is
-reported as "1st call").  Samplers reading OS bits through the shared default source (which
-buffers 1 MiB) make enough calls per repeat to read at least 8 MiB from the OS, so buffered
-bytes cannot inflate the rate.
+reported as "1st call").  Samplers reading secure bits through the shared default source
+(OpenSSL's CTR_DRBG via ``ssl.RAND_bytes``, seeded by the OS; it buffers 1 MiB) or through
+``SecureRandomBits(source="os")`` (``os.urandom``) make enough calls per repeat to read at least
+8 MiB, so buffered bytes cannot inflate the rate.
+
+The completion entry-level release (issue 13) draws ``--big`` (default 4e6) exact discrete Laplace
+values at scale ``t = 1024``: those rows compare the exact sampler (both sources) with numpy's float
+Laplace at the same size, as medians of 7 interleaved repetitions (``ratio_vs_float``).
 opendp's integer Laplace (``make_laplace`` on ``vector_domain(atom_domain(T=int))``) is timed
 on a vector of ``--opendp-n`` zeros.  If opendp is not installed its rows are skipped.
 
@@ -26,6 +31,7 @@ import argparse
 import json
 import os
 import platform
+import ssl
 import sys
 import time
 from pathlib import Path
@@ -76,8 +82,35 @@ def _version(pkg: str) -> str | None:
         return None
 
 
-def run(n: int = 1_000_000, opendp_n: int = 200_000, repeats: int = 3) -> dict:
-    """Measure every sampler on ``n`` draws (opendp on ``opendp_n``) and return the results dict."""
+BIG_SCALE = 1024.0  # the completion entry-level release's discrete scale (issue 13)
+
+
+def _big_draw(n: int, gen: np.random.Generator, os_bits: Any, reps: int = 7) -> list[dict]:
+    """Exact (OpenSSL / os.urandom bits) against numpy's float Laplace, ``n`` draws at ``t = 1024``:
+    medians of ``reps`` interleaved repetitions (order rotating) and their ratios to the float time."""
+    fs: dict[str, Callable[[], Any]] = {
+        "numpy Generator.laplace (float)": lambda: gen.laplace(0.0, BIG_SCALE, n),
+        "sparsedp discrete_laplace, CSPRNG bits (OpenSSL)": lambda: nz.discrete_laplace(BIG_SCALE, n),
+        "sparsedp discrete_laplace, os.urandom bits": lambda: nz.discrete_laplace(BIG_SCALE, n, rng=os_bits),
+    }
+    names = list(fs)
+    times: dict[str, list[float]] = {k: [] for k in names}
+    for f in fs.values():
+        f()  # warm-up (tables)
+    for r in range(reps):
+        for k in names[r % len(names):] + names[: r % len(names)]:
+            t = time.perf_counter()
+            fs[k]()
+            times[k].append(time.perf_counter() - t)
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    ref = med[names[0]]
+    return [{"name": k, "scale": BIG_SCALE, "n": n, "reps": reps, "seconds": times[k], "median_s": med[k],
+             "samples_per_s": n / med[k], "ratio_vs_float": med[k] / ref} for k in names]
+
+
+def run(n: int = 1_000_000, opendp_n: int = 200_000, repeats: int = 3, big: int = 4_000_000) -> dict:
+    """Measure every sampler on ``n`` draws (opendp on ``opendp_n``) and the ``big`` draw at
+    ``t = 1024`` (skipped if 0), and return the results dict."""
     n = int(n)
     limits = threadpool_limits(1) if threadpool_limits is not None else None
     try:
@@ -119,7 +152,11 @@ def run(n: int = 1_000_000, opendp_n: int = 200_000, repeats: int = 3) -> dict:
         reps = max(1, -(-(8 << 20) // (2 * n)))
         for s in (1.0, 10.0, 1000.0):
             nz._PLAN_CACHE.clear()  # so that first_call_s includes the table build
-            add("sparsedp discrete_laplace, OS bits", lambda s=s: nz.discrete_laplace(s, n), n, s, reps=reps)
+            add("sparsedp discrete_laplace, CSPRNG bits (OpenSSL)", lambda s=s: nz.discrete_laplace(s, n), n, s, reps=reps)
+        os_bits = nz.SecureRandomBits(source="os")
+        for s in (10.0, 1000.0):
+            add("sparsedp discrete_laplace, os.urandom bits", lambda s=s: nz.discrete_laplace(s, n, rng=os_bits), n, s,
+                reps=reps)
         seeded = nz.SecureRandomBits(np.random.default_rng(1))
         add(
             "sparsedp discrete_laplace, numpy bits (not secure)",
@@ -128,11 +165,15 @@ def run(n: int = 1_000_000, opendp_n: int = 200_000, repeats: int = 3) -> dict:
             10.0,
         )
         nz._PLAN_CACHE.clear()
-        add("sparsedp discrete_gaussian, OS bits", lambda: nz.discrete_gaussian(10.0, n), n, 10.0, reps=reps)
+        add("sparsedp discrete_gaussian, CSPRNG bits (OpenSSL)", lambda: nz.discrete_gaussian(10.0, n), n, 10.0,
+            reps=reps)
         chunk = 1 << 20
-        nbytes = max(chunk, 2 * n)
+        nbytes = max(8 * chunk, 2 * n)
         nchunks = nbytes // chunk
         add("os.urandom (bytes/s)", lambda: [os.urandom(chunk) for _ in range(nchunks)], nchunks * chunk, None, warm=False)
+        add("ssl.RAND_bytes (bytes/s)", lambda: [ssl.RAND_bytes(chunk) for _ in range(nchunks)], nchunks * chunk, None,
+            warm=False)
+        big_rows = _big_draw(int(big), gen, os_bits) if big else []
 
         opendp: dict[float, float] = {}
         have_opendp = _opendp_laplace(10.0) is not None
@@ -148,7 +189,7 @@ def run(n: int = 1_000_000, opendp_n: int = 200_000, repeats: int = 3) -> dict:
         info = threadpool_info() if limits is not None else None
         return {
             "benchmark": "noise samplers, samples per second (best of %d)" % repeats,
-            "command": "python benchmarks/bench_noise.py --n %d --opendp-n %d" % (n, opendp_n),
+            "command": "python benchmarks/bench_noise.py --n %d --opendp-n %d --big %d" % (n, opendp_n, big),
             "n": n,
             "opendp_n": int(opendp_n),
             "threads": "threadpoolctl.threadpool_limits(1)" if limits is not None else "threadpoolctl not installed",
@@ -163,6 +204,7 @@ def run(n: int = 1_000_000, opendp_n: int = 200_000, repeats: int = 3) -> dict:
             },
             "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpus": os.cpu_count()},
             "results": rows,
+            "big": big_rows,
         }
     finally:
         if limits is not None:
@@ -184,18 +226,24 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1_000_000, help="draws per timed call (default 1e6)")
     ap.add_argument("--opendp-n", type=int, default=200_000, help="vector length for opendp (default 2e5)")
+    ap.add_argument("--big", type=int, default=4_000_000,
+                    help="draws at t = 1024 against numpy's float Laplace (default 4e6; 0 skips)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON output file")
     args = ap.parse_args(argv)
     if threadpool_limits is not None:
         print("threadpoolctl: BLAS/OpenMP threads pinned to 1 (threadpool_limits(1))")
     else:
         print("threadpoolctl not installed: threads NOT pinned")
-    res = run(args.n, args.opendp_n)
+    res = run(args.n, args.opendp_n, big=args.big)
     if not res["opendp_available"]:
         print("opendp is not installed: skipping the opendp reference")
     v = res["versions"]
     print(f"n = {res['n']}, opendp n = {res['opendp_n']}, python {v['python']}, numpy {v['numpy']}, opendp {v['opendp']}")
     print(format_table(res))
+    if res["big"]:
+        print(f"\n{res['big'][0]['n']:.3g} draws at t = {BIG_SCALE:g}, medians of {res['big'][0]['reps']} interleaved reps:")
+        for r in res["big"]:
+            print(f"  {r['name']:52s} {r['median_s']:.3f} s  {r['ratio_vs_float']:.2f}x float")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(res, indent=2) + "\n")
     print(f"wrote {args.out}")
