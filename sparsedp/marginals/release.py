@@ -25,6 +25,11 @@ Pipeline of :func:`release_marginals` (``rho``-zCDP, neighbours = add or remove 
    least ``g = 2^(ceil(log2 max_records) - 49)`` (``|Q_A t_A| / grid <= 2^49``); rounding to the
    grid adds one grid unit per entry to the certified sensitivity (a relative loss increase of
    ~1e-6), and the ``sigma_A`` are scaled up until the certified total is ``<= rho``.
+   A residual whose ``Q_A`` has more than ``2^19`` non-zeros (three attributes of size 100:
+   ~3.4e8) is never formed: its plan measures the :class:`~sparsedp.marginals.KronOperator` of the
+   contrasts by mode products on the table, calibrated from the factors
+   (:mod:`~sparsedp.marginals.kron_calibration`: ``Delta_2 = prod_i Delta_2(Q_{n_i}) = sqrt(p_A)``,
+   and a factored bound for the grid rounding that is ~1e-6 relatively above the explicit one).
 5. **Charge** the accountant once, ``rho`` (zCDP composes additively over the residuals; every
    record touches every residual), with one ledger entry; **then** draw each residual's noise with
    its plan (``plan.measure``, no second charge).
@@ -54,7 +59,7 @@ from ..operators import SparseOperator
 from ..privacy import Accountant, LedgerEntry, PrivacyCost
 from ..validation import check_rho
 from .domain import Domain
-from .kron import apply_factors
+from .kron import KronOperator, apply_factors
 from .residual import cell_variance_factor, contrast_basis, residual_operator
 from .select import ResidualSelection, select_residuals
 
@@ -220,6 +225,11 @@ def _grid(max_records: int) -> float:
 
 
 _BLOCK_NNZ = 2**19  # non-zeros of one block plan's explicit matrix (I_m (x) Q_A)
+# A residual whose Q_A has more non-zeros than this is measured implicitly: a KronOperator of its
+# contrasts (mode products on the table), calibrated from the factors by
+# sparsedp.marginals.kron_calibration (Delta_2 = prod_i Delta_2(Q_{n_i}) = sqrt(p_A) up to the grid
+# bound); Q_A of three attributes of size 100 has ~3.4e8 non-zeros, its table 10^6 cells.
+_IMPLICIT_NNZ = _BLOCK_NNZ
 
 
 def _plans(sel: ResidualSelection, sigma2: np.ndarray, secure: bool, g: float
@@ -243,18 +253,25 @@ def _plans(sel: ResidualSelection, sigma2: np.ndarray, secure: bool, g: float
     out = []
     total = Fraction(0)
     for (shape, s2), members in groups.items():
-        Q = residual_operator(shape).tosparse()
-        m_max = max(1, _BLOCK_NNZ // max(Q.nnz, 1))
+        factors = residual_operator(shape).factors
+        nnz = math.prod(int(sp.csr_matrix(F).nnz) for F in factors)
+        implicit = nnz > _IMPLICIT_NNZ
+        m_max = max(1, _BLOCK_NNZ // max(nnz, 1))
         for a in range(0, len(members), m_max):
             chunk = members[a:a + m_max]
             m = len(chunk)
             plan = cache.get((shape, s2, m))
             if plan is None:
-                M = Q if m == 1 else sp.kron(sp.identity(m, format="csr"), Q, format="csr")
+                name = f"I_{m} (x) residual{shape}"
+                if implicit:  # mode products; calibrated from the factors (kron_calibration)
+                    M = KronOperator(([sp.identity(m, format="csr")] if m > 1 else []) + list(factors), name=name)
+                else:
+                    Q = residual_operator(shape).tosparse()
+                    M = SparseOperator(Q if m == 1 else sp.kron(sp.identity(m, format="csr"), Q, format="csr"),
+                                       name=name)
                 sigma = math.sqrt(s2)
                 grid = (sigma / 2.0**k if shared else g) if secure else 1.0
-                plan = plan_measurement(SparseOperator(M, name=f"I_{m} (x) residual{shape}"),
-                                        scales=sigma, noise="gaussian", secure=secure, grid=grid)
+                plan = plan_measurement(M, scales=sigma, noise="gaussian", secure=secure, grid=grid)
                 cache[(shape, s2, m)] = plan
             out.append((plan, chunk))
             total += m * Fraction(plan.loss)
