@@ -29,6 +29,13 @@
   all 2-way marginals of 8 attributes (sizes 9,2,5,6,4,7,3,8), 2,000 synthetic records, rho = 0.1:
   total squared error against the truth with and without the option, mean over 5 releases
   (exact noise), the smallest cell before, iterations and seconds.
+* ``penguins``: the shipped real table (sparsedp.datasets.penguins: 344 Palmer penguins, 8
+  attributes of sizes 3..8, the ``data`` extra): all 2-way and all 3-way marginals at each
+  ``--penguin-rho``, ``--penguin-releases`` releases each (exact noise): seconds of a release
+  (select + tables + measure + reconstruct) and of the consistent non-negative post-processing;
+  total squared error against the true marginals, mean over the releases, of the plain release,
+  of the non-negative one and of clipping negative cells to 0 (an inconsistent baseline), with
+  the paired ratio non-negative / plain (the same releases: a ratio measured in the same run).
 * baseline in the same run: the tables by one ``np.bincount`` per maximal marginal (intp codes)
   against the block tables (ratio of seconds).
 
@@ -36,7 +43,8 @@ The machine has 2 cores shared with other jobs (load ~8 during the measurements)
 noisy and several times the unloaded ones.  BLAS is pinned to one thread (not used here).
 
     python benchmarks/bench_multidim.py [--records 1000000] [--reps 5] [--warm 2] [--kron-time 25]
-        [--parts zcdp release kron pure nonneg] [--out benchmarks/results/multidim.json]
+        [--parts zcdp release kron pure nonneg penguins] [--penguin-rho 0.5 5] [--penguin-releases 20]
+        [--out benchmarks/results/multidim.json]
 
 (parts not run keep their rows from an existing ``--out`` file.)
 """
@@ -228,13 +236,71 @@ def nonneg_rows(reps: int = 5) -> list[dict]:
              "mean_nonneg": statistics.mean(r["nonneg"] for r in rows)}]
 
 
+def penguins_rows(rhos: list[float], releases: int) -> list[dict]:
+    from sparsedp.datasets import penguins
+    from sparsedp.errors import SparseDPError
+    from sparsedp.marginals import nonnegative_marginals
+
+    try:
+        table = penguins()
+    except SparseDPError as exc:
+        print(f"penguins: skipped ({exc})")
+        return []
+    X, dom = table.records, table.domain
+    rows = []
+    for k in (2, 3):
+        work = marginals_up_to(dom, k, exact=True)
+        truth = marginal_tables(X, dom, work)
+        keys = [(tuple(dom.names[i] for i in S), S) for S in work]
+
+        def err(ms: dict) -> float:
+            return sum(float(np.sum((ms[key] - truth[S]) ** 2)) for key, S in keys)
+
+        for rho in rhos:
+            runs = []
+            for _ in range(releases):
+                t = time.perf_counter()
+                rel = release_marginals(X, dom, work, rho)  # exact noise from OS entropy
+                t_rel = time.perf_counter() - t
+                t = time.perf_counter()
+                nn = nonnegative_marginals(rel, iters=2000)
+                t_nn = time.perf_counter() - t
+                plain, nonneg = err(rel.marginals), err(nn.marginals)
+                runs.append({"plain": plain, "nonneg": nonneg, "clipped": err({q: np.maximum(m, 0.0) for q, m in rel.marginals.items()}),
+                             "ratio": nonneg / plain, "release_seconds": t_rel, "nonneg_seconds": t_nn,
+                             "phases": rel.seconds, "iterations": nn.iterations, "max_violation": nn.max_violation,
+                             "negative_cells": int(sum(int(np.count_nonzero(m < 0)) for m in rel.marginals.values()))})
+            rows.append({
+                "workload": f"all {k}-way marginals, Palmer penguins (344 records, sizes {','.join(map(str, dom.sizes))})",
+                "order": k, "marginals": len(work), "cells": int(sum(math.prod(dom.shape(S)) for S in work)),
+                "rho": rho, "releases": releases, "reported_sum_of_variances": rel.sum_of_variances(),
+                "mean_plain": statistics.mean(r["plain"] for r in runs),
+                "sem_plain": statistics.stdev(r["plain"] for r in runs) / math.sqrt(releases),
+                "mean_nonneg": statistics.mean(r["nonneg"] for r in runs),
+                "sem_nonneg": statistics.stdev(r["nonneg"] for r in runs) / math.sqrt(releases),
+                "mean_clipped": statistics.mean(r["clipped"] for r in runs),
+                "nonneg_over_plain": statistics.mean(r["nonneg"] for r in runs) / statistics.mean(r["plain"] for r in runs),
+                "nonneg_over_plain_paired_mean": statistics.mean(r["ratio"] for r in runs),
+                "nonneg_better_in": sum(r["ratio"] < 1 for r in runs),
+                "release_seconds_median": statistics.median(r["release_seconds"] for r in runs),
+                "nonneg_seconds_median": statistics.median(r["nonneg_seconds"] for r in runs),
+                "iterations_median": statistics.median(r["iterations"] for r in runs),
+                "max_violation": max(r["max_violation"] for r in runs),
+                "negative_cells_mean": statistics.mean(r["negative_cells"] for r in runs),
+                "load_average": os.getloadavg(), "command": "python benchmarks/bench_multidim.py " + " ".join(sys.argv[1:]),
+                "runs": runs})
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--records", type=int, nargs="+", default=[10**6])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--warm", type=int, default=2)
     ap.add_argument("--kron-time", type=float, default=25.0)
-    ap.add_argument("--parts", nargs="+", default=["zcdp", "release", "kron", "pure", "nonneg"], choices=["zcdp", "release", "kron", "pure", "nonneg"])
+    ap.add_argument("--parts", nargs="+", default=["zcdp", "release", "kron", "pure", "nonneg"], choices=["zcdp", "release", "kron", "pure", "nonneg", "penguins"])
+    ap.add_argument("--penguin-rho", type=float, nargs="+", default=[0.5, 5.0])
+    ap.add_argument("--penguin-releases", type=int, default=20)
     ap.add_argument("--out", default=str(HERE / "results" / "multidim.json"))
     args = ap.parse_args()
     zc, rels, kr = [], [], []
@@ -269,14 +335,24 @@ def main() -> None:
         for r in nr:
             print(f"nonneg {r['workload']}: total squared error {r['mean_plain']:.6g} -> {r['mean_nonneg']:.6g} "
                   f"(mean of {len(r['releases'])}; {statistics.mean(x['seconds'] for x in r['releases']):.2f} s each)")
+        pg = penguins_rows(args.penguin_rho, args.penguin_releases) if "penguins" in args.parts else []
+        if pg:
+            print(f"{'penguins':10s} {'rho':>5s} {'marg':>5s} {'plain':>10s} {'non-neg':>10s} {'clipped':>10s} {'nn/plain':>9s} "
+                  f"{'nn better':>9s} {'release s':>10s} {'nonneg s':>9s} {'iters':>6s}")
+            for r in pg:
+                print(f"{str(r['order']) + '-way':10s} {r['rho']:5.2g} {r['marginals']:5d} {r['mean_plain']:10.1f} "
+                      f"{r['mean_nonneg']:10.1f} {r['mean_clipped']:10.1f} {r['nonneg_over_plain']:9.3f} "
+                      f"{r['nonneg_better_in']:>4d}/{r['releases']:<4d} {r['release_seconds_median']:10.3f} "
+                      f"{r['nonneg_seconds_median']:9.2f} {r['iterations_median']:6.0f}")
     old = json.loads(Path(args.out).read_text()) if Path(args.out).exists() else {}
+    pg = pg or old.get("penguins", [])
     nr = nr or old.get("nonneg", [])
     pr = pr or old.get("pure", [])
     zc = zc or old.get("zcdp", [])
     rels = rels or old.get("release", [])
     kr = kr or old.get("kron", [])
     result = {
-        "zcdp": zc, "release": rels, "kron": kr, "pure": pr, "nonneg": nr, "blas_threads": 1, "cpus": os.cpu_count(), "load_average": os.getloadavg(),
+        "zcdp": zc, "release": rels, "kron": kr, "pure": pr, "nonneg": nr, "penguins": pg, "blas_threads": 1, "cpus": os.cpu_count(), "load_average": os.getloadavg(),
         "python": platform.python_version(), "numpy": np.__version__, "rho": RHO,
         "note": "2-core machine shared with other jobs: timings are noisy (see load_average)",
         "command": "python benchmarks/bench_multidim.py " + " ".join(sys.argv[1:]),
