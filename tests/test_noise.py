@@ -296,6 +296,47 @@ def test_discrete_laplace_chisquare_and_variance(t):
     assert abs(x.var() / nz.discrete_laplace_variance(t) - 1) < 0.03
 
 
+class CountingBits(nz.SecureRandomBits):
+    """The default secure source (OpenSSL's CSPRNG), counting the bytes it hands out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def bytes(self, n: int) -> bytes:
+        self.count += max(int(n), 0)
+        return super().bytes(n)
+
+
+@pytest.mark.parametrize("t", [3.0, 150.0, 1024.0])
+def test_discrete_laplace_from_csprng_exact_law_and_bytes(t):
+    """The production path (OpenSSL bits, heavy plan) at the completion entry-level scale ~1024:
+    chi-square of the empirical pmf and tail probabilities against the exact law, and the bytes
+    read per draw: 2 (main 16-bit bucket) + 2 per low-bit table + 8 per flagged bucket hit, plus
+    the rare overflow rounds (probability ~2^-10, 2+ bytes each)."""
+    n = 1_000_000
+    bits = CountingBits()
+    x = nz.discrete_laplace(t, n, rng=bits)
+    K = int(40 * t + 50)
+    support = np.arange(-K, K + 1)
+    pmf = dlap_pmf(support, t)
+    assert chisquare_integer(x, support, pmf) > 1e-5  # unseeded: a false alarm 1 run in 10^5
+    # tails, including the main table's overflow categories |X| >= M (continued by H' ~ Geometric)
+    plan = nz._laplace_plan(t)
+    q = math.exp(-1.0 / t)
+    for k in (1, int(t) + 1, 3 * int(t) + 1, plan.M, plan.M + 2 * int(t)):
+        p_tail = 2 * q**k / (1 + q)  # P(|X| >= k), k >= 1
+        obs = np.count_nonzero(np.abs(x) >= k)
+        assert abs(obs - n * p_tail) < 5 * math.sqrt(n * p_tail * (1 - p_tail)) + 1, (k, obs, n * p_tail)
+    # bytes consumed: what the tables say, up to the overflow rounds
+    flagged = np.count_nonzero(plan.main.bucket == nz._FLAG) / 65536
+    flagged += sum(np.count_nonzero(tab.bucket == nz._FLAG) / 65536 for tab in plan.low)
+    claim = 2 + 2 * len(plan.low) + 8 * flagged
+    per_draw = bits.count / n
+    sd = 8 * math.sqrt(flagged / n)  # the flagged hits are binomial
+    assert claim - 5 * sd < per_draw < claim + 5 * sd + 0.01, (per_draw, claim)
+
+
 @pytest.mark.parametrize("t", [2.0, 300.0, 1e5])
 def test_discrete_laplace_light_plans(t):
     """Small requests (many distinct scales) use small tables with one bit per low group."""
