@@ -615,6 +615,33 @@ class LUEDPTree(_TreeMethod):
             eps = normalise_budget(tree, self._gls_cache[key] * self.epsilon, self.epsilon)
         return eps
 
+    def release(self, data: Any, *, executor: Any = None, chunk: int | None = None, out: Any = None,
+                rng: Any = None, scratch: Any = None, progress: bool | None = None) -> Any:
+        """Publish a partitioned histogram chunk by chunk (:func:`sparsedp.scaleout.release_lue`):
+        the same tree, per-node budgets, scales and BLUE as :meth:`fit`, never gathered on one
+        process.  ``data``: a ``.npy`` / ``.zarr`` path, a ``dask.array`` or a numpy array;
+        ``executor``: ``None`` (in-process), ``"threads"``, ``"dask"``, a ``dask.distributed.Client``
+        or an executor; ``chunk``: the largest number of leaves per task; ``out``: a ``.npy`` path
+        (or ``.zarr`` when the chunks are equal) or ``None``.  Charges this publisher's accountant
+        once.  Returns a :class:`~sparsedp.scaleout.lue.LUEScaleoutRelease` (the publisher keeps no
+        in-memory release: ``histogram()`` / ``ranges()`` stay those of the last :meth:`fit`).
+        Supported: ``tree="sc"`` or ``"kary"`` with the uniform-range budgets (the defaults);
+        ``queries`` / ``weights`` / ``whole_domain`` / ``objective="gls"`` / ``eps_per_node`` /
+        ``consistency=False`` / a given graph are refused (:class:`SparseDPError`) before anything."""
+        from ..scaleout.lue import release_lue
+
+        unsupported = [name for name, off in (
+            ("a given tree", isinstance(self.tree_spec, str)), ("queries/weights", self.queries is None and
+                                                               self.weights is None),
+            ("whole_domain", not self.whole_domain), ("objective='gls'", self.objective == "lue"),
+            ("eps_per_node", self.budget is None), ("consistency=False", self.consistency)) if not off]
+        if unsupported:
+            raise SparseDPError(f"{self.name}: scale-out publishes the uniform-range budgets on an 'sc' or 'kary' "
+                                f"tree; not supported there: {', '.join(unsupported)}")
+        return release_lue(data, self.epsilon, tree=self.tree_spec, k=self.k, upper=self.upper, chunk=chunk,
+                           executor=executor, accountant=self.accountant, rng=rng, out=out, secure=self.secure,
+                           scratch=scratch, progress=progress)
+
     def expected_error(self) -> float:
         """Exact expected squared error of the BLUE answer to one query of this publisher's query
         distribution at the budgets of the last release (Laplace variances ``2 / eps_x^2``,

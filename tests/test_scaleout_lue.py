@@ -1,0 +1,147 @@
+"""LUE-DPTree on scale-out (issue 14): chunk subtrees of SC / k-ary trees == the in-process publisher."""
+
+import numpy as np
+import pytest
+
+from sparsedp.errors import BudgetExceededError, NegativeCountError, SparseDPError
+from sparsedp.measure import MeasurementPlan
+from sparsedp.privacy import Accountant
+from sparsedp.scaleout import chunk_seeds
+from sparsedp.scaleout.lue import TreeShape, chunk_roots, release_lue
+from sparsedp.trees import LUEDPTree
+from sparsedp.trees.blue import blue
+from sparsedp.trees.publishers import MIN_VARIANCE
+
+
+def _histogram(n, seed=0):
+    return np.random.default_rng(seed).integers(0, 40, n)
+
+
+def _assembled(x, r, seed):
+    """Re-draw the release's noise in process from the same per-chunk streams and lay every chunk's
+    (and the top's) measurements, variances, budgets and scales out in the whole tree's order."""
+    pub = LUEDPTree(r.epsilon, tree=r.tree, k=r.k)
+    plan = pub._prepare(x.astype(np.float64))
+    t = plan.tree
+    index = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(t.lo, t.hi))}
+    y, v, e, b = (np.full(t.size, np.nan) for _ in range(4))
+    seeds = chunk_seeds(seed, r.chunks + 1)
+    shape = r.spec.shape
+    for q, root in enumerate(r.roots):
+        sub = shape.subtree(root.lo, root.hi)
+        idx = np.array([index[(int(a) + root.lo, int(c) + root.lo)] for a, c in zip(sub.lo, sub.hi)])
+        cp = r.chunk_plan(q)
+        meas = cp.measure(x[root.lo:root.hi], rng=np.random.Generator(np.random.PCG64(seeds[q])))
+        y[idx], v[idx], b[idx] = meas.y, np.maximum(cp.variances(), MIN_VARIANCE), cp.scales
+        e[idx] = r.chunk_budgets(q)
+    inner = r.top.inner
+    if inner.size:
+        idx = np.array([index[(int(r.top.lo[i]), int(r.top.hi[i]))] for i in inner])
+        totals = np.add.reduceat(x, r.bounds[:-1])
+        top = r.top_plan.measure(totals, rng=np.random.Generator(np.random.PCG64(seeds[-1])))
+        y[idx], v[idx], b[idx] = top.y, np.maximum(r.top_plan.variances(), MIN_VARIANCE), r.top_plan.scales
+    assert not np.any(np.isnan(y)) and not np.any(np.isnan(b))  # every node measured exactly once
+    return plan, y, v, e, b
+
+
+CASES = [  # n, tree, k, largest chunk
+    (1000, "sc", None, 64),
+    (1000, "kary", 3, 50),
+    (777, "sc", 3, 40),
+    (300, "kary", 2, 300),  # one chunk: no top tree
+    (5000, "sc", None, 700),
+    (97, "kary", 4, 1),  # every leaf a chunk
+]
+
+
+@pytest.mark.parametrize("n,tree,k,c", CASES)
+def test_equals_the_in_process_publisher(n, tree, k, c):
+    x = _histogram(n, 2)
+    r = release_lue(x, 0.9, tree=tree, k=k, chunk=c, rng=11)
+    plan, y, v, e, b = _assembled(x, r, 11)
+    if inner := r.top.inner.size:
+        assert inner + sum(r.chunk_plan(q).rows for q in range(r.chunks)) == plan.tree.size
+    np.testing.assert_array_equal(b, plan.measurement.scales)  # the same noise scale on every node
+    np.testing.assert_array_equal(v, np.maximum(plan.measurement.variances(), MIN_VARIANCE))
+    chunk_e = ~np.isin(np.arange(plan.tree.size), [])
+    np.testing.assert_array_equal(e[~np.isnan(e)], plan.eps_per_node[~np.isnan(e)])  # the same budgets
+    assert np.isnan(e).sum() == r.top.inner.size and chunk_e.all()
+    want = blue(plan.tree, y, variances=v)  # LUEDPTree's estimate for this noise
+    np.testing.assert_allclose(r.estimate, want[plan.tree.leaves], rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(r.top_values[0], want[0], rtol=1e-9)
+    assert (r.nodes, r.levels) == (plan.tree.size, plan.tree.levels)
+    assert r.loss <= 0.9 and not r.private and r.secure and r.ledger.rows == plan.tree.size
+
+
+def test_chunks_are_nodes_of_the_tree_and_cutting_blocks_are_refused():
+    da = pytest.importorskip("dask.array")
+    from sparsedp.trees import sc_layout
+
+    n = 2000
+    x = _histogram(n, 3)
+    t = sc_layout(n)
+    shape = TreeShape("sc", n, int(np.diff(t.child_start)[0]), 20)
+    top = chunk_roots(shape, 100)
+    nodes = set(zip(t.lo.tolist(), t.hi.tolist()))
+    bounds = top.bounds()
+    assert all((int(a), int(c)) in nodes for a, c in zip(bounds[:-1], bounds[1:]))
+    assert np.diff(bounds).max() <= 100 and bounds[0] == 0 and bounds[-1] == n
+    base = release_lue(x, 1.0, chunk=100, rng=4)
+    # a dask array whose blocks are nodes keeps them
+    d = da.from_array(x, chunks=(tuple(np.diff(bounds).tolist()),))
+    np.testing.assert_array_equal(release_lue(d, 1.0, rng=4).estimate, base.estimate)
+    with pytest.raises(SparseDPError, match="cuts a subtree"):
+        release_lue(da.from_array(x, chunks=100), 1.0, rng=4)
+    r = release_lue(da.from_array(x, chunks=100), 1.0, chunk=100, rng=4)  # an explicit chunk rechunks
+    np.testing.assert_array_equal(r.estimate, base.estimate)
+
+
+def test_budget_charged_once_and_bad_input_refused_before_noise(monkeypatch):
+    calls = []
+    real = MeasurementPlan.measure
+
+    def spy(self, *a, **kw):
+        calls.append(kw.get("accountant"))
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(MeasurementPlan, "measure", spy)
+    acc = Accountant(epsilon=1.5)
+    x = _histogram(900, 5)
+    r = release_lue(x, 1.0, chunk=64, rng=1, accountant=acc)
+    assert acc.spent == 1.0 and len(acc.ledger) == 1 and acc.ledger[0] is r.ledger
+    assert len(calls) == r.chunks + 1 and all(a is None for a in calls)  # chunks + top, none charges again
+    calls.clear()
+    with pytest.raises(BudgetExceededError):
+        release_lue(x, 1.0, chunk=64, rng=1, accountant=acc)
+    bad = x.copy()
+    bad[700] = -1
+    with pytest.raises(NegativeCountError):
+        release_lue(bad, 0.1, chunk=64, rng=1, accountant=acc)
+    assert calls == [] and acc.spent == 1.0 and len(acc.ledger) == 1
+
+
+def test_publisher_release_and_executors(tmp_path):
+    from sparsedp.executors import ThreadExecutor
+
+    x = _histogram(3000, 6)
+    np.save(tmp_path / "x.npy", x)
+    base = release_lue(x, 1.0, tree="kary", k=4, chunk=200, rng=3)
+    with ThreadExecutor(2) as ex:
+        r = LUEDPTree(1.0, tree="kary", k=4).release(str(tmp_path / "x.npy"), executor=ex, chunk=200, rng=3,
+                                                     out=tmp_path / "o.npy")
+    np.testing.assert_array_equal(r.load(), base.estimate)
+    for kw in ({"queries": [[0, 3]]}, {"objective": "gls"}, {"whole_domain": 0.5}, {"consistency": False},
+               {"eps_per_node": np.ones(3)}):
+        with pytest.raises(SparseDPError, match="scale-out"):
+            LUEDPTree(1.0, **kw).release(x, chunk=200)
+    pytest.importorskip("zarr")
+    with pytest.raises(SparseDPError, match="Zarr output"):
+        release_lue(x, 1.0, chunk=200, out=tmp_path / "o.zarr")
+
+
+def test_float_noise_and_os_entropy():
+    x = _histogram(600, 7)
+    r = release_lue(x, 1.0, chunk=50, secure=False)
+    assert r.private and not r.secure
+    sums = np.add.reduceat(r.estimate, r.bounds[:-1])  # consistent at the chunk roots
+    np.testing.assert_allclose(sums, r.top_values[r.top.roots], rtol=1e-9, atol=1e-6)
