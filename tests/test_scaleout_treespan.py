@@ -225,3 +225,31 @@ def test_local_cluster_equals_inprocess(tmp_path):
         ex.close()
     assert r.executor == "dask"
     np.testing.assert_array_equal(r.load(), ref.estimate)
+
+
+def test_cli_chunked_release(tmp_path, capsys, monkeypatch):
+    import json
+
+    from sparsedp.cli import main
+
+    x = _sales(300, 6)
+    np.save(tmp_path / "s.npy", x)
+    out = tmp_path / "o.npy"
+    assert main(["restaurant", "--data", str(tmp_path / "s.npy"), "--chunk", "64", "--seed", "2", "--out", str(out),
+                 "--executor", "threads", "--workers", "2"]) == 0
+    ref = release_restaurant(x, 1.0, chunk=64, rng=2)
+    np.testing.assert_array_equal(np.load(out), ref.estimate)
+    meta = json.loads((tmp_path / "o.npy.release.json").read_text())
+    assert meta["private"] is False and meta["chunks"] == 5 and len(meta["ledger"]) == 1
+    assert "chunk by chunk" in capsys.readouterr().out
+    calls = []
+    monkeypatch.setattr(MeasurementPlan, "measure", lambda self, *a, **kw: calls.append(1))
+    np.savetxt(tmp_path / "s.csv", x, delimiter=",")
+    for argv in (["--data", str(tmp_path / "s.npy"), "--out", str(out), "--evaluate"],  # not with the chunked path
+                 ["--data", str(tmp_path / "s.csv"), "--out", str(out)],  # a .npy / .zarr array is needed
+                 ["--data", str(tmp_path / "s.npy"), "--chunk", "64", "--out", str(tmp_path / "o.npz")],
+                 ["--data", str(tmp_path / "s.npy"), "--out", str(out), "--chunk", "48"],  # not a power of 2
+                 ["--data", str(tmp_path / "s.npy"), "--out", str(out), "--days", "301"],
+                 ["--data", str(tmp_path / "s.npy"), "--workers", "2"]):
+        assert main(["restaurant", *argv]) == 2
+    assert calls == []

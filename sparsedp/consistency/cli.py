@@ -17,6 +17,14 @@ the day's sales and are recovered exactly in integer arithmetic; a day whose sal
 produce is refused (its items are not sold in combos, and one such sale would change the counts
 outside the bound ``Delta_1 = 5 h``).  Everything is checked before the budget is charged or any
 noise drawn.
+
+Scale-out (issue 14): ``--out OUT.npy|OUT.zarr`` (or ``--chunk DAYS``) releases chunk by chunk
+(:func:`sparsedp.scaleout.treespan.release_restaurant`): ``--data`` a ``(days, 5)`` ``.npy``
+(memory-mapped) or ``.zarr`` array, cut into chunks of ``--chunk`` days (a power of 2), each
+measured, reduced and released by one task on ``--executor inprocess|threads|dask`` (a new
+``LocalCluster`` of ``--workers`` processes with ``--worker-memory`` each, or ``--scheduler
+ADDRESS``); the consistent ``(days, 5)`` values are written block by block to ``OUT`` and the
+summary with the ledger to ``OUT.release.json``.
 """
 
 from __future__ import annotations
@@ -83,9 +91,66 @@ def load_sales(path: str | Path, days: int | None = None) -> RestaurantSales:
     return RestaurantSales(orders=orders, sales=sales)
 
 
+def _scaleout(args: argparse.Namespace) -> int:
+    """The chunk-by-chunk release (module docstring); options are checked before anything is read."""
+    from ..executors import DaskExecutor, InProcessExecutor, ThreadExecutor
+    from ..scaleout.treespan import release_restaurant
+
+    if args.data is None or Path(args.data).suffix not in (".npy", ".zarr"):
+        raise SparseDPError("the chunked release (--out .npy/.zarr or --chunk) reads --data as a (days, 5) .npy or "
+                            ".zarr array")
+    if args.out is None or Path(args.out).suffix not in (".npy", ".zarr"):
+        raise SparseDPError(f"the chunked release writes --out as a .npy or .zarr array, got {args.out}")
+    unsupported = [flag for flag, on in (("--evaluate", args.evaluate), ("--plot", args.plot),
+                                         ("--method", args.method != "auto"), ("--combos-at", args.combos_at != "leaves"),
+                                         ("--tol", args.tol is not None)) if on]
+    if unsupported:
+        raise SparseDPError(f"{', '.join(unsupported)} do(es) not apply to the chunked release (the exact tree x span "
+                            "projection)")
+    if args.scheduler and args.executor != "dask":
+        raise SparseDPError("--scheduler needs --executor dask")
+    if args.days is not None:
+        from ..scaleout.treespan import _shape
+
+        T = _shape(args.data)[0]
+        if T != args.days:
+            raise ShapeError(f"--days {args.days} but {Path(args.data).name} holds {T} days of sales")
+    private = warn_not_private(args.seed, False, "the true sales")
+    if args.executor == "threads":
+        ex = ThreadExecutor(args.workers)
+    elif args.executor == "dask":
+        ex = DaskExecutor.connect(args.scheduler) if args.scheduler else DaskExecutor.local(
+            n_workers=args.workers or 2, threads_per_worker=1, processes=True, memory_limit=args.worker_memory)
+    else:
+        ex = InProcessExecutor()
+    try:
+        r = release_restaurant(args.data, args.epsilon, chunk=args.chunk, executor=ex, rng=args.seed, out=args.out,
+                               secure=not args.float_noise)
+    finally:
+        ex.close()
+    noise = "exact discrete Laplace" if r.secure else "float Laplace (--float-noise)"
+    summary = {"private": private and r.private, "secure": r.secure, "noise": noise, "noise_seed": args.seed,
+               "days": r.days, "chunk": r.chunk, "chunks": r.chunks, "levels": r.levels, "epsilon": r.epsilon,
+               "certified_loss": r.loss, "sensitivity": r.sensitivity, "laplace_scale": r.scale,
+               "noise_variance": r.variance, "executor": r.executor, "seconds": r.timings,
+               "ledger": [r.ledger.as_dict()], "estimate": str(args.out), "items": list(ITEMS)}
+    side = Path(str(args.out) + ".release.json")
+    side.write_text(json.dumps(summary, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=2))
+    print(f"restaurant: {r.days} days x {len(ITEMS)} items released chunk by chunk on {r.executor} ({r.chunks} chunks "
+          f"of {r.chunk} days)\nepsilon {r.epsilon:g}, Delta_1 = 5h = {r.sensitivity:g}, Laplace scale {r.scale:g} "
+          f"({noise}), {r.timings['total']:.1f} s -> {args.out} (ledger: {side})")
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
     if args.days is not None and args.days < 1:
         raise SparseDPError(f"--days must be >= 1, got {args.days}")
+    if args.chunk is not None or (args.out is not None and Path(args.out).suffix in (".npy", ".zarr")):
+        return _scaleout(args)
+    if args.scheduler or args.workers or args.worker_memory:
+        raise SparseDPError("--scheduler, --workers and --worker-memory apply to the chunked release (--out .npy/.zarr)")
     if args.data is not None:  # validated before anything is charged or drawn
         sales = load_sales(args.data, args.days)
     else:  # synthetic data; the noise is seeded separately
@@ -217,11 +282,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="stop when max |Cx - b| <= TOL (default: the solver's, max(1e-10, the float64 floor))")
     p.add_argument("--max-sweeps", type=int, default=100_000, help="iteration cap for iterative methods (default %(default)s)")
     p.add_argument("--executor", choices=("inprocess", "threads", "dask"), default="inprocess",
-                   help="where block projections run; 'dask' starts a LocalCluster (default %(default)s)")
+                   help="where block projections run, or with --out .npy/.zarr where the chunks run; 'dask' starts a "
+                   "LocalCluster (default %(default)s)")
+    p.add_argument("--chunk", type=int, default=None, metavar="DAYS",
+                   help="release chunk by chunk (scale-out): days per chunk, a power of 2 (default with --out "
+                   ".npy/.zarr: the .zarr's own chunks, else the largest power of 2 up to 2^18)")
+    p.add_argument("--workers", type=int, default=None, help="chunked release: workers of the new LocalCluster "
+                   "(default 2) or threads")
+    p.add_argument("--worker-memory", default=None, metavar="SIZE", help="chunked release: memory limit per "
+                   "LocalCluster worker (e.g. 4GB)")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS", help="chunked release with --executor dask: a "
+                   "running scheduler (tcp://host:8786) instead of a new LocalCluster")
     p.add_argument("--json", metavar="FILE", help="write the summary (private, days, variables, constraints, method, "
                    "seconds, iterations, residual, ...; 'evaluation' only with --evaluate) as JSON")
     p.add_argument("--out", metavar="FILE.npz", help="write the released vector as a sparsedp release file (array "
-                   "'x', the description and the ledger; 'sparsedp ledger FILE' prints it)")
+                   "'x', the description and the ledger; 'sparsedp ledger FILE' prints it); a .npy / .zarr path "
+                   "releases chunk by chunk and writes the consistent (days, 5) values there, the summary and "
+                   "ledger to FILE.release.json")
     p.add_argument("--plot", metavar="FILE.png", help="draw the convergence curve (with --evaluate also the error "
                    "against the truth; needs matplotlib, the 'plot' extra)")
     p.set_defaults(func=_run)
