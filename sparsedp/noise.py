@@ -150,10 +150,15 @@ def _openssl_bytes(n: int) -> bytes:
     """
     if _ssl is not None:
         try:
-            return _ssl.RAND_bytes(n)
+            if n <= _SSL_MAX:
+                return _ssl.RAND_bytes(n)
+            return b"".join(_ssl.RAND_bytes(min(_SSL_MAX, n - a)) for a in range(0, n, _SSL_MAX))  # C int
         except _ssl.SSLError:  # pragma: no cover - "PRNG not seeded": fall back to the kernel
             pass
     return os.urandom(n)
+
+
+_SSL_MAX = 1 << 30  # RAND_bytes takes a C int: larger requests are read in pieces
 
 
 _SOURCES: dict[str, Callable[[int], bytes]] = {

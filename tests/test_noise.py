@@ -191,6 +191,17 @@ def test_openssl_source_falls_back_to_os_urandom_without_ssl(monkeypatch):
     assert len(src.bytes(10)) == 10 and calls == [1 << 20]
 
 
+def test_openssl_large_requests_are_read_in_pieces(monkeypatch):
+    import ssl
+
+    calls = []
+    real = ssl.RAND_bytes
+    monkeypatch.setattr(ssl, "RAND_bytes", lambda n: calls.append(n) or real(n))
+    monkeypatch.setattr(nz, "_SSL_MAX", 1000)  # RAND_bytes takes a C int (2^31 - 1 at most)
+    b = nz.SecureRandomBits(chunk_size=64).bytes(2500)
+    assert len(b) == 2500 and calls == [1000, 1000, 500]
+
+
 def test_csprng_bytes_look_uniform():
     """A smoke test of the default source: byte frequencies and bit pairs of 4 MiB are uniform."""
     b = np.frombuffer(nz.SecureRandomBits().bytes(4 << 20), dtype=np.uint8)
