@@ -6,6 +6,9 @@ workloads at ResidualPlanner's optimum (Xiao et al., NeurIPS 2023) with exact no
   Kronecker products with factorised sensitivity and norms.
 * :func:`optimize_kron`, :class:`KronStrategy` -- Kronecker strategies for Kronecker workloads
   (2-D ranges) from optimised 1-D factors, error by factorisation.
+* :func:`release_kron`, :class:`KronRelease` -- measure with a Kronecker strategy by mode products
+  (never formed), factor-wise GLS, workload answers and variances from the factored covariance;
+  :func:`kron_squared_error` evaluates a release on a Kronecker workload without its answers.
 * :func:`optimize_marginals_laplace` -- pure-DP weighted-marginals strategies (HDMM's Marginals).
 * :func:`contrast_basis`, :func:`residual_operator` -- the residual basis.
 * :func:`select_residuals` -- the optimal noise per residual (sum / weighted sum / max variance).
@@ -19,6 +22,7 @@ workloads at ResidualPlanner's optimum (Xiao et al., NeurIPS 2023) with exact no
 from .domain import Domain
 from .kron import KronOperator, KronStack, apply_factors, marginal_operator
 from .kron_opt import KronStrategy, factor_trace, optimize_kron
+from .kron_release import KronRelease, kron_squared_error, release_kron
 from .nonneg import NonNegativeMarginals, nonnegative_marginals
 from .pure import MarginalsStrategy, optimize_marginals_laplace
 from .pure_release import PureMarginalRelease, release_marginals_laplace
@@ -31,6 +35,7 @@ from .workload import MarginalWorkload, marginal_workload
 __all__ = [
     "Domain",
     "KronOperator",
+    "KronRelease",
     "KronStack",
     "KronStrategy",
     "MarginalRelease",
@@ -43,6 +48,7 @@ __all__ = [
     "closure",
     "contrast_basis",
     "factor_trace",
+    "kron_squared_error",
     "marginal_operator",
     "marginal_tables",
     "marginal_workload",
@@ -50,6 +56,7 @@ __all__ = [
     "nonnegative_marginals",
     "optimize_kron",
     "optimize_marginals_laplace",
+    "release_kron",
     "release_marginals",
     "release_marginals_laplace",
     "residual_operator",
