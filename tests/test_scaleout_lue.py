@@ -81,18 +81,20 @@ def test_chunks_are_nodes_of_the_tree_and_cutting_blocks_are_refused():
     x = _histogram(n, 3)
     t = sc_layout(n)
     shape = TreeShape("sc", n, int(np.diff(t.child_start)[0]), 20)
-    top = chunk_roots(shape, 100)
+    top = chunk_roots(shape, 300)
     nodes = set(zip(t.lo.tolist(), t.hi.tolist()))
     bounds = top.bounds()
     assert all((int(a), int(c)) in nodes for a, c in zip(bounds[:-1], bounds[1:]))
-    assert np.diff(bounds).max() <= 100 and bounds[0] == 0 and bounds[-1] == n
-    base = release_lue(x, 1.0, chunk=100, rng=4)
+    assert np.diff(bounds).max() <= 300 and bounds[0] == 0 and bounds[-1] == n and top.roots.size > 5
+    parents = {(int(top.lo[p]), int(top.hi[p])) for p in top.parent[top.roots]}
+    assert all(hi - lo > 300 for lo, hi in parents)  # maximal: every chunk root's parent is too large
+    base = release_lue(x, 1.0, chunk=300, rng=4)
     # a dask array whose blocks are nodes keeps them
     d = da.from_array(x, chunks=(tuple(np.diff(bounds).tolist()),))
     np.testing.assert_array_equal(release_lue(d, 1.0, rng=4).estimate, base.estimate)
     with pytest.raises(SparseDPError, match="cuts a subtree"):
         release_lue(da.from_array(x, chunks=100), 1.0, rng=4)
-    r = release_lue(da.from_array(x, chunks=100), 1.0, chunk=100, rng=4)  # an explicit chunk rechunks
+    r = release_lue(da.from_array(x, chunks=100), 1.0, chunk=300, rng=4)  # an explicit chunk rechunks
     np.testing.assert_array_equal(r.estimate, base.estimate)
 
 
@@ -145,3 +147,48 @@ def test_float_noise_and_os_entropy():
     assert r.private and not r.secure
     sums = np.add.reduceat(r.estimate, r.bounds[:-1])  # consistent at the chunk roots
     np.testing.assert_allclose(sums, r.top_values[r.top.roots], rtol=1e-9, atol=1e-6)
+
+
+def test_certified_loss_is_the_brute_force_sensitivity():
+    """Per chunk (top rows above it + its plan) against ``max_j sum_i |A_ij| / b_i`` of the explicit
+    whole-tree matrix at the scales every node was measured with, and the largest change of the
+    scaled node counts over every neighbouring histogram (one leaf +- 1)."""
+    for n, tree, k, c in ((60, "sc", None, 8), (50, "kary", 3, 10)):
+        x = _histogram(n, 1)
+        r = release_lue(x, 1.0, tree=tree, k=k, chunk=c, rng=0)
+        plan, _, _, _, b = _assembled(x, r, 0)
+        A = plan.tree and np.zeros((plan.tree.size, n))
+        for i, (lo, hi) in enumerate(zip(plan.tree.lo, plan.tree.hi)):
+            A[i, lo:hi] = 1.0
+        exact = max(np.abs((A @ (x + e) - A @ x) / b).sum() for e in np.eye(n, dtype=int))
+        assert exact == pytest.approx((A / b[:, None]).sum(axis=0).max(), rel=1e-12)
+        assert exact <= r.loss <= 1.0 and r.loss == pytest.approx(exact, rel=1e-6)
+
+
+def test_secure_floor_matches_the_publisher(monkeypatch):
+    """The exact sampler's budget floor (2^-39, reached only near epsilon = 1e-9, where a chunk's
+    own plan would fall below the path's smallest epsilon) raised to 0.1 in both places, so that it
+    is used at epsilon 1: the chunks replay the floor and the normalisation after it as the publisher."""
+    from sparsedp.scaleout import lue
+    from sparsedp.trees import publishers
+
+    monkeypatch.setattr(publishers, "SECURE_MIN_BUDGET", 0.1)
+    monkeypatch.setattr(lue, "SECURE_MIN_BUDGET", 0.1)
+    x = _histogram(400, 8)
+    r = release_lue(x, 1.0, chunk=40, rng=2)
+    plan, _, _, e, b = _assembled(x, r, 2)
+    assert ("floor", 0.1) in r.spec.ops and np.sum(plan.eps_per_node < 0.101) >= 3  # the floor was used
+    np.testing.assert_array_equal(e[~np.isnan(e)], plan.eps_per_node[~np.isnan(e)])
+    np.testing.assert_array_equal(b, plan.measurement.scales)
+
+
+def test_on_a_dask_local_cluster():
+    pytest.importorskip("dask.distributed")
+    from sparsedp.executors import DaskExecutor
+
+    x = _histogram(2500, 9)
+    base = release_lue(x, 1.0, chunk=600, rng=6)
+    with DaskExecutor.local(n_workers=2, threads_per_worker=1, processes=False) as ex:
+        r = release_lue(x, 1.0, chunk=600, rng=6, executor=ex)
+    assert r.executor == "dask" and r.chunks == base.chunks
+    np.testing.assert_array_equal(r.estimate, base.estimate)

@@ -45,10 +45,11 @@ from __future__ import annotations
 import math
 import shutil
 import sys
+import threading
 import tempfile
 import time
 from dataclasses import dataclass, field
-from functools import lru_cache
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -293,7 +294,39 @@ def _coefficients(shape: TreeShape, root: ChunkRoot) -> _ChunkCoefficients:
     return _ChunkCoefficients(t, frac, float(K[0]))
 
 
-_cached_coefficients = lru_cache(maxsize=2)(_coefficients)
+class _NodeBoundedCache:
+    """A per-process LRU cache of per-chunk results holding at most ``max_nodes`` tree nodes in all
+    (small chunks are all kept across the release's phases; chunks of ``2^20`` leaves two or three)."""
+
+    def __init__(self, fn: Any, size: Any, max_nodes: int = 2**21) -> None:
+        self.fn, self.size, self.max_nodes = fn, size, max_nodes
+        self.items: OrderedDict = OrderedDict()
+        self.nodes = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, *key: Any) -> Any:
+        with self.lock:
+            if key in self.items:
+                self.items.move_to_end(key)
+                return self.items[key]
+        value = self.fn(*key)
+        n = self.size(value)
+        with self.lock:
+            if key not in self.items:
+                self.items[key] = value
+                self.nodes += n
+            while self.nodes > self.max_nodes and len(self.items) > 1:
+                _, old = self.items.popitem(last=False)
+                self.nodes -= self.size(old)
+        return value
+
+    def clear(self) -> None:
+        with self.lock:
+            self.items.clear()
+            self.nodes = 0
+
+
+_cached_coefficients = _NodeBoundedCache(_coefficients, lambda c: c.tree.size)
 
 
 def _apply(e: np.ndarray, ops: tuple[tuple[str, float], ...]) -> np.ndarray:
@@ -421,7 +454,7 @@ def _plan(spec: LUESpec, root: ChunkRoot, left: float) -> _LUEChunkPlan:
     return _LUEChunkPlan(plan, t.level_start, t.plan, np.maximum(plan.variances(), MIN_VARIANCE), t.leaves, e)
 
 
-_cached_plan = lru_cache(maxsize=2)(_plan)
+_cached_plan = _NodeBoundedCache(_plan, lambda c: c.plan.rows)
 
 
 def loss_chunk(spec: LUESpec, root: ChunkRoot, left: float) -> float:
@@ -780,6 +813,8 @@ def release_lue(
             shutil.rmtree(scratch_dir, ignore_errors=True)
         if owns:
             ex.close()
+        _cached_coefficients.clear()  # this process's copies (workers keep theirs, bounded)
+        _cached_plan.clear()
     timings["total"] = time.perf_counter() - t_start
     return LUEScaleoutRelease(
         n=n, tree=shape.kind, k=shape.k, chunks=m, bounds=bounds, levels=levels, nodes=nodes, epsilon=eps, loss=loss,
