@@ -11,10 +11,12 @@ Modules: :mod:`~sparsedp.scaleout.tree` (the chunked tree, budgets and scales),
 two passes split at a subtree root), :mod:`~sparsedp.scaleout.subtree` (the per-chunk tasks),
 :mod:`~sparsedp.scaleout.top` (the top measurement and solve), :mod:`~sparsedp.scaleout.release`
 (the driver), :mod:`~sparsedp.scaleout.records` (Parquet / CSV records binned into the leaf
-histogram part by part, then released).
+histogram part by part, then released), :mod:`~sparsedp.scaleout.lue` (LUE-DPTree: per-node
+budgets on SC / top-down k-ary trees, chunks that are subtrees of any shape).
 """
 
 from .chunked import as_input, as_output, open_array
+from .lue import LUEScaleoutRelease, TopTree, TreeShape, chunk_roots, release_lue
 from .passes import UpwardState, downward, upward
 from .records import PartCounts, RecordPart, bin_to_histogram, record_parts, release_records
 from .release import ScaleoutRelease, chunk_seeds, release_hierarchical
@@ -25,15 +27,19 @@ __all__ = [
     "ChunkSpec",
     "ChunkSummary",
     "ChunkedTree",
+    "LUEScaleoutRelease",
     "PartCounts",
     "RecordPart",
     "ScaleoutRelease",
+    "TopTree",
+    "TreeShape",
     "UpwardState",
     "as_input",
     "as_output",
     "bin_to_histogram",
     "check_chunking",
     "chunk_layout",
+    "chunk_roots",
     "chunk_seeds",
     "default_chunk",
     "downward",
@@ -42,6 +48,7 @@ __all__ = [
     "open_array",
     "record_parts",
     "release_hierarchical",
+    "release_lue",
     "release_records",
     "upward",
 ]
