@@ -1,5 +1,8 @@
 """The restaurant's trees x span release chunk by chunk (issue 14) == the in-process projection."""
 
+import importlib.util
+import os
+
 import numpy as np
 import pytest
 
@@ -213,18 +216,74 @@ def test_os_entropy_default_is_private():
     assert not np.array_equal(r.estimate, r2.estimate)
 
 
+def _kill_once_reader(path, marker_dir, after, block_info=None):
+    """Read a block of a .npy file; the first read past ``after`` reads kills its worker process."""
+    import os
+    import uuid
+
+    os.makedirs(marker_dir, exist_ok=True)
+    open(os.path.join(marker_dir, f"read-{uuid.uuid4().hex}"), "w").close()
+    if len([f for f in os.listdir(marker_dir) if f.startswith("read-")]) > after:
+        try:
+            fd = os.open(os.path.join(marker_dir, "killed"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            pass
+        else:
+            os.close(fd)
+            os._exit(1)
+    lo, hi = block_info[None]["array-location"][0]
+    return np.array(np.load(path, mmap_mode="r")[lo:hi])
+
+
 def test_local_cluster_equals_inprocess(tmp_path):
+    """A LocalCluster (worker threads: a few seconds less than processes on this machine)."""
     pytest.importorskip("dask.distributed")
     x = _sales(500, 4)
     np.save(tmp_path / "s.npy", x)
     ref = release_restaurant(x, 1.0, chunk=64, rng=3)
     ex = DaskExecutor.local(n_workers=2, threads_per_worker=1, processes=False)
     try:
-        r = release_restaurant(str(tmp_path / "s.npy"), 1.0, chunk=64, rng=3, executor=ex, out=tmp_path / "o.npy")
+        r = release_restaurant(str(tmp_path / "s.npy"), 1.0, chunk=64, rng=3, executor=ex, out=tmp_path / "o.zarr"
+                               if importlib.util.find_spec("zarr") else tmp_path / "o.npy")
     finally:
         ex.close()
-    assert r.executor == "dask"
+    assert r.executor == "dask" and r.estimate is None
     np.testing.assert_array_equal(r.load(), ref.estimate)
+
+
+@pytest.mark.skipif(os.environ.get("SPARSEDP_PROCESS_CLUSTER") != "1",
+                    reason="starts worker processes and kills one (~20 s here); set SPARSEDP_PROCESS_CLUSTER=1")
+def test_local_cluster_survives_a_killed_worker(tmp_path):
+    """A LocalCluster of worker processes, one of which dies in the measurement pass (Dask runs its
+    task again): the release written chunk by chunk equals the in-process one, charged once."""
+    import sys
+
+    pytest.importorskip("dask.distributed")
+    import cloudpickle
+    import dask.array as da
+
+    T, c = 600, 64
+    x = _sales(T, 4)
+    path = tmp_path / "s.npy"
+    np.save(path, x)
+    ref = release_restaurant(x, 1.0, chunk=c, rng=3)
+    ex = DaskExecutor.local(n_workers=2, threads_per_worker=1, processes=True, memory_limit="1GB")
+    try:
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the killer reader travels by value
+        m = -(-T // c)
+        marker = str(tmp_path / "marker")
+        d = da.map_blocks(_kill_once_reader, str(path), marker, m + 3,
+                          chunks=(tuple(min(c, T - lo) for lo in range(0, T, c)), (5,)), dtype=x.dtype,
+                          meta=np.empty((0, 0), x.dtype))
+        acc = Accountant(epsilon=1.0)
+        killed = release_restaurant(d, 1.0, rng=3, executor=ex, accountant=acc, out=tmp_path / "o.npy")
+    finally:
+        ex.close()
+    assert os.path.exists(os.path.join(marker, "killed"))  # a worker did die mid-measurement
+    assert killed.executor == "dask" and killed.chunk == c  # the dask array's own aligned blocks
+    np.testing.assert_array_equal(killed.load(), ref.estimate)  # its task ran again: the same noise
+    assert acc.spent == 1.0 and len(acc.ledger) == 1
+    assert not [p for p in os.listdir(tmp_path) if p.startswith("sparsedp-restaurant-")]  # scratch removed
 
 
 def test_cli_chunked_release(tmp_path, capsys, monkeypatch):
