@@ -283,7 +283,7 @@ def test_cli_histogram_executor(tmp_path, capsys):
     assert main(args + ["--out", str(tmp_path / "o.npz")]) == 2  # not .npy / .zarr
     assert main(["histogram", str(data), "--epsilon", "1", "--chunk", "256", "--out", str(tmp_path / "o.npz")]) == 2
     assert main(args[:-2] + ["--chunk", "100", "--out", str(out)]) == 2
-    assert main(args + ["--method", "lue", "--out", str(out)]) == 2
+    assert main(args + ["--method", "privelet", "--out", str(out)]) == 2
     assert main(args + ["--scheduler", "tcp://127.0.0.1:1", "--out", str(out)]) == 2  # needs --executor dask
     assert "error" in capsys.readouterr().err
 

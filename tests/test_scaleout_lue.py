@@ -192,3 +192,26 @@ def test_on_a_dask_local_cluster():
         r = release_lue(x, 1.0, chunk=600, rng=6, executor=ex)
     assert r.executor == "dask" and r.chunks == base.chunks
     np.testing.assert_array_equal(r.estimate, base.estimate)
+
+
+def test_cli_method_lue_executor(tmp_path, capsys):
+    import json
+
+    from sparsedp.cli import main
+
+    x = _histogram(3000, 6)
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "out.npy"
+    args = ["histogram", str(tmp_path / "x.npy"), "--epsilon", "1", "--method", "lue", "--executor", "inprocess",
+            "--chunk", "400"]
+    assert main(args + ["--seed", "3", "--out", str(out)]) == 0
+    assert "NOT private" in capsys.readouterr().out
+    np.testing.assert_array_equal(np.load(out), release_lue(x, 1.0, chunk=400, rng=3).estimate)
+    meta = json.loads((tmp_path / "out.npy.release.json").read_text())
+    assert meta["method"] == "lue" and meta["tree"] == "sc" and meta["private"] is False
+    assert meta["ledger"][0]["epsilon"] == 1.0 and meta["largest_chunk"] <= 400
+    assert main(args + ["--tree", "kary", "--k", "4", "--seed", "3", "--out", str(out)]) == 0
+    np.testing.assert_array_equal(np.load(out), release_lue(x, 1.0, tree="kary", k=4, chunk=400, rng=3).estimate)
+    assert main(args + ["--column", "c", "--bins", "0", "10", "1", "--out", str(out)]) == 2
+    assert main(args + ["--out", str(tmp_path / "o.npz")]) == 2
+    assert "error" in capsys.readouterr().err

@@ -16,7 +16,9 @@ ADDRESS``); DATA is a ``.npy`` (memory-mapped) or ``.zarr`` array of counts, or 
 CSV file or a directory of them) with ``--column C --bins START STOP WIDTH`` (binned part by part on
 the workers, :func:`sparsedp.scaleout.release_records`; outside the domain refused unless
 ``--clip``), and ``--out`` a ``.npy`` / ``.zarr`` array of leaf estimates written block by block,
-with the ledger in ``OUT.release.json``.  A progress
+with the ledger in ``OUT.release.json``.  ``--method lue --executor ...`` publishes LUE-DPTree
+(``--tree sc|kary``, per-node budgets) chunk by chunk (:func:`sparsedp.scaleout.release_lue`): its
+chunks are the maximal tree nodes of at most ``--chunk`` leaves (default ``2^20``).  A progress
 bar counts chunks on a terminal.
 """
 
@@ -27,6 +29,8 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
+
+import numpy as np
 
 
 from ..io import Bins, load_histogram
@@ -53,8 +57,10 @@ def _histogram_scaleout(args: argparse.Namespace) -> int:
     from ..scaleout import release_hierarchical
 
     method = args.method or "boost"
-    if method not in ("boost", "boost-un"):
-        raise SparseDPError(f"--executor publishes --method boost or boost-un (BLUE) chunk by chunk; got {method!r}")
+    if method not in ("boost", "boost-un", "lue"):
+        raise SparseDPError(f"--executor publishes --method boost, boost-un or lue (BLUE) chunk by chunk; got {method!r}")
+    if method == "lue":
+        return _histogram_scaleout_lue(args)
     records = args.column is not None or args.bins is not None
     data = Path(args.data)
     if records and (args.column is None or args.bins is None):
@@ -91,6 +97,38 @@ def _histogram_scaleout(args: argparse.Namespace) -> int:
     noise = "exact discrete Laplace" if r.secure else "float Laplace (--float-noise)"
     print(f"{method}: published {r.n} bins at epsilon {r.epsilon} on {r.executor} ({r.chunks} chunks of {r.chunk} "
           f"leaves, k = {r.k}), {noise} noise in {r.timings['total']:.1f} s -> {args.out} (ledger: {side})")
+    if args.seed is not None:
+        print("WARNING: NOT private: --seed makes the noise reproducible (the ledger records private=False); "
+              "omit it for a real release.")
+    return 0
+
+
+def _histogram_scaleout_lue(args: argparse.Namespace) -> int:
+    """``--method lue --executor ...``: :func:`sparsedp.scaleout.release_lue` on a .npy / .zarr array."""
+    from ..errors import SparseDPError
+    from ..scaleout import release_lue
+
+    if args.column is not None or args.bins is not None or args.clip:
+        raise SparseDPError("--method lue with --executor publishes a .npy / .zarr array of counts; records "
+                            "(--column / --bins) are binned with --method boost or boost-un")
+    if Path(args.out).suffix not in (".npy", ".zarr"):
+        raise SparseDPError(f"--out must be a .npy or .zarr path with --executor, got {args.out}")
+    ex = _scaleout_executor(args)
+    try:
+        r = release_lue(args.data, args.epsilon, tree=args.tree, k=args.k, upper=args.upper, chunk=args.chunk,
+                        executor=ex, rng=args.seed, out=args.out, secure=not args.float_noise, progress=None)
+    finally:
+        ex.close()
+    meta = {"method": "lue", "tree": r.tree, "n": r.n, "k": r.k, "chunks": r.chunks, "largest_chunk":
+            int(np.diff(r.bounds).max()), "levels": r.levels, "nodes": r.nodes, "epsilon": r.epsilon,
+            "certified_loss": r.loss, "min_scale": r.min_scale, "max_scale": r.max_scale, "private": r.private,
+            "secure": r.secure, "executor": r.executor, "ledger": [r.ledger.as_dict()], "estimate": str(args.out)}
+    side = Path(str(args.out) + ".release.json")
+    side.write_text(json.dumps(meta, indent=1))
+    noise = "exact discrete Laplace" if r.secure else "float Laplace (--float-noise)"
+    print(f"lue: published {r.n} bins at epsilon {r.epsilon} on {r.executor} ({r.chunks} chunks of at most "
+          f"{meta['largest_chunk']} leaves, {r.tree} tree, k = {r.k}), {noise} noise in {r.timings['total']:.1f} s "
+          f"-> {args.out} (ledger: {side})")
     if args.seed is not None:
         print("WARNING: NOT private: --seed makes the noise reproducible (the ledger records private=False); "
               "omit it for a real release.")
@@ -181,7 +219,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "low bits, Mironov 2012: for experiments only; the file records secure=False)")
     h.add_argument("--out", required=True, help="output release file (.npz); with --executor the leaf estimates "
                    "(.npy or .zarr, written chunk by chunk) and OUT.release.json")
-    s = h.add_argument_group("scale-out (chunk by chunk, sparsedp.scaleout; --method boost or boost-un)")
+    s = h.add_argument_group("scale-out (chunk by chunk, sparsedp.scaleout; --method boost, boost-un or lue)")
     s.add_argument("--executor", choices=("inprocess", "threads", "dask"), default=None,
                    help="publish chunk by chunk on this executor (default: the whole array in this process)")
     s.add_argument("--scheduler", default=None, metavar="ADDRESS",
@@ -190,7 +228,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--worker-memory", default=None, metavar="SIZE",
                    help="memory limit per LocalCluster worker, e.g. 4GB (default: Dask's share of the machine)")
     s.add_argument("--chunk", type=int, default=None,
-                   help="leaves per task, a power of --k (default: the largest power of k up to 2^20)")
+                   help="leaves per task: boost / boost-un a power of --k (default: the largest power of k up to "
+                   "2^20); lue the largest chunk, whose roots are the maximal tree nodes of at most that many "
+                   "leaves (default 2^20)")
     h.set_defaults(func=_histogram)
     q = subparsers.add_parser(
         "query",
