@@ -63,7 +63,7 @@ def _up(q: Fraction) -> float:
 
 
 def _sparse(F: Any) -> sp.csr_matrix:
-    M = sp.csr_matrix(F, dtype=np.float64)
+    M = sp.csr_matrix(F, dtype=np.float64, copy=True)  # eliminate_zeros below must not touch the caller's factor
     if M.nnz and not np.all(np.isfinite(M.data)):
         raise ShapeError("a Kronecker factor contains NaN or infinite entries")
     M.eliminate_zeros()

@@ -324,12 +324,14 @@ def release_marginals(
     t2 = time.perf_counter()
     g = _grid(max_records)
     sigma2 = sel.sigma2.copy()
-    for _ in range(8):
+    for it in range(8):
         plans, total = _plans(sel, sigma2, bool(secure), g)
         if total <= Fraction(r):
             break
-        sigma2 = sigma2 * (float(total / Fraction(r)) * (1 + 1e-12))
-    else:  # pragma: no cover - the scaling converges in one or two steps
+        # the grid-rounding part of the loss does not shrink as 1 / sigma^2: a margin growing 100x
+        # per round (1e-12, 1e-10, ...) ends the loop in a few rounds for any such part
+        sigma2 = sigma2 * (float(total / Fraction(r)) * (1 + 1e-12 * 100.0**it))
+    else:  # pragma: no cover - the scaling converges in a few steps
         raise InvalidPrivacyParameterError("could not fit the residual plans into rho")
     t3 = time.perf_counter()
     cost = PrivacyCost(rho=r)
