@@ -240,8 +240,22 @@ class MatrixMechanism:
         return self._plan.measure(x, accountant=self.accountant, rng=rng, counts=counts,
                                   label=f"MatrixMechanism({self.M.name})")
 
-    def run(self, x: Any, rng: Any = None, method: str = "ls", *, counts: bool = True) -> Release:
-        """Measure, reconstruct (``ls``, ``nnls`` or ``l1``) and answer the workload."""
+    def run(self, x: Any, rng: Any = None, method: str = "ls", *, counts: bool = True, executor: Any = None,
+            chunk: int | None = None, out: Any = None, scratch: Any = None, progress: bool | None = None) -> Any:
+        """Measure, reconstruct (``ls``, ``nnls`` or ``l1``) and answer the workload.
+
+        Partitioned data (issue 14): when ``x`` is a ``.npy`` / ``.zarr`` path or a ``dask.array``, or
+        ``executor`` / ``out`` is given, a hierarchical strategy (``hierarchical(n, k)``) is measured
+        chunk by chunk through :func:`sparsedp.scaleout.release_hierarchical` (``executor``:
+        ``None``, ``"threads"``, ``"dask"``, a ``Client`` or an executor; ``chunk``: leaves per task,
+        a power of ``k``; ``out``: a ``.npy`` / ``.zarr`` path for ``x_hat``) and a
+        :class:`~sparsedp.scaleout.matrix.ScaleoutMatrixRelease` is returned: the same GLS estimate
+        for the same noise, one ledger entry; see :mod:`sparsedp.scaleout.matrix` for what differs."""
+        from .scaleout.matrix import is_partitioned, run_scaleout
+
+        if executor is not None or out is not None or chunk is not None or scratch is not None or is_partitioned(x):
+            return run_scaleout(self, x, rng=rng, method=method, counts=counts, executor=executor, chunk=chunk,
+                                out=out, scratch=scratch, progress=progress)
         meas = self.measure(x, rng=rng, counts=counts)
         rec = reconstruct(meas, method=method)
         return Release(self.W.matvec(rec.x), rec.x, meas, rec, workload=self.W)

@@ -12,11 +12,14 @@ two passes split at a subtree root), :mod:`~sparsedp.scaleout.subtree` (the per-
 :mod:`~sparsedp.scaleout.top` (the top measurement and solve), :mod:`~sparsedp.scaleout.release`
 (the driver), :mod:`~sparsedp.scaleout.records` (Parquet / CSV records binned into the leaf
 histogram part by part, then released), :mod:`~sparsedp.scaleout.lue` (LUE-DPTree: per-node
-budgets on SC / top-down k-ary trees, chunks that are subtrees of any shape).
+budgets on SC / top-down k-ary trees, chunks that are subtrees of any shape),
+:mod:`~sparsedp.scaleout.matrix` (``MatrixMechanism.run`` with a hierarchical strategy on
+partitioned data).
 """
 
 from .chunked import as_input, as_output, open_array
 from .lue import LUEScaleoutRelease, TopTree, TreeShape, chunk_roots, release_lue
+from .matrix import ScaleoutMatrixRelease, hierarchical_branching
 from .passes import UpwardState, downward, upward
 from .records import PartCounts, RecordPart, bin_to_histogram, record_parts, release_records
 from .release import ScaleoutRelease, chunk_seeds, release_hierarchical
@@ -30,6 +33,7 @@ __all__ = [
     "LUEScaleoutRelease",
     "PartCounts",
     "RecordPart",
+    "ScaleoutMatrixRelease",
     "ScaleoutRelease",
     "TopTree",
     "TreeShape",
@@ -43,6 +47,7 @@ __all__ = [
     "chunk_seeds",
     "default_chunk",
     "downward",
+    "hierarchical_branching",
     "level_budgets",
     "level_coverage",
     "open_array",
