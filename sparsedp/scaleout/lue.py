@@ -31,11 +31,13 @@ interval, else :class:`SparseDPError` (a block that cuts a subtree).
 Scales are the publishers' ``b_x = (1 + m) / eps_x`` rounded up, ``m = 2^-40 + nodes levels
 2^-58`` with the whole tree's node count and depth (summed / maximised over the chunks).
 
-**Privacy.**  One record changes one leaf, hence the counts of the nodes on one root-to-leaf path.
-For a leaf in chunk ``q`` the loss is the top rows above ``q`` (a certified sum of ``1 / b``
-rounded up, on the driver) plus the certified coverage loss of chunk ``q``'s measurement plan
-(``IntervalRows`` of its subtree, computed by the measurement path on the worker); both are known
-before anything is charged, and every chunk's sum must be at most ``epsilon``.  The rest (charge
+**Privacy.**  One record changes one leaf, hence the counts of the nodes on one root-to-leaf path,
+and a leaf's column of the measured matrix meets exactly those nodes.  Before anything is charged
+the driver certifies ``max_leaf sum_path 1 / b_x <= epsilon``: each term rounded up, each addition
+rounded up, the top tree's part on the driver continued by every chunk over its own paths (the
+measurement path may round scales up to its grid, which only lowers ``1 / b``).  Before drawing,
+each chunk also checks its measurement plan's own certified coverage loss plus the top rows above
+it against ``epsilon``.  The rest (charge
 once, per-chunk noise streams, retries, scratch) is :mod:`sparsedp.scaleout.release`'s, see
 ``docs/scaleout.md``.
 """
@@ -404,12 +406,25 @@ def _distinct(e: np.ndarray, margin: float, secure: bool) -> np.ndarray:
     return np.unique(np.nextafter(_scales(e, margin), np.inf))[:MAX_DISTINCT + 1]
 
 
-def bound_chunk(spec: LUESpec, root: ChunkRoot, left: float,
-                acc_parent: float | None) -> tuple[float, float, float, np.ndarray]:
-    """``(certified max path sum, smallest budget, largest budget, distinct scales)`` of one chunk
-    after ``spec.ops``."""
+def _inverse_scales(e: np.ndarray, margin: float) -> np.ndarray | None:
+    """``1 / b_x`` rounded up for the publishers' scales of ``e`` (``None`` when a budget is below
+    the smallest measurable one).  The measurement path only ever rounds scales up (the ``2^(k/64)``
+    grid), so these bound the measured rows' ``1 / b`` from above."""
+    if e.size and np.any(e < MIN_NODE_BUDGET):
+        return None
+    return np.nextafter(1.0 / _scales(e, margin), np.inf)
+
+
+def bound_chunk(spec: LUESpec, root: ChunkRoot, left: float, acc_parent: float | None,
+                inv_parent: float | None) -> tuple[float, float, float, np.ndarray, float]:
+    """``(certified max path sum of the budgets, smallest budget, largest budget, distinct scales,
+    certified max path sum of 1 / b)`` of one chunk after ``spec.ops``; the path sums continue the
+    top tree's certified sums at the root's parent (``acc_parent``, ``inv_parent``)."""
     t, e = _chunk_budgets(spec.shape, root, left, spec.ops)
-    return _path_bound(t, e, acc_parent), float(e.min()), float(e.max()), _distinct(e, spec.margin, spec.secure)
+    inv = _inverse_scales(e, spec.margin)
+    loss = math.inf if inv is None else _path_bound(t, inv, inv_parent)
+    return (_path_bound(t, e, acc_parent), float(e.min()), float(e.max()), _distinct(e, spec.margin, spec.secure),
+            loss)
 
 
 @dataclass(frozen=True)
@@ -457,21 +472,21 @@ def _plan(spec: LUESpec, root: ChunkRoot, left: float) -> _LUEChunkPlan:
 _cached_plan = _NodeBoundedCache(_plan, lambda c: c.plan.rows)
 
 
-def loss_chunk(spec: LUESpec, root: ChunkRoot, left: float) -> float:
-    """The certified loss of chunk ``root``'s measurement plan (its subtree rows at their scales)."""
-    return float(_cached_plan(spec, root, left).plan.loss)
-
-
-def measure_chunk(spec: LUESpec, root: ChunkRoot, left: float, loss: float, reader: BlockReader, seed: Any,
-                  scratch: str) -> ChunkSummary:
+def measure_chunk(spec: LUESpec, root: ChunkRoot, left: float, top_loss: float | None, epsilon: float,
+                  reader: BlockReader, seed: Any, scratch: str) -> ChunkSummary:
     """Measure one chunk's subtree (no charge: the driver charged once), run the upward pass, keep
-    the noisy measurements in a scratch file named for this attempt (as :func:`subtree.measure_chunk`)."""
+    the noisy measurements in a scratch file named for this attempt (as :func:`subtree.measure_chunk`).
+
+    Before drawing, the plan's own certified loss plus the top rows above the chunk (``top_loss``)
+    must be at most ``epsilon`` (the driver certified the path sums of ``1 / b`` before the charge;
+    this is the measurement path's check of the same leaves)."""
     import os
     import uuid
 
     cp = _cached_plan(spec, root, left)
-    if cp.plan.loss != loss:
-        raise SparseDPError(f"chunk {root.q}: plan loss {cp.plan.loss!r} differs from the certified {loss!r}")
+    total_loss = cp.plan.loss if top_loss is None else _add_up(float(top_loss), float(cp.plan.loss))
+    if not total_loss <= epsilon:
+        raise SparseDPError(f"chunk {root.q}: certified loss {total_loss!r} exceeds epsilon {epsilon!r}")
     x = reader.read()
     meas = cp.plan.measure(x, rng=_generator(seed), label=f"{spec.label} chunk {root.q}")  # validates, then draws
     total = _exact_total(np.asarray(x, dtype=np.float64), f"histogram[{reader.lo}:{reader.hi}]")
@@ -653,8 +668,8 @@ def release_lue(
     measured as ``h_x + Lap(b_x)`` (exact discrete Laplace by default), ``b_x = (1 + m) / eps_x``
     with the publisher's per-node budgets ``eps_x`` (CNP + NPBD for uniform ranges, every
     root-to-leaf path summing to at most ``epsilon``).  Sensitivity: one record moves the nodes on
-    one path by one, so the loss is ``max_leaf sum_path 1 / b_x <= epsilon``, certified per chunk
-    (top rows above it plus its own plan's coverage) before anything is charged.  The estimate is
+    one path by one, so the loss is ``max_leaf sum_path 1 / b_x <= epsilon``, certified (rounded up)
+    over every path before anything is charged, and per chunk by its plan's own coverage before drawing.  The estimate is
     the BLUE under consistency (the O(n) two-pass split at the chunk roots), equal to
     ``LUEDPTree(...).fit`` with the same noise (``tests/test_scaleout_lue.py``: ``1e-9``).
 
@@ -720,43 +735,47 @@ def release_lue(
         ops: list[tuple[str, float]] = []
         floored = not secure
 
-        def bounds_of(ops_now: list) -> tuple[float, float, float, np.ndarray, int]:
+        inner = top.inner
+
+        def bounds_of(ops_now: list) -> dict:
             s = LUESpec(shape, secure, tuple(ops_now), margin, label=spec.label)
             e_top = _apply(e_top0, tuple(ops_now))
             acc = _top_acc(top, e_top)
+            inv = np.zeros(top.size)
+            inv_inner = _inverse_scales(e_top[inner], margin)
+            inv[inner] = np.inf if inv_inner is None else inv_inner
+            acc_inv = _top_acc(top, inv)
             accp = [None if p < 0 else float(acc[p]) for p in parents]
-            res = _run(ex, bound_chunk, [[s] * m, roots, lefts, accp], m, "budgets", progress)
-            e_inner = e_top[top.inner]
-            lo_e = min(min(r[1] for r in res), float(e_inner.min()) if e_inner.size else math.inf)
-            hi_e = max(max(r[2] for r in res), float(e_inner.max()) if e_inner.size else 0.0)
+            invp = [None if p < 0 else float(acc_inv[p]) for p in parents]
+            res = _run(ex, bound_chunk, [[s] * m, roots, lefts, accp, invp], m, "budgets", progress)
+            e_inner = e_top[inner]
             distinct = np.unique(np.concatenate([r[3] for r in res] + [_distinct(e_inner, margin, secure)]))
-            return max(r[0] for r in res), lo_e, hi_e, e_top, int(distinct.size)
+            return dict(B=max(r[0] for r in res), e_top=e_top, distinct=int(distinct.size), top_loss=invp,
+                        e_min=min([r[1] for r in res] + ([float(e_inner.min())] if e_inner.size else [])),
+                        e_max=max([r[2] for r in res] + ([float(e_inner.max())] if e_inner.size else [])),
+                        loss=max(r[4] for r in res))
 
         for _ in range(2 * _MAX_ROUNDS):
-            B, e_min, e_max, e_top, n_distinct = bounds_of(ops)
-            if B > eps:
-                ops.append(("scale", float(np.nextafter(eps / B, 0.0))))
+            b = bounds_of(ops)
+            if b["B"] > eps:
+                ops.append(("scale", float(np.nextafter(eps / b["B"], 0.0))))
                 continue
             if not floored:  # publishers._secure_floor: once, after the first normalisation
                 floored = True
-                if e_min < SECURE_MIN_BUDGET:
+                if b["e_min"] < SECURE_MIN_BUDGET:
                     ops.append(("floor", SECURE_MIN_BUDGET))
                     continue
             break
         else:  # pragma: no cover
             raise SparseDPError(f"could not normalise the budgets to epsilon {eps!r}")
-        spec = LUESpec(shape, secure, tuple(ops), margin, n_distinct > MAX_DISTINCT, spec.label)
-        inner = top.inner
-        top_scales = _plan_scales(e_top[inner], spec) if inner.size else np.zeros(0)
-        # certified loss per chunk: the top rows above it (1/b rounded up, added rounded up) + its plan
-        chunk_losses = _run(ex, loss_chunk, [[spec] * m, roots, lefts], m, "plans", progress)
-        inv = np.zeros(top.size)
-        inv[inner] = np.nextafter(1.0 / top_scales, np.inf)
-        top_acc = _top_acc(top, inv)
-        losses = [float(cl) if p < 0 else _add_up(float(top_acc[p]), float(cl)) for p, cl in zip(parents, chunk_losses)]
-        loss = max(losses)
+        e_top, e_min, e_max = b["e_top"], b["e_min"], b["e_max"]
+        spec = LUESpec(shape, secure, tuple(ops), margin, b["distinct"] > MAX_DISTINCT, spec.label)
+        # the certified loss of every leaf: its path's 1 / b (rounded up, added rounded up), top rows included;
+        # the path only rounds scales up, and a leaf's column meets exactly the nodes of its path
+        loss = float(b["loss"])
         if not loss <= eps:
             raise InvalidPrivacyParameterError(f"the certified loss {loss!r} of the tree exceeds epsilon {eps!r}")
+        _scales(np.array([e_min, e_max]), margin)  # budgets below the smallest measurable one: refused here
         tplan = None
         if inner.size:
             cidx = np.searchsorted(bounds, top.lo[inner]), np.searchsorted(bounds, top.hi[inner])
@@ -788,7 +807,7 @@ def release_lue(
         else:
             Path(scratch).mkdir(parents=True, exist_ok=True)
             scratch_dir = tempfile.mkdtemp(prefix="sparsedp-scaleout-", dir=str(scratch))
-        summaries = _run(ex, measure_chunk, [[spec] * m, roots, lefts, chunk_losses, readers, seeds[:m],
+        summaries = _run(ex, measure_chunk, [[spec] * m, roots, lefts, b["top_loss"], [eps] * m, readers, seeds[:m],
                                              [scratch_dir] * m], m, "measure", progress)
         timings["measure+upward"] = time.perf_counter() - t0
         for s, t in zip(summaries, totals):
