@@ -132,6 +132,9 @@ def test_publisher_release_and_executors(tmp_path):
         r = LUEDPTree(1.0, tree="kary", k=4).release(str(tmp_path / "x.npy"), executor=ex, chunk=200, rng=3,
                                                      out=tmp_path / "o.npy")
     np.testing.assert_array_equal(r.load(), base.estimate)
+    import os
+
+    assert not [p for p in os.listdir(tmp_path) if p.startswith("sparsedp-scaleout-")]  # scratch removed
     for kw in ({"queries": [[0, 3]]}, {"objective": "gls"}, {"whole_domain": 0.5}, {"consistency": False},
                {"eps_per_node": np.ones(3)}):
         with pytest.raises(SparseDPError, match="scale-out"):

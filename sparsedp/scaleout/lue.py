@@ -44,6 +44,7 @@ once, per-chunk noise streams, retries, scratch) is :mod:`sparsedp.scaleout.rele
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import shutil
 import sys
@@ -264,6 +265,7 @@ class ChunkRoot:
     plo: int
     phi: int
     depth: int
+    coef: str | None = None  # the scratch file of its subtree and budget shares (after the first pass)
 
 
 @dataclass(frozen=True)
@@ -273,8 +275,22 @@ class _ChunkCoefficients:
     K: float  # the root's K_x
 
 
+_TREE_FIELDS = ("lo", "hi", "parent", "child_start", "level_start")
+
+
 def _coefficients(shape: TreeShape, root: ChunkRoot) -> _ChunkCoefficients:
-    """Coverage (eq. 3.5) and the CNP bottom-up pass of ``allocate_budget`` on one chunk's subtree."""
+    """Coverage (eq. 3.5) and the CNP bottom-up pass of ``allocate_budget`` on one chunk's subtree;
+    read back from ``root.coef`` (written by :func:`prepare_chunk`, the tree validated again) when
+    there is one, instead of growing the subtree again."""
+    if root.coef is not None:
+        from ..trees.build import IntervalTree
+
+        with np.load(root.coef, allow_pickle=False) as f:
+            t = IntervalTree._from_fresh_arrays(root.hi - root.lo, *(f[k].astype(np.int64) for k in _TREE_FIELDS))
+            frac, K = f["frac"].astype(np.float64), float(f["K"])
+        if frac.shape != (t.size,) or int(t.lo[0]) != 0 or int(t.hi[0]) != root.hi - root.lo:
+            raise SparseDPError(f"{root.coef}: not the subtree of chunk {root.q}")
+        return _ChunkCoefficients(t, frac, K)
     t = shape.subtree(root.lo, root.hi)
     n = shape.n
     N = (t.lo + root.lo + 1.0) * (n - (t.hi + root.lo) + 1.0)  # as coverage._contain_counts, global bins
@@ -388,15 +404,25 @@ class LUESpec:
     label: str = "scaleout lue"
 
 
-def prepare_chunk(spec: LUESpec, root: ChunkRoot, reader: BlockReader) -> tuple[int, float, float, int, int]:
+def prepare_chunk(spec: LUESpec, root: ChunkRoot, reader: BlockReader,
+                  scratch: str) -> tuple[int, float, float, int, int, str]:
     """Validate one block and run its bottom-up budget pass: ``(exact total, K_root, share_root,
-    nodes, levels)``.  No noise."""
+    nodes, levels, file)``; the subtree and its shares go to ``file`` in ``scratch`` (the later
+    passes read them instead of growing the subtree again; data-independent, so a rerun writes the
+    same).  No noise."""
+    import os
+    import uuid
+
     x = reader.read()
     name = f"histogram[{reader.lo}:{reader.hi}]"
     xv = check_counts(x, reader.hi - reader.lo, name)
     total = _exact_total(xv, name)
     cc = _cached_coefficients(spec.shape, root)
-    return total, cc.K, float(cc.frac[0]), cc.tree.size, cc.tree.levels
+    path = os.path.join(scratch, f"coef{root.q:07d}-{uuid.uuid4().hex}.npz")
+    with open(path + ".part", "wb") as fh:
+        np.savez(fh, frac=cc.frac, K=np.float64(cc.K), **{k: getattr(cc.tree, k) for k in _TREE_FIELDS})
+    os.replace(path + ".part", path)
+    return total, cc.K, float(cc.frac[0]), cc.tree.size, cc.tree.levels, path
 
 
 def _distinct(e: np.ndarray, margin: float, secure: bool) -> np.ndarray:
@@ -492,7 +518,7 @@ def measure_chunk(spec: LUESpec, root: ChunkRoot, left: float, top_loss: float |
     total = _exact_total(np.asarray(x, dtype=np.float64), f"histogram[{reader.lo}:{reader.hi}]")
     path = os.path.join(scratch, f"chunk{root.q:07d}-{uuid.uuid4().hex}.npy")
     with open(path + ".part", "wb") as fh:
-        np.save(fh, meas.y)
+        np.save(fh, np.stack([meas.y, cp.variances]))  # the noisy rows and their (public) BLUE weights
     os.replace(path + ".part", path)
     z, var = upward(cp.plans, cp.level_start, meas.y, cp.variances, overwrite=True).root
     return ChunkSummary(root.q, z, var, total, path)
@@ -500,13 +526,15 @@ def measure_chunk(spec: LUESpec, root: ChunkRoot, left: float, top_loss: float |
 
 def release_chunk(spec: LUESpec, root: ChunkRoot, left: float, summary: ChunkSummary, root_value: float,
                   writer: BlockWriter) -> Any:
-    """Final leaf estimates of one chunk from its stored measurements and its root's final value."""
-    cp = _cached_plan(spec, root, left)
-    y = np.load(summary.path, allow_pickle=False)
-    if y.shape != (cp.plan.rows,):
-        raise SparseDPError(f"{summary.path}: {y.shape} measurements for a {cp.plan.rows}-node subtree")
-    state = upward(cp.plans, cp.level_start, y, cp.variances, overwrite=True)
-    leaves = downward(cp.plans, state, root_value)[cp.leaves]
+    """Final leaf estimates of one chunk from its stored measurements (and their variances, stored
+    with them) and its root's final value: no plan is rebuilt, only the subtree's shape."""
+    t = _cached_coefficients(spec.shape, root).tree
+    yv = np.load(summary.path, allow_pickle=False)
+    if yv.shape != (2, t.size):
+        raise SparseDPError(f"{summary.path}: {yv.shape} stored rows for a {t.size}-node subtree")
+    y, v = yv[0].copy(), yv[1]
+    state = upward(t.plan, t.level_start, y, v, overwrite=True)
+    leaves = downward(t.plan, state, root_value)[t.leaves]
     return float(leaves.sum()), writer.write(leaves)
 
 
@@ -715,7 +743,14 @@ def release_lue(
     try:
         # 1. validate every block and run its bottom-up budget pass (no noise, no charge)
         t0 = time.perf_counter()
-        prep = _run(ex, prepare_chunk, [[spec] * m, roots, readers], m, "validate", progress)
+        if scratch is None:
+            base = None if dst.path is None else str(Path(dst.path).parent)
+            scratch_dir = tempfile.mkdtemp(prefix="sparsedp-scaleout-", dir=base)
+        else:
+            Path(scratch).mkdir(parents=True, exist_ok=True)
+            scratch_dir = tempfile.mkdtemp(prefix="sparsedp-scaleout-", dir=str(scratch))
+        prep = _run(ex, prepare_chunk, [[spec] * m, roots, readers, [scratch_dir] * m], m, "validate", progress)
+        roots = [dataclasses.replace(r, coef=p[5]) for r, p in zip(roots, prep)]
         totals = [int(r[0]) for r in prep]
         grand = sum(totals)
         if grand > MAX_MAGNITUDE:
@@ -801,12 +836,6 @@ def release_lue(
             tgen = _generator(seeds[-1])
             y[inner] = tplan.measure(np.asarray(totals, dtype=np.int64), rng=tgen, label=f"{label}: top nodes").y
             v[inner] = np.maximum(tplan.variances(), MIN_VARIANCE)
-        if scratch is None:
-            base = None if dst.path is None else str(Path(dst.path).parent)
-            scratch_dir = tempfile.mkdtemp(prefix="sparsedp-scaleout-", dir=base)
-        else:
-            Path(scratch).mkdir(parents=True, exist_ok=True)
-            scratch_dir = tempfile.mkdtemp(prefix="sparsedp-scaleout-", dir=str(scratch))
         summaries = _run(ex, measure_chunk, [[spec] * m, roots, lefts, b["top_loss"], [eps] * m, readers, seeds[:m],
                                              [scratch_dir] * m], m, "measure", progress)
         timings["measure+upward"] = time.perf_counter() - t0
@@ -839,5 +868,6 @@ def release_lue(
         n=n, tree=shape.kind, k=shape.k, chunks=m, bounds=bounds, levels=levels, nodes=nodes, epsilon=eps, loss=loss,
         min_scale=float(entry.scale_min), max_scale=float(entry.scale_max), top=top, top_values=top_values,
         estimate=estimate, out=dst.path, ledger=entry, private=not seeded, secure=secure, executor=ex.name,
-        spec=spec, roots=tuple(roots), lefts=tuple(lefts), top_plan=tplan, timings=timings,
+        spec=spec, roots=tuple(dataclasses.replace(r, coef=None) for r in roots), lefts=tuple(lefts), top_plan=tplan,
+        timings=timings,
     )
