@@ -12,6 +12,11 @@ chunks of ``2^20`` leaves, exact noise from OS entropy, epsilon 1) on:
 * ``inprocess-boost``: ``Boost(1, k=16).fit`` on the whole array in memory (the publisher; same
   tree and scales), at sizes up to ``--inprocess-max`` (it holds everything: ~3 GB at 2^24).
 
+LUE-DPTree rows (``--lue-sizes``, log2; none by default): ``lue-chunked`` =
+``sparsedp.scaleout.release_lue`` (SC tree, per-node budgets, chunks of at most ``2^20`` leaves) on
+the in-process executor, output to a ``.npy`` file, against ``lue-whole`` = ``LUEDPTree(1).fit`` on
+the whole array in memory, ``--lue-reps`` times each, interleaved, medians, and their ratio.
+
 Each configuration runs in its own subprocess, so that process's peak RSS is the driver's memory.
 Reported: wall seconds (per phase for the chunked runs), peak RSS of the driver and of every
 worker (``VmHWM``; fresh workers per size; file pages of the memory-mapped input count while mapped), the bytes moved (``driver->workers``: pickled task
@@ -22,7 +27,8 @@ is shared with other jobs: timings are noisy (they say so in the results).  BLAS
 thread (not used by these kernels).
 
     python benchmarks/bench_scaleout.py [--sizes 24 26 28] [--workers 2] [--memory 4GB] [--dir /tmp]
-        [--inprocess-max 24] [--chunked-max 28] [--out benchmarks/results/scaleout.json]
+        [--inprocess-max 24] [--chunked-max 28] [--lue-sizes 24] [--lue-reps 2]
+        [--out benchmarks/results/scaleout.json]
 """
 
 from __future__ import annotations
@@ -100,7 +106,24 @@ def run_one(mode: str, path: str, out: str, workers: int, memory: str) -> dict:
     n = int(np.load(path, mmap_mode="r").shape[0])
     res: dict = {"mode": mode, "n": n}
     with blas_threads(1):
-        if mode == "inprocess-boost":
+        if mode == "lue-whole":
+            from sparsedp.trees import LUEDPTree
+
+            t0 = time.perf_counter()
+            x = np.load(path)
+            pub = LUEDPTree(EPSILON).fit(x)
+            res["seconds"] = time.perf_counter() - t0
+            res["nodes"], res["levels"] = int(pub.tree_.size), int(pub.tree_.levels)
+            res["checksum"] = float(pub.release_.estimate.sum())
+        elif mode == "lue-chunked":
+            from sparsedp.scaleout import release_lue
+
+            r = release_lue(path, EPSILON, out=out)
+            res["seconds"] = r.timings["total"]
+            res["phases"] = r.timings
+            res["chunks"], res["largest_chunk"] = r.chunks, int(np.diff(r.bounds).max())
+            res["nodes"], res["levels"], res["k"] = r.nodes, r.levels, r.k
+        elif mode == "inprocess-boost":
             from sparsedp.trees import Boost
 
             t0 = time.perf_counter()
@@ -150,9 +173,46 @@ def spawn(mode: str, path: Path, out: Path, args: argparse.Namespace) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def run_lue(args: argparse.Namespace, base: Path) -> list:
+    """LUE-DPTree: chunked (in-process executor) vs the whole-array publisher, interleaved, medians."""
+    out_rows = []
+    for lg in args.lue_sizes:
+        n = 2**lg
+        path = base / f"lue{lg}.npy"
+        make_input(path, n)
+        runs: dict[str, list] = {"lue-chunked": [], "lue-whole": []}
+        for rep in range(args.lue_reps):
+            order = ("lue-chunked", "lue-whole") if rep % 2 == 0 else ("lue-whole", "lue-chunked")
+            for mode in order:
+                out = base / f"lue-out{lg}.npy"
+                runs[mode].append(spawn(mode, path, out, args))
+                out.unlink(missing_ok=True)
+        row: dict = {"log2_n": lg, "n": n, "runs": runs}
+        ok = {m: [r for r in rs if "error" not in r] for m, rs in runs.items()}
+        for mode, rs in ok.items():
+            if rs:
+                row[mode] = {"median_seconds": float(np.median([r["seconds"] for r in rs])),
+                             "peak_rss_mb": float(max(r["driver_peak_rss_mb"] for r in rs))}
+            for r in runs[mode]:
+                if "error" in r:
+                    print(f"2^{lg:<4} {mode:>18} FAILED: {r['error'][-300:]}")
+        if all(ok.values()):
+            row["ratio_chunked_vs_whole"] = row["lue-chunked"]["median_seconds"] / row["lue-whole"]["median_seconds"]
+            row["memory_ratio_chunked_vs_whole"] = row["lue-chunked"]["peak_rss_mb"] / row["lue-whole"]["peak_rss_mb"]
+        for mode in ("lue-chunked", "lue-whole"):
+            if mode in row:
+                print(f"2^{lg:<4} {mode:>18} {row[mode]['median_seconds']:9.2f} {row[mode]['peak_rss_mb']:10.0f} "
+                      f"{'':>10} {row.get('ratio_chunked_vs_whole', float('nan')) if mode == 'lue-chunked' else 1.0:7.2f}")
+        out_rows.append(row)
+        path.unlink(missing_ok=True)
+    return out_rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", type=int, nargs="+", default=[24, 26, 28], help="log2 of n")
+    ap.add_argument("--sizes", type=int, nargs="*", default=[24, 26, 28], help="log2 of n")
+    ap.add_argument("--lue-sizes", type=int, nargs="*", default=[], help="log2 of n for the LUE-DPTree rows")
+    ap.add_argument("--lue-reps", type=int, default=2, help="repetitions of each LUE run (interleaved; medians)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--memory", default="4GB", help="memory limit per worker")
     ap.add_argument("--dir", default="/tmp", help="where the input and output files go (deleted after)")
@@ -200,6 +260,7 @@ def main() -> None:
                       f"{r.get('worker_peak_rss_mb', float('nan')):10.0f} {ratio:7.2f}")
             results.append({"log2_n": lg, "n": n, "generate_seconds": gen, "runs": rows})
             path.unlink(missing_ok=True)
+        lue_results = run_lue(args, base)
     finally:
         for p in base.glob("*"):
             p.unlink(missing_ok=True)
@@ -214,13 +275,20 @@ def main() -> None:
         "results": results,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    if len(args.sizes) and Path(args.out).exists():
+    if Path(args.out).exists():
         try:
             old = json.loads(Path(args.out).read_text())
             keep = [r for r in old.get("results", []) if r["log2_n"] not in args.sizes]
             doc["results"] = sorted(keep + results, key=lambda r: r["log2_n"])
+            if not args.sizes:  # an LUE-only run keeps the earlier run's description
+                doc.update({k: v for k, v in old.items() if k not in ("results", "lue")})
+            keep_lue = [r for r in old.get("lue", []) if r["log2_n"] not in args.lue_sizes]
+            lue_results = sorted(keep_lue + lue_results, key=lambda r: r["log2_n"])
         except (ValueError, KeyError):
             pass
+    if lue_results:
+        doc["lue"] = lue_results
+        doc["lue_command"] = "python " + " ".join(["benchmarks/bench_scaleout.py"] + sys.argv[1:])
     Path(args.out).write_text(json.dumps(doc, indent=1))
     print(f"wrote {args.out}")
 
