@@ -1,6 +1,6 @@
 """The restaurant's trees x span release (seed 002) on partitioned data, chunk by chunk.
 
-:func:`~sparsedp.consistency.restaurant.restaurant_release` measures every item's binary tree over
+:func:`~sparsedp.consistency.restaurant_release` measures every item's binary tree over
 the ``T`` days (one row per (node, item), homoscedastic Laplace ``b = 5 h / eps``, ``Delta_1 = 5 h``
 for one order of at most 5 items) and projects the noisy values onto the feasible set
 ``{(A (x) K) c}`` (parents = sums of children, every node's 5 items in the span of the combos,
@@ -436,7 +436,7 @@ def release_restaurant(
 ) -> ScaleoutRestaurantRelease:
     """Publish the restaurant's consistent item trees (seed 002) chunk by chunk over the days.
 
-    Mechanism (as :func:`~sparsedp.consistency.restaurant.restaurant_release`): every (node ``u``,
+    Mechanism (as :func:`~sparsedp.consistency.restaurant_release`): every (node ``u``,
     item ``i``) of the binary time tree (``h`` levels) is measured as ``s_i(I_u) + Lap(b)``, exact
     discrete Laplace by default, ``b = 5 h / epsilon`` rounded up with a ``2^-40`` margin.
     Sensitivity: one order adds one combo (L1 norm at most 5) to one day, which lies in one node per
@@ -447,7 +447,7 @@ def release_restaurant(
 
     ``data``: daily item sales ``(days, 5)`` (columns cola, burger, wings, fries, nuggets): a
     ``.npy`` (memory-mapped) / ``.zarr`` path, a ``dask.array``, a numpy array or a
-    :class:`~sparsedp.consistency.restaurant.RestaurantSales`.  Each day must be ``orders @ COMBOS``
+    :class:`~sparsedp.consistency.RestaurantSales`.  Each day must be ``orders @ COMBOS``
     for non-negative integer orders.  ``chunk``: days per task, a power of 2 (default: the input's
     own aligned blocks, else the largest power of 2 up to ``2^18``).  ``executor``, ``rng``,
     ``out``, ``scratch``, ``progress``: as :func:`~sparsedp.scaleout.release.release_hierarchical`
