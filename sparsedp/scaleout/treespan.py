@@ -95,6 +95,22 @@ class SpanChunkSpec:
 
 
 @dataclass(frozen=True)
+class _ChunkShape:
+    """The two passes' shape data of a chunk subtree (no measurement plan: cheap to build)."""
+
+    level_start: np.ndarray
+    plans: tuple[LevelPlan, ...]
+    nodes: int
+
+
+@lru_cache(maxsize=4)
+def _chunk_shape(levels: int, length: int) -> _ChunkShape:
+    layout = chunk_layout(length, 2, levels)
+    _, level_start, plans = bfs_plan(layout)
+    return _ChunkShape(level_start, plans, layout.nodes)
+
+
+@dataclass(frozen=True)
 class _ChunkPlan:
     plan: MeasurementPlan
     level_start: np.ndarray
@@ -103,11 +119,10 @@ class _ChunkPlan:
 
 
 def _build_plan(levels: int, scale: float, secure: bool, length: int) -> _ChunkPlan:
-    layout = chunk_layout(length, 2, levels)
-    rows = restaurant_rows(layout)  # (node, item) rows over the item-major sales of the chunk
+    rows = restaurant_rows(chunk_layout(length, 2, levels))  # (node, item) rows over the chunk's item-major sales
     plan = plan_measurement(rows, scales=scale, unit=ORDER_L1, noise="laplace", secure=secure)
-    _, level_start, plans = bfs_plan(layout)
-    return _ChunkPlan(plan, level_start, plans, layout.nodes)
+    sh = _chunk_shape(levels, length)
+    return _ChunkPlan(plan, sh.level_start, sh.plans, sh.nodes)
 
 
 _cached_plan = lru_cache(maxsize=4)(_build_plan)
@@ -197,7 +212,7 @@ def release_sales_chunk(spec: SpanChunkSpec, summary: SpanChunkSummary, root: tu
     5 values = the float sum of its leaves, bottom-up; the leaves or None)``.  Draws no noise."""
     C = np.load(summary.path, allow_pickle=False)
     length = writer.hi - writer.lo
-    cp = _chunk_plan(spec, length)
+    cp = _chunk_shape(spec.levels, length)  # the tree's shape only: the release pass builds no measurement plan
     if C.shape != (cp.nodes, _Q.shape[1]):
         raise SparseDPError(f"{summary.path}: {C.shape} coordinates for a {cp.nodes}-node subtree")
     ones = np.ones(cp.nodes)
