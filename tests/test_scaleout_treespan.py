@@ -11,6 +11,7 @@ from sparsedp.consistency import restaurant_constraints, solve
 from sparsedp.consistency.restaurant import COMBOS, restaurant, restaurant_rows
 from sparsedp.errors import (
     BudgetExceededError,
+    InputBoundError,
     InvalidPrivacyParameterError,
     NonFiniteInputError,
     ShapeError,
@@ -155,12 +156,14 @@ def _bad(kind):
         x = x[:, :4]
     elif kind == "1d":
         x = x[:, 0]
+    elif kind == "total":  # every day at most 2^50, but the cola tree's root 2^51
+        x[:2] = COMBOS[0] * 2**49
     return x
 
 
 @pytest.mark.parametrize("kind,err", [("nan", NonFiniteInputError), ("negative", SparseDPError),
                                       ("fraction", SparseDPError), ("not-combos", SparseDPError),
-                                      ("shape", ShapeError), ("1d", ShapeError)])
+                                      ("shape", ShapeError), ("1d", ShapeError), ("total", InputBoundError)])
 def test_bad_input_refused_before_charge_and_noise(monkeypatch, kind, err):
     calls = []
     monkeypatch.setattr(MeasurementPlan, "measure", lambda self, *a, **kw: calls.append(1))
