@@ -51,6 +51,7 @@ saved state continues the release that was charged when it was created and charg
 
 from __future__ import annotations
 
+import copy
 import math
 from fractions import Fraction
 from typing import Any, Callable, Iterable
@@ -63,7 +64,7 @@ from ..errors import BudgetExceededError, InputBoundError, InvalidPrivacyParamet
 from ..intervals import IntervalRows
 from ..measure import MeasurementPlan, NoiseStream, plan_measurement
 from ..noise import MAX_DISCRETE_SCALE, discrete_gaussian_variance
-from ..privacy import Accountant, LedgerEntry, PrivacyCost
+from ..privacy import Accountant, PrivacyCost
 from ..validation import MAX_MAGNITUDE
 from .fenwick import check_horizon
 
@@ -484,6 +485,72 @@ class StreamingCounter:
     def _step(self, a: float) -> float:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    # ---- test hooks: many independent releases of one plan (suite speed) ---------------------
+    def _offsets_for(self, z: np.ndarray) -> np.ndarray:
+        """Test hook: the offsets ``s~_t - s_t`` (``t = 1 .. horizon``) this counter releases when its
+        plan's noise is ``z`` (one value per row, data units).  Runs this counter's own steps on a
+        copy made before its first step, fed ``z`` instead of its noise stream, on all-zero data
+        (the offsets do not depend on the data: :mod:`.adaptive`).  Nothing is drawn or charged."""
+        if self.t:
+            raise SparseDPError("_offsets_for needs a counter before its first step")
+        assert self.plan is not None
+        clone = copy.deepcopy(self, {id(self.plan): self.plan, id(self._noise): None})
+        clone._noise = _GivenNoise(np.asarray(z, dtype=np.float64), self._noise)
+        return clone.run(np.zeros(self.horizon))
+
+    def _offset_matrix(self) -> np.ndarray:
+        """Test hook: ``B`` (``horizon x rows``) with offsets ``e = B z`` for the plan's noise ``z``:
+        column ``j`` is :meth:`_offsets_for` the ``j``-th unit vector (the offsets are linear in the
+        noise; tests check ``B z`` against the counter's own releases for the noise it drew)."""
+        assert self.plan is not None
+        eye = np.eye(self.plan.rows)
+        return np.column_stack([self._offsets_for(eye[j]) for j in range(self.plan.rows)])
+
+    def _draw_offsets(self, k: int, rng: Any) -> np.ndarray:
+        """Test hook: the offsets of ``k`` independent releases (``k x horizon``): ``k`` noise vectors
+        of this counter's plan, each from its own :meth:`MeasurementPlan.noise_stream` (the one
+        measurement path; no accountant), drawn as the counter draws them (one batch of every row),
+        times :meth:`_offset_matrix`.  The same draws as ``k`` counters would make, one plan built."""
+        assert self.plan is not None
+        plan = self.plan
+        Z = np.stack([plan.noise_stream(rng=rng, chunk=plan.rows).all() for _ in range(int(k))])
+        return Z @ self._offset_matrix().T
+
+
+class _GivenNoise:
+    """Stands in for a counter's :class:`RowNoise` in the test hooks: hands out the given ``z`` with
+    the same interface (``draw``, ``at``, ``skip_to``, ``all``, ``next_row``, ``private``)."""
+
+    def __init__(self, z: np.ndarray, like: RowNoise | None) -> None:
+        self._z = z
+        self.rows = z.size
+        self._row = 0
+        self.private = False if like is None else like.private
+
+    @property
+    def next_row(self) -> int:
+        return self._row
+
+    def draw(self) -> float:
+        if self._row >= self.rows:
+            raise SparseDPError("every noise row of this counter has been used")
+        self._row += 1
+        return float(self._z[self._row - 1])
+
+    def at(self, row: int) -> float:
+        if row < self._row:
+            raise SparseDPError(f"noise row {row} was already used: a row's noise is drawn once")
+        self._row = int(row)
+        return self.draw()
+
+    def skip_to(self, row: int) -> None:
+        self._row = max(self._row, int(row))
+
+    def all(self) -> np.ndarray:
+        out = self._z[self._row:].copy()
+        self._row = self.rows
+        return out
+
 
 class OffsetCounter(StreamingCounter):
     """Base of the counters that release ``s~_t = s_t + e_t`` with every offset ``e = B z`` computed
@@ -519,6 +586,15 @@ class OffsetCounter(StreamingCounter):
     def _step(self, a: float) -> float:
         self._s += a
         return self._s + self._offsets[self.t]
+
+    def _offsets_from(self, z: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
+        """The offsets ``e`` for the plan's noise ``z`` (what the constructor computes)."""
+        raise NotImplementedError
+
+    def _offsets_for(self, z: np.ndarray) -> np.ndarray:
+        """Test hook (see :meth:`StreamingCounter._offsets_for`): the constructor's own offsets
+        computation (:meth:`_offsets_from`) applied to ``z``."""
+        return np.asarray(self._offsets_from(np.asarray(z, dtype=np.float64)), dtype=np.float64)
 
 
 def fenwick_rows(N: int, name: str = "fenwick") -> IntervalRows:

@@ -414,8 +414,13 @@ class GLSTreeCounter(OffsetCounter):
 
         self._make_plan(build)
         self._open(accountant, rng)  # charges, before the noise of every node is drawn, below
-        _, self._v_nodes, offsets = _offsets(self.layout, measured[0], self.plan, self._noise.all())
+        self._measured = measured[0]
+        _, self._v_nodes, offsets = _offsets(self.layout, self._measured, self.plan, self._noise.all())
         self._offsets = offsets.tolist()
+
+    def _offsets_from(self, z: np.ndarray) -> np.ndarray:
+        """``e = W G z`` for the measured nodes' noise ``z`` (what the constructor computes)."""
+        return _offsets(self.layout, self._measured, self.plan, z)[2]
 
     def measured_strategy(self) -> sp.csr_matrix:
         """The tree's rows (root first, 0/1), unmeasured levels (a root of weight 0) left out; the

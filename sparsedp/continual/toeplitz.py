@@ -453,7 +453,18 @@ class ToeplitzCounter(StreamingCounter):
         if self.secure and self.release == "offsets":
             assert self._noise is not None
             z = self._noise.all()  # data units: g k, exact (g a power of two)
-            self._offsets = scipy.signal.fftconvolve(self._b_exact, z)[: self.horizon].tolist()
+            self._offsets = self._offsets_from(z).tolist()
+
+    def _offsets_from(self, z: np.ndarray) -> np.ndarray:
+        """``e = B' z`` (exact noise, ``release="offsets"``): what :meth:`_open` computes."""
+        return scipy.signal.fftconvolve(self._b_exact, z)[: self.horizon]
+
+    def _offsets_for(self, z: np.ndarray) -> np.ndarray:
+        """Test hook (:meth:`StreamingCounter._offsets_for`); exact noise with ``release="offsets"``
+        draws every ``z`` at creation, so its offsets are :meth:`_offsets_from` (the constructor's own)."""
+        if self.secure and self.release == "offsets":
+            return self._offsets_from(np.asarray(z, dtype=np.float64))
+        return super()._offsets_for(z)
 
     # ---- the stream -----------------------------------------------------------------------------
     def measured_strategy(self) -> sp.csr_matrix:
