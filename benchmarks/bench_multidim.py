@@ -84,6 +84,7 @@ RP_ROWS = [
     ("order <= 3, 20 x size 10", [10] * 20, 3, False, 8.398599e8, None),
 ]
 RHO = 0.5
+PARTS = ["zcdp", "release", "kron", "pure", "nonneg", "penguins"]
 
 
 def peak_rss_mb() -> float:
@@ -298,7 +299,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--warm", type=int, default=2)
     ap.add_argument("--kron-time", type=float, default=25.0)
-    ap.add_argument("--parts", nargs="+", default=["zcdp", "release", "kron", "pure", "nonneg"], choices=["zcdp", "release", "kron", "pure", "nonneg", "penguins"])
+    ap.add_argument("--parts", nargs="+", default=PARTS, choices=PARTS)
     ap.add_argument("--penguin-rho", type=float, nargs="+", default=[0.5, 5.0])
     ap.add_argument("--penguin-releases", type=int, default=20)
     ap.add_argument("--out", default=str(HERE / "results" / "multidim.json"))
@@ -345,6 +346,7 @@ def main() -> None:
                       f"{r['nonneg_better_in']:>4d}/{r['releases']:<4d} {r['release_seconds_median']:10.3f} "
                       f"{r['nonneg_seconds_median']:9.2f} {r['iterations_median']:6.0f}")
     old = json.loads(Path(args.out).read_text()) if Path(args.out).exists() else {}
+    cmd = "python benchmarks/bench_multidim.py " + " ".join(sys.argv[1:])
     pg = pg or old.get("penguins", [])
     nr = nr or old.get("nonneg", [])
     pr = pr or old.get("pure", [])
@@ -355,7 +357,9 @@ def main() -> None:
         "zcdp": zc, "release": rels, "kron": kr, "pure": pr, "nonneg": nr, "penguins": pg, "blas_threads": 1, "cpus": os.cpu_count(), "load_average": os.getloadavg(),
         "python": platform.python_version(), "numpy": np.__version__, "rho": RHO,
         "note": "2-core machine shared with other jobs: timings are noisy (see load_average)",
-        "command": "python benchmarks/bench_multidim.py " + " ".join(sys.argv[1:]),
+        "command": cmd,
+        # the command that produced each part's rows (parts not run keep theirs)
+        "commands": {**(old.get("commands") or dict.fromkeys(PARTS, old.get("command"))), **dict.fromkeys(args.parts, cmd)},
     }
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print("wrote", args.out)
