@@ -697,8 +697,8 @@ def release_lue(
     with the publisher's per-node budgets ``eps_x`` (CNP + NPBD for uniform ranges, every
     root-to-leaf path summing to at most ``epsilon``).  Sensitivity: one record moves the nodes on
     one path by one, so the loss is ``max_leaf sum_path 1 / b_x <= epsilon``, certified (rounded up)
-    over every path before anything is charged, and per chunk by its plan's own coverage before drawing.  The estimate is
-    the BLUE under consistency (the O(n) two-pass split at the chunk roots), equal to
+    over every path before anything is charged, and per chunk by its plan's own coverage before
+    drawing.  The estimate is the BLUE under consistency (the O(n) two-pass split at the chunk roots), equal to
     ``LUEDPTree(...).fit`` with the same noise (``tests/test_scaleout_lue.py``: ``1e-9``).
 
     ``data``: ``.npy`` / ``.zarr`` path, ``dask.array`` or numpy array of non-negative integer counts.
@@ -732,10 +732,10 @@ def release_lue(
                                -1 if pi < 0 else int(top.hi[pi]), int(depth[i])))
     seeds = chunk_seeds(rng, m + 1)
     seeded = rng is not None
-    ex = get_executor(executor)
-    owns = isinstance(executor, str)
     readers = _readers(data, bounds)
     dst, writers = _writers(out, n, bounds)
+    ex = get_executor(executor)  # last: an executor this call makes is closed in the finally below
+    owns = isinstance(executor, str)
     spec = LUESpec(shape, secure, label=f"scaleout lue-dptree(n={n}, {shape.kind}, k={shape.k})")
     timings: dict[str, float] = {}
     scratch_dir = None
