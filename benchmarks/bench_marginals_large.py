@@ -19,7 +19,7 @@
   (medians of ``--reps``, after one untimed warm-up release); at larger ``n`` the explicit *measurement* only (the dense GLS of a
   ``n^2 x n^2`` Gram does not fit).
 * ``residual``: sparsedp.marginals.release_marginals (rho = 1/2, exact discrete Gaussian) of all 2-
-  and 3-way marginals of ``d`` attributes of size ``s`` (``--tables``, default 3x40, 4x50, 3x100),
+  and 3-way marginals of ``d`` attributes of size ``s`` (``--tables``, default 3x40, 4x50, 3x100, 4x100),
   ``--records`` synthetic records: select + tables + plan + measure + reconstruct seconds (median
   of ``--reps``), tracemalloc peak of one release, the realised sum of variances and the empirical
   total squared error of one release over the reported sum of variances.  Residuals whose
@@ -33,7 +33,7 @@ thread (``sparsedp._threads.blas_threads(1)``).
 
     python benchmarks/bench_marginals_large.py [--parts kron residual] [--kron-n 32 64 256]
         [--kron-time 25] [--kron-releases 30] [--kron-records 1000000] [--sample 1000000]
-        [--explicit-max 32] [--tables 3x40 4x50 3x100] [--records 100000] [--reps 3]
+        [--explicit-max 32] [--tables 3x40 4x50 3x100 4x100] [--records 100000] [--reps 3]
         [--explicit-nnz 30000000] [--out benchmarks/results/marginals_large.json]
 """
 
@@ -237,7 +237,7 @@ def main() -> None:
     ap.add_argument("--kron-records", type=int, default=10**6)
     ap.add_argument("--sample", type=int, default=10**6)
     ap.add_argument("--explicit-max", type=int, default=32)
-    ap.add_argument("--tables", nargs="+", default=["3x40", "4x50", "3x100"])
+    ap.add_argument("--tables", nargs="+", default=["3x40", "4x50", "3x100", "4x100"])
     ap.add_argument("--records", type=int, default=10**5)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--explicit-nnz", type=int, default=30_000_000)
