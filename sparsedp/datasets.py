@@ -202,32 +202,36 @@ def penguins(columns: Sequence[str] | None = None, *, path: str | Path | None = 
     text = np.array(rows, dtype=object).reshape(len(rows), len(cols))
     codes = np.empty(text.shape, dtype=np.int64)
     labels: dict[str, tuple[str, ...]] = {}
-    for j, c in enumerate(cols):
-        col = [str(v).strip() for v in text[:, j]]
-        miss = np.array([v in _MISSING for v in col])
+    for j, c in enumerate(cols):  # vectorised per column: unique values, then one lookup each
+        uniq, where, inverse = np.unique(np.char.strip(text[:, j].astype(str)), return_index=True, return_inverse=True)
+        inverse = inverse.ravel()
+        first = where + 2  # the file row (after the header) where each value first occurs
+        is_missing = np.array([u in _MISSING for u in uniq], dtype=bool)
+        miss = is_missing[inverse]
         if np.any(miss) and c not in _MAY_BE_MISSING:
             raise SparseDPError(f"{p}: row {int(np.argmax(miss)) + 2} has no {c!r} (it may not be missing)")
+        ucode = np.zeros(uniq.size, dtype=np.int64)
         if c in PENGUIN_BINS:
             edges = np.asarray(PENGUIN_BINS[c])
-            vals = np.zeros(len(col))
-            for i, v in enumerate(col):
-                if miss[i]:
+            for k, u in enumerate(uniq):
+                if is_missing[k]:
                     continue
                 try:
-                    vals[i] = float(v)
+                    v = float(u)
                 except ValueError:
-                    raise SparseDPError(f"{p}: row {i + 2} of {c!r} is not numeric: {v!r}") from None
-                if not np.isfinite(vals[i]):
-                    raise SparseDPError(f"{p}: row {i + 2} of {c!r} is not finite: {v!r}")
-            codes[:, j] = np.searchsorted(edges, vals, side="right")
+                    raise SparseDPError(f"{p}: row {first[k]} of {c!r} is not numeric: {str(u)!r}") from None
+                if not np.isfinite(v):
+                    raise SparseDPError(f"{p}: row {first[k]} of {c!r} is not finite: {str(u)!r}")
+                ucode[k] = np.searchsorted(edges, v, side="right")
             base = _bin_labels(PENGUIN_BINS[c])
         else:
             base = PENGUIN_CATEGORIES[c]
             index = {v: k for k, v in enumerate(base)}
-            for i, v in enumerate(col):
-                if not miss[i] and v not in index:
-                    raise SparseDPError(f"{p}: row {i + 2} of {c!r} is {v!r}, not one of {', '.join(base)}")
-                codes[i, j] = index.get(v, 0)
+            for k, u in enumerate(uniq):
+                if not is_missing[k] and u not in index:
+                    raise SparseDPError(f"{p}: row {first[k]} of {c!r} is {str(u)!r}, not one of {', '.join(base)}")
+                ucode[k] = index.get(str(u), 0)
+        codes[:, j] = ucode[inverse]
         if c in _MAY_BE_MISSING:
             codes[miss, j] = len(base)
             base = base + ("missing",)
