@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from sparsedp import continual as c
+from sparsedp.audit import plan_release
 from sparsedp.errors import SparseDPError
 
 N = 21
@@ -53,14 +54,14 @@ def test_offset_hooks_are_the_counters_own_releases(name, secure):
     np.testing.assert_allclose(out - np.cumsum(x), B @ z, rtol=1e-9, atol=1e-9 * scale)
     np.testing.assert_allclose(fresh._offsets_for(z), B @ z, rtol=1e-9, atol=1e-9 * scale)
     assert fresh.t == 0  # the hooks work on copies
-    # k releases at once: what k seeded counters of the same generator would draw, one after another
-    rng = np.random.default_rng(11)
-    many = fresh._draw_offsets(3, rng)
-    rng = np.random.default_rng(11)
-    for row in many:
-        z = fresh.plan.noise_stream(rng=rng, chunk=fresh.plan.rows).all()
-        np.testing.assert_allclose(row, B @ z, rtol=1e-9, atol=1e-9 * (np.abs(row).max() + 1.0))
+    # k releases at once: k noise vectors of the plan from its batched release (audit.plan_release)
+    many = fresh._draw_offsets(3, np.random.default_rng(11))
+    Z = plan_release(fresh.plan, counts=False)(np.zeros(fresh.plan.measured.shape[1]), np.random.default_rng(11), 3)
+    assert Z.shape == (3, fresh.plan.rows)
+    np.testing.assert_allclose(many, Z @ B.T, rtol=1e-9, atol=1e-9 * (np.abs(many).max() + 1.0))
     assert not np.allclose(many[0], many[1])
+    if secure:  # exact noise: on the plan's lattice
+        np.testing.assert_array_equal(Z / fresh.plan.grid, np.round(Z / fresh.plan.grid))
 
 
 def test_offset_hooks_refuse_a_started_counter_and_reuse_no_noise():

@@ -508,12 +508,13 @@ class StreamingCounter:
 
     def _draw_offsets(self, k: int, rng: Any) -> np.ndarray:
         """Test hook: the offsets of ``k`` independent releases (``k x horizon``): ``k`` noise vectors
-        of this counter's plan, each from its own :meth:`MeasurementPlan.noise_stream` (the one
-        measurement path; no accountant), drawn as the counter draws them (one batch of every row),
-        times :meth:`_offset_matrix`.  The same draws as ``k`` counters would make, one plan built."""
+        of this counter's plan, drawn in one call by the plan's own ``measure`` on a block-diagonal
+        copy (:func:`sparsedp.audit.plan_release` of all-zero data, whose release is the noise; no
+        accountant), times :meth:`_offset_matrix`.  The law of ``k`` counters' releases, one plan built."""
+        from ..audit import plan_release  # local: the auditor is a test harness
+
         assert self.plan is not None
-        plan = self.plan
-        Z = np.stack([plan.noise_stream(rng=rng, chunk=plan.rows).all() for _ in range(int(k))])
+        Z = plan_release(self.plan, counts=False)(np.zeros(self.plan.measured.shape[1]), rng, int(k))
         return Z @ self._offset_matrix().T
 
 
