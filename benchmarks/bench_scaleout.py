@@ -15,7 +15,8 @@ chunks of ``2^20`` leaves, exact noise from OS entropy, epsilon 1) on:
 LUE-DPTree rows (``--lue-sizes``, log2; none by default): ``lue-chunked`` =
 ``sparsedp.scaleout.release_lue`` (SC tree, per-node budgets, chunks of at most ``2^20`` leaves) on
 the in-process executor, output to a ``.npy`` file, against ``lue-whole`` = ``LUEDPTree(1).fit`` on
-the whole array in memory, ``--lue-reps`` times each, interleaved, medians, and their ratio.
+the whole array in memory, ``--lue-reps`` times each, interleaved, medians, and their ratio;
+``--lue-dask`` adds one ``lue-dask`` run (``release_lue`` on a fresh ``LocalCluster`` as ``dask``).
 
 Each configuration runs in its own subprocess, so that process's peak RSS is the driver's memory.
 Reported: wall seconds (per phase for the chunked runs), peak RSS of the driver and of every
@@ -115,10 +116,22 @@ def run_one(mode: str, path: str, out: str, workers: int, memory: str) -> dict:
             res["seconds"] = time.perf_counter() - t0
             res["nodes"], res["levels"] = int(pub.tree_.size), int(pub.tree_.levels)
             res["checksum"] = float(pub.release_.estimate.sum())
-        elif mode == "lue-chunked":
+        elif mode in ("lue-chunked", "lue-dask"):
             from sparsedp.scaleout import release_lue
 
-            r = release_lue(path, EPSILON, out=out)
+            if mode == "lue-dask":
+                t0 = time.perf_counter()
+                ex = CountingDask.local(n_workers=workers, threads_per_worker=1, processes=True, memory_limit=memory)
+                res["cluster_start_seconds"] = time.perf_counter() - t0
+                try:
+                    r = release_lue(path, EPSILON, out=out, executor=ex)
+                    stats = ex.client.run(_worker_stats)
+                finally:
+                    ex.close()
+                res["worker_peak_rss_mb"] = max(s["peak_rss_mb"] for s in stats.values())
+                res["driver_to_workers_bytes"] = ex.sent
+            else:
+                r = release_lue(path, EPSILON, out=out)
             res["seconds"] = r.timings["total"]
             res["phases"] = r.timings
             res["chunks"], res["largest_chunk"] = r.chunks, int(np.diff(r.bounds).max())
@@ -187,6 +200,10 @@ def run_lue(args: argparse.Namespace, base: Path) -> list:
                 out = base / f"lue-out{lg}.npy"
                 runs[mode].append(spawn(mode, path, out, args))
                 out.unlink(missing_ok=True)
+        if args.lue_dask:
+            out = base / f"lue-out{lg}.npy"
+            runs["lue-dask"] = [spawn("lue-dask", path, out, args)]
+            out.unlink(missing_ok=True)
         row: dict = {"log2_n": lg, "n": n, "runs": runs}
         ok = {m: [r for r in rs if "error" not in r] for m, rs in runs.items()}
         for mode, rs in ok.items():
@@ -196,13 +213,18 @@ def run_lue(args: argparse.Namespace, base: Path) -> list:
             for r in runs[mode]:
                 if "error" in r:
                     print(f"2^{lg:<4} {mode:>18} FAILED: {r['error'][-300:]}")
-        if all(ok.values()):
+        if ok["lue-chunked"] and ok["lue-whole"]:
             row["ratio_chunked_vs_whole"] = row["lue-chunked"]["median_seconds"] / row["lue-whole"]["median_seconds"]
             row["memory_ratio_chunked_vs_whole"] = row["lue-chunked"]["peak_rss_mb"] / row["lue-whole"]["peak_rss_mb"]
-        for mode in ("lue-chunked", "lue-whole"):
+        if "lue-dask" in row and "lue-chunked" in row:
+            row["ratio_dask_vs_chunked"] = row["lue-dask"]["median_seconds"] / row["lue-chunked"]["median_seconds"]
+            row["lue-dask"]["worker_peak_rss_mb"] = max(r.get("worker_peak_rss_mb", 0.0) for r in ok["lue-dask"])
+        ratios = {"lue-chunked": row.get("ratio_chunked_vs_whole", float("nan")), "lue-whole": 1.0,
+                  "lue-dask": row.get("ratio_dask_vs_chunked", float("nan"))}
+        for mode in ("lue-chunked", "lue-whole", "lue-dask"):
             if mode in row:
                 print(f"2^{lg:<4} {mode:>18} {row[mode]['median_seconds']:9.2f} {row[mode]['peak_rss_mb']:10.0f} "
-                      f"{'':>10} {row.get('ratio_chunked_vs_whole', float('nan')) if mode == 'lue-chunked' else 1.0:7.2f}")
+                      f"{row[mode].get('worker_peak_rss_mb', float('nan')):10.0f} {ratios[mode]:7.2f}")
         out_rows.append(row)
         path.unlink(missing_ok=True)
     return out_rows
@@ -213,6 +235,7 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="*", default=[24, 26, 28], help="log2 of n")
     ap.add_argument("--lue-sizes", type=int, nargs="*", default=[], help="log2 of n for the LUE-DPTree rows")
     ap.add_argument("--lue-reps", type=int, default=2, help="repetitions of each LUE run (interleaved; medians)")
+    ap.add_argument("--lue-dask", action="store_true", help="also run release_lue once per LUE size on a LocalCluster")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--memory", default="4GB", help="memory limit per worker")
     ap.add_argument("--dir", default="/tmp", help="where the input and output files go (deleted after)")
