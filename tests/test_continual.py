@@ -2,6 +2,7 @@ import json
 
 import numpy as np
 import pytest
+from _counter_draws import counter_releases
 
 from sparsedp import BudgetExceededError, InvalidPrivacyParameterError, NonFiniteInputError, ShapeError, SparseDPError
 from sparsedp.continual import (
@@ -191,11 +192,10 @@ def test_counter_equals_batch_formula(N, kw, secure):
 @pytest.mark.parametrize("secure", [True, False])
 def test_counter_noise_calibration_and_empirical_variance(secure):
     N, R = 31, 6000
-    rng = np.random.default_rng(11)
-    counters = [ContinualCounter(N, epsilon=EPS, rng=rng, secure=secure) for _ in range(R)]
-    runs = np.array([c.run(np.ones(N)) for c in counters])
+    # R releases of one counter's plan (tests/_counter_draws.py: noise in one call, the counter's own steps)
+    runs = counter_releases(lambda rng: ContinualCounter(N, epsilon=EPS, rng=rng, secure=secure), np.ones(N), R, 11)
     err = runs - np.arange(1, N + 1)
-    formula = prefix_chain_sum(node_variances(counters[0]))  # the plan's exact per-row variances
+    formula = prefix_chain_sum(node_variances(ContinualCounter(N, epsilon=EPS, rng=0, secure=secure)))  # the plan's exact per-row variances
     np.testing.assert_array_less(np.abs(err.var(axis=0) / formula - 1), 0.10)
     analytic = expected_error(N, optimal_weights(N), epsilon=EPS).per_step
     close_to_analytic(formula, analytic, secure)
@@ -208,10 +208,8 @@ def test_counter_noise_calibration_and_empirical_variance(secure):
 @pytest.mark.parametrize("secure", [True, False])
 def test_counter_gaussian_empirical_variance(secure):
     N, R = 20, 4000
-    rng = np.random.default_rng(3)
-    counters = [ContinualCounter(N, rho=0.5, rng=rng, secure=secure) for _ in range(R)]
-    runs = np.array([c.run(np.zeros(N)) for c in counters])
-    formula = prefix_chain_sum(node_variances(counters[0]))
+    runs = counter_releases(lambda rng: ContinualCounter(N, rho=0.5, rng=rng, secure=secure), np.zeros(N), R, 3)
+    formula = prefix_chain_sum(node_variances(ContinualCounter(N, rho=0.5, rng=0, secure=secure)))
     np.testing.assert_array_less(np.abs(runs.var(axis=0) / formula - 1), 0.10)
     analytic = expected_error(N, optimal_weights(N, norm=2), rho=0.5).per_step
     close_to_analytic(formula, analytic, secure)

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.linalg
+from _counter_draws import counter_releases
 
 from sparsedp import BudgetExceededError, InvalidPrivacyParameterError, SparseDPError
 from sparsedp.cli import main
@@ -36,18 +37,9 @@ from sparsedp.continual.kary import kary_levels
 
 def empirical_var(make, N, R, seed, x=None):
     """Per-step variance of ``R`` independent releases of ``make(rng)`` on ``x``: one counter's plan,
-    ``R`` noise vectors drawn through its noise stream and mapped to offsets by the counter's own
-    steps (test hooks ``_offset_matrix`` / ``_draw_offsets``), instead of ``R`` counters; the
-    counter's own seeded release on ``x`` is checked to be ``s + B z`` for the noise it drew."""
+    ``R`` noise vectors drawn in one call, offsets by the counter's own steps (tests/_counter_draws.py)."""
     x = np.ones(N) if x is None else x
-    out = make(seed).run(x)
-    fresh = make(seed)
-    B = fresh._offset_matrix()
-    z = fresh.plan.noise_stream(rng=seed, chunk=fresh.plan.rows).all()
-    np.testing.assert_allclose(out - np.cumsum(x), B @ z, rtol=1e-9, atol=1e-9 * (np.abs(out).max() + 1.0))
-    errs = fresh._draw_offsets(R, np.random.default_rng(seed))
-    assert errs.shape == (R, N)
-    return errs.var(axis=0)
+    return (counter_releases(make, x, R, seed) - np.cumsum(x)).var(axis=0)
 
 
 def assert_variance(v, exact, secure):

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from _counter_draws import counter_releases
 
 from sparsedp import BudgetExceededError, InvalidPrivacyParameterError, SparseDPError
 from sparsedp.continual import (
@@ -109,10 +110,10 @@ def test_empirical_variance_matches_formula(secure):
     radices = (3, 3)
     lam = gls_tree_weights(N, radices)
     formula = gls_tree_error(N, 1.0, radices=radices, weights=lam).per_step
-    rng = np.random.default_rng(5)
     x = np.ones(N)
-    runs = np.array([GLSTreeCounter(N, 1.0, radices=radices, weights=lam, rng=rng, secure=secure).run(x)
-                     for _ in range(R)])
+    # R releases of one counter's plan (tests/_counter_draws.py: noise in one call, the counter's own offsets)
+    runs = counter_releases(lambda rng: GLSTreeCounter(N, 1.0, radices=radices, weights=lam, rng=rng, secure=secure),
+                            x, R, 5)
     emp = (runs - np.cumsum(x)).var(axis=0)
     c = GLSTreeCounter(N, 1.0, radices=radices, weights=lam, rng=0, secure=secure)
     exact = c.step_variances()  # from the plan's per-node variances (exact discrete ones when secure)
@@ -216,9 +217,8 @@ def test_gaussian_variant_sensitivity_gradient_and_variance():
     np.testing.assert_allclose(formula, dense, rtol=1e-10)
     total, grad = _total_and_grad(layout, lam, None, rho)
     check_gradient(layout, lam, total, grad, None, rho)
-    rng = np.random.default_rng(8)
-    runs = np.array([GLSTreeCounter(N, rho=rho, radices=radices, weights=lam, rng=rng).run(np.ones(N))
-                     for _ in range(3000)])
+    runs = counter_releases(lambda rng: GLSTreeCounter(N, rho=rho, radices=radices, weights=lam, rng=rng),
+                            np.ones(N), 3000, 8)
     emp = (runs - np.arange(1, N + 1)).var(axis=0)
     exact = GLSTreeCounter(N, rho=rho, radices=radices, weights=lam, rng=0).step_variances()
     np.testing.assert_array_less(np.abs(emp / exact - 1), 0.12)

@@ -1,0 +1,27 @@
+"""Test helper (not collected): many independent releases of one online counter, cheaply.
+
+``counter_releases(make, x, R, seed)`` returns the ``(R, horizon)`` releases of ``R`` independent
+runs of the counter ``make(rng)`` on ``x``, as ``R`` counters would make them, but with one plan:
+the ``R`` noise vectors come in one call from the plan's own ``measure`` (``audit.plan_release``,
+through the counter's ``_draw_offsets`` hook) and are mapped to offsets by the counter's own steps
+(``_offset_matrix``).  The counter's own seeded release on ``x`` is checked first to be
+``cumsum(x) + B z`` for the noise ``z`` it drew (the hooks are the counter; see
+tests/test_continual_test_hooks.py), so an error in the counter's steps still fails the tests.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def counter_releases(make, x, R, seed):
+    x = np.asarray(x, dtype=np.float64)
+    s = np.cumsum(x)
+    out = make(seed).run(x)
+    fresh = make(seed)
+    B = fresh._offset_matrix()
+    z = fresh.plan.noise_stream(rng=seed, chunk=fresh.plan.rows).all()  # what make(seed) drew
+    np.testing.assert_allclose(out - s, B @ z, rtol=1e-9, atol=1e-9 * (np.abs(out).max() + 1.0))
+    errs = fresh._draw_offsets(R, np.random.default_rng(seed))
+    assert errs.shape == (R, x.size)
+    return s + errs
