@@ -221,11 +221,17 @@ def test_noise_variance_matches_budget():
 
     x = np.random.default_rng(0).integers(0, 50, 16)
     pub = LUEDPTree(0.5, tree="kary", consistency=False, secure=False)  # the float formula 2 / eps^2
+    # fit = checks + _prepare (data-independent plan, no noise) + _publish (measure, estimate): the
+    # plan is prepared once and the same 3000 releases published through it (the same generator, so
+    # the same draws as 3000 fits; the first is checked against fit itself)
+    pub.fit(x, rng=np.random.default_rng(1))
+    plan = pub._prepare(x)
+    np.testing.assert_array_equal(pub._publish(x, plan, np.random.default_rng(1)).node_values, pub.release_.node_values)
     rng = np.random.default_rng(1)
+    counts = node_counts(pub.tree_, x.astype(float))
     draws = []
     for _ in range(3000):
-        pub.fit(x, rng=rng)
-        draws.append(pub.release_.node_values - node_counts(pub.tree_, x.astype(float)))
+        draws.append(pub._publish(x, plan, rng).node_values - counts)
     var = np.var(np.array(draws), axis=0)
     np.testing.assert_allclose(var, 2.0 / pub.eps_per_node_**2, rtol=0.15)
 

@@ -185,11 +185,16 @@ def test_empirical_mse_matches_the_exact_error(secure):
     pairs = np.column_stack([a, b])  # every range once: the uniform distribution
     cs = np.concatenate(([0], np.cumsum(x)))
     truth = cs[b + 1] - cs[a]
+    # fit = checks + _prepare (the optimised budgets and calibrated plan: data-independent, no noise)
+    # + _publish: prepared once, the same reps releases published through it (same generator, same
+    # draws as reps fits; the first is checked against fit itself)
+    pub.fit(x, rng=np.random.default_rng(1))
+    plan = pub._prepare(x)
+    np.testing.assert_array_equal(pub._publish(x, plan, np.random.default_rng(1)).estimate, pub.release_.estimate)
     rng = np.random.default_rng(1)
     mse = 0.0
     for _ in range(reps):
-        pub.fit(x, rng=rng)
-        rel = pub.release_
+        rel = pub._publish(x, plan, rng)
         mse += 0.7 * np.mean((rel.ranges(pairs) - truth) ** 2) + 0.3 * (rel.range(0, n - 1) - x.sum()) ** 2
     mse /= reps
     obj = GLSQueryObjective(pub.tree_, whole_domain=0.3)
