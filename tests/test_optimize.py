@@ -32,6 +32,8 @@ CASES = [
     (wl.prefix(48), "pidentity"),
     (wl.range_queries(64, [(0, 9), (3, 40), (10, 63), (20, 20), (5, 6)]), "tree"),
     (wl.all_ranges(64), "templates"),
+    (wl.prefix(96), "hybrid"),
+    (wl.range_queries(64, [(0, 9), (3, 40), (10, 63), (20, 20), (5, 6)]), "hybrid"),
 ]
 
 

@@ -11,8 +11,10 @@ Release.  ``y = M x + z`` would be the offline measurement and ``x^ = G y`` its 
 ``G = (M^T V^{-1} M)^{-1} M^T V^{-1}`` (``V`` the per-row noise variances), so ``G M = I`` and
 ``W x^ = s + W G z`` with ``s_t`` the running sums.  The offsets ``e = W G z`` do not depend on the
 data: the counter draws ``z`` at construction (charging once, before the draw), computes ``e`` --
-``O(N)`` for trees (two-pass GLS, :func:`sparsedp.tree_estimator.tree_gls`), a QR of the whitened
-``M`` otherwise -- and releases ``s~_t = s_t + e_t`` online in ``O(1)`` per step.
+``O(N)`` for trees (two-pass GLS, :func:`sparsedp.tree_estimator.tree_gls`), ``O(N b + p nb)`` for
+the hybrid strategies (block trees plus ``p`` dense rows on ``nb`` block sums, by Woodbury:
+:class:`sparsedp.optimize.hybrid.HybridGLS`), a QR of the whitened ``M`` otherwise -- and releases
+``s~_t = s_t + e_t`` online in ``O(1)`` per step.
 
 Privacy (pure DP, ``epsilon``).  The noise is calibrated by :func:`sparsedp.measure.plan_measurement`
 from the measured entries: ``Delta_1 = max_j sum_i |M_ij|`` -- exact for the integer strategies the
@@ -36,6 +38,7 @@ same scale (smaller by ``O(b^-2)`` relative).  Measured (``benchmarks/bench_cont
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
@@ -74,17 +77,28 @@ def _optimized(N: int, noise: str, family: str, time_limit: float | None) -> Any
     from .. import workloads
     from ..optimize import optimize
 
-    return optimize(workloads.prefix(N), noise=noise, family=family, time_limit=time_limit, rng=0)
+    if family != "tree+hybrid":
+        return optimize(workloads.prefix(N), noise=noise, family=family, time_limit=time_limit, rng=0)
+    half = None if time_limit is None else time_limit / 2.0
+    tree = optimize(workloads.prefix(N), noise=noise, family="tree", time_limit=half, rng=0)
+    try:
+        hybrid = optimize(workloads.prefix(N), noise=noise, family="hybrid", time_limit=half, rng=0)
+    except ShapeError:  # no block size fits this N
+        return tree
+    best = min((tree, hybrid), key=lambda r: r.error.total)
+    return dataclasses.replace(best, history=tree.history + hybrid.history,
+                               seconds=tree.seconds + hybrid.seconds)
 
 
 def optimized_prefix_strategy(N: int, noise: str = "laplace", family: str | None = None,
                               time_limit: float | None = None) -> Any:
     """:func:`sparsedp.optimize` of the prefix workload over ``N`` steps (seeded, so reproducible;
     cached per process).  ``family=None``: ``"auto"`` (templates, trees, p-Identity) for
-    ``N <= PIDENTITY_MAX_HORIZON``, else ``"tree"``."""
+    ``N <= PIDENTITY_MAX_HORIZON``, else ``"tree+hybrid"``: the better of the weighted-tree and the
+    hybrid families (:mod:`sparsedp.optimize.hybrid`), each given half the time limit."""
     N = check_horizon(N, "N")
     if family is None:
-        family = "auto" if N <= PIDENTITY_MAX_HORIZON else "tree"
+        family = "auto" if N <= PIDENTITY_MAX_HORIZON else "tree+hybrid"
     if time_limit is not None:
         time_limit = float(check_positive(time_limit, "time_limit"))
     return _optimized(N, noise, family, time_limit)
@@ -116,12 +130,34 @@ def _resolve_strategy(strategy: Any, N: int, noise: str, family: str | None, tim
     return op
 
 
+def _hybrid_solver(op: Operator, v: np.ndarray) -> Any:
+    """The Woodbury GLS of a hybrid strategy (:class:`sparsedp.optimize.hybrid.HybridGLS`, ``O(N b +
+    p nb)``) when ``op`` is one (its explicit matrix is checked against the layout), else None."""
+    from ..optimize.hybrid import HybridGLS, HybridLayout
+
+    lay = getattr(op, "meta", {}).get("hybrid") if hasattr(op, "meta") else None
+    if not isinstance(lay, HybridLayout) or lay.n != op.shape[1]:
+        return None
+    solver = HybridGLS(lay)
+    # the layout must describe the matrix: the GLS of the exact measurements of any x is x itself
+    x = np.cos(0.7 * np.arange(lay.n)) + 1.5  # a fixed test vector
+    if solver.rows != op.shape[0] or not np.allclose(solver.solve(op.matvec(x)), x, rtol=0.0, atol=1e-9):
+        raise ShapeError("the hybrid strategy's matrix does not match its layout")
+    if not np.all(v == v[0]):
+        raise ShapeError("hybrid strategies are solved for one noise scale on every row")
+    return solver
+
+
 class _Solver:
     """``e = W G z`` and ``diag(W (M^T V^-1 M)^-1 W^T)`` for one strategy and per-row variances."""
 
     def __init__(self, op: Operator, variances: np.ndarray):
         self.layout = _tree_layout(op)
         v = np.asarray(variances, dtype=np.float64)
+        self._hybrid = _hybrid_solver(op, v)
+        if self._hybrid is not None:
+            self._v0 = float(v[0])
+            return
         if self.layout is not None:
             w = np.asarray(op.weights, dtype=np.float64)
             if np.any(w == 0) or not np.all(np.isfinite(w)):
@@ -142,12 +178,16 @@ class _Solver:
             raise ShapeError("the strategy must have full column rank (it must determine every step)")
 
     def offsets(self, z: np.ndarray) -> np.ndarray:
+        if self._hybrid is not None:
+            return np.cumsum(self._hybrid.solve(z))
         if self.layout is not None:
             return np.cumsum(tree_gls(self.layout, z / self._w, self.v_sum))
         xz = sla.solve_triangular(self._R, self._Q.T @ (z * self._s), lower=False, check_finite=False)
         return np.cumsum(xz)
 
     def step_variances(self) -> np.ndarray:
+        if self._hybrid is not None:
+            return self._v0 * self._hybrid.prefix_variances()
         if self.layout is not None:
             return path_variances(self.layout, self.v_sum)
         N = self._R.shape[1]

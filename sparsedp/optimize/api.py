@@ -12,7 +12,9 @@ error is ``E / epsilon^2`` (Laplace), at ``rho`` it is ``E / rho`` (Gaussian).
 
 Families (``family=``): ``"templates"`` (identity, hierarchical k-ary, Haar, Fenwick),
 ``"tree"`` (weighted interval trees, any ``n``), ``"pidentity"`` (HDMM's p-Identity, dense,
-``n <= 8192``), ``"auto"`` (all that apply; never worse than the best template).
+``n <= 8192``), ``"hybrid"`` (the lower levels of a weighted tree on blocks plus ``p`` dense
+rows on the block sums, :mod:`~sparsedp.optimize.hybrid`), ``"auto"`` (all that apply; never
+worse than the best template).
 
 Multi-dimensional workloads (issue 18, :mod:`sparsedp.optimize.multidim`): a
 :class:`~sparsedp.marginals.MarginalWorkload` gets ResidualPlanner's optimum under Gaussian noise
@@ -37,6 +39,7 @@ from ..validation import check_positive
 from .calibrate import noise_model
 from .candidate import Candidate, Trial
 from .gram import Gram
+from .hybrid_family import hybrid_candidates, hybrid_useful
 from .multidim import is_multidim, optimize_multidim
 from .pidentity_family import PIDENTITY_MAX_N, pidentity_candidates
 from .search import Deadline
@@ -46,7 +49,7 @@ from .tree_spectral import BlockTraces
 
 __all__ = ["FAMILIES", "OptimizedStrategy", "optimize"]
 
-FAMILIES = ("auto", "templates", "tree", "pidentity")
+FAMILIES = ("auto", "templates", "tree", "pidentity", "hybrid")
 
 
 @dataclass(frozen=True)
@@ -136,7 +139,7 @@ def optimize(
     noise:
         ``"laplace"`` (pure DP, ``Delta_1 = 1``) or ``"gaussian"`` (zCDP, ``Delta_2 = 1``).
     family:
-        ``"auto"``, ``"templates"``, ``"tree"`` or ``"pidentity"``.
+        ``"auto"``, ``"templates"``, ``"tree"``, ``"pidentity"`` or ``"hybrid"``.
     time_limit:
         Seconds for the whole search (the templates are always scored); ``None``: iteration caps
         only.  Families stop at the limit and return the best point reached.
@@ -145,7 +148,8 @@ def optimize(
     per_node:
         Tree family: refine per node (``True``), never (``False``) or when affordable (``None``).
     p, restarts:
-        p-Identity: number of extra rows (default ``min(n // 16, 256)``) and of random starts
+        p-Identity: number of extra rows (default ``min(n // 16, 256)``; hybrid: dense rows on the
+        block sums, default ``min(nb // 8, 64)``) and of random starts
         (default 3 for ``n <= 512``, else 1; the best is kept).  Weighted marginals (Laplace
         marginal workloads): random starts (default 4; ``rng`` default 0).
     domain:
@@ -190,6 +194,10 @@ def optimize(
         cands += tree_candidates(Wop, gram, traces, model, deadline=deadline, rng=gen, per_node=per_node)
     if fam == "pidentity" or (fam == "auto" and n <= PIDENTITY_MAX_N and not deadline.expired()):
         cands += pidentity_candidates(Wop, gram, model, p=p, restarts=int(restarts), deadline=deadline, rng=gen)
+    if fam == "hybrid" or (fam == "auto" and hybrid_useful(gram) and not deadline.expired()):
+        cands += hybrid_candidates(Wop, gram, model, p=p, deadline=deadline, rng=gen)
+    if not cands:
+        raise ShapeError(f"family {fam!r} has no strategy for this workload (n = {n}, kind {gram.kind!r})")
     best = min(cands, key=lambda c: c.total)
     report = ErrorReport(best.total, best.total / m, best.method)
     return OptimizedStrategy(

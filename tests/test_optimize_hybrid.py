@@ -1,0 +1,148 @@
+"""sparsedp.optimize.hybrid: block trees plus dense rows on block sums (Woodbury objective)."""
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from sparsedp import workloads as wl
+from sparsedp.continual import OptimizedCounter, optimized_counter_error
+from sparsedp.errors import ShapeError
+from sparsedp.optimize import optimize
+from sparsedp.optimize.calibrate import noise_model, unit_variance
+from sparsedp.optimize.gram import Gram
+from sparsedp.optimize.hybrid import (
+    HybridGLS,
+    HybridObjective,
+    _local_layout,
+    _row_weights,
+    block_starts,
+    hybrid_matrix,
+    integer_hybrid,
+)
+from sparsedp.optimize.hybrid_family import hybrid_configs, hybrid_error
+
+RNG_RANGES = [(int(a), int(min(95, a + l))) for a, l in zip(np.random.default_rng(5).integers(0, 96, 40),
+                                                            np.random.default_rng(6).integers(0, 50, 40))]
+WORKLOADS = {
+    "prefix": lambda n: wl.prefix(n),
+    "all_ranges": lambda n: wl.all_ranges(n),
+    "identity": lambda n: wl.identity(n),
+    "ranges": lambda n: wl.range_queries(n, [r for r in RNG_RANGES if r[1] < n]),
+}
+SHAPES = [(96, 20, (4, 5)), (64, 16, (2, 8)), (100, 16, (4, 4)), (64, 12, (12,))]
+
+
+def _normalised_matrix(n, b, radices, R, theta, delta, p):
+    """The strategy of ``(Theta, delta, R)`` built entry by entry (no Woodbury, no block algebra)."""
+    starts = block_starts(n, b)
+    blocks = []
+    for j in range(starts.size - 1):
+        lay = _local_layout(int(starts[j + 1] - starts[j]), radices)
+        blocks.append(sp.diags(_row_weights(lay, R, p) / delta[j]) @ lay.matrix())
+    return np.vstack([sp.block_diag(blocks).toarray(), np.repeat(theta / delta[None, :], np.diff(starts), axis=1)])
+
+
+@pytest.mark.parametrize("kind", sorted(WORKLOADS))
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("noise", ["laplace", "gaussian"])
+def test_objective_is_the_dense_gls_error_and_its_gradient_is_exact(kind, shape, noise):
+    n, b, radices = shape
+    rng = np.random.default_rng(hash((kind, n, b, noise)) % 2**32)
+    model = noise_model(noise)
+    gram = Gram(WORKLOADS[kind](n))
+    R = rng.random(len(radices) + 1) + 0.2
+    R /= R.sum() if model.p == 1 else np.sqrt(np.sum(R * R))
+    p = 3
+    obj = HybridObjective(gram, model, b, radices, R, p)
+    theta = rng.random((p, obj.nb))
+    f, grad = obj(theta.ravel())
+    delta = obj.delta(theta)
+    M = _normalised_matrix(n, b, radices, R, theta, delta, model.p)
+    G = gram.matmat(np.eye(n))
+    assert f == pytest.approx(np.trace(np.linalg.solve(M.T @ M, G)), rel=1e-10)
+    norms = np.abs(M).sum(axis=0) if model.p == 1 else (M * M).sum(axis=0)
+    assert norms.max() == pytest.approx(1.0, rel=1e-12) and np.all(norms <= 1 + 1e-12)  # Delta = 1
+    if model.p == 1:  # Laplace: every column uses the whole budget (a short last block's top node too)
+        assert norms == pytest.approx(np.ones(n), rel=1e-12)
+    x = theta.ravel()
+    for k in rng.choice(x.size, 6, replace=False):
+        h = 1e-6 * max(1.0, abs(x[k]))
+        xp, xm = x.copy(), x.copy()
+        xp[k] += h
+        xm[k] -= h
+        fd = (obj(xp)[0] - obj(xm)[0]) / (2 * h)
+        assert grad[k] == pytest.approx(fd, rel=1e-5, abs=1e-6 * abs(f))
+
+
+@pytest.mark.parametrize("noise", ["laplace", "gaussian"])
+@pytest.mark.parametrize("shape", SHAPES[:3], ids=str)
+def test_integer_strategy_sensitivity_error_and_gls(noise, shape):
+    n, b, radices = shape
+    rng = np.random.default_rng(n + b)
+    model = noise_model(noise)
+    R = rng.random(len(radices) + 1) + 0.2
+    R /= R.sum() if model.p == 1 else np.sqrt(np.sum(R * R))
+    nb = -(-n // b)
+    theta = rng.random((4, nb))
+    delta = 1 + theta.sum(axis=0) if model.p == 1 else np.sqrt(1 + (theta * theta).sum(axis=0))
+    lay = integer_hybrid(theta, delta, R, n, b, radices, model)
+    A = hybrid_matrix(lay)
+    M = A.toarray()
+    assert np.all(M == np.round(M))
+    # brute-force sensitivity, exactly, against the layout's bound
+    cols = sp.csc_matrix(A)
+    exact = max(sum((Fraction(abs(v)) if model.p == 1 else Fraction(v) ** 2)
+                    for v in cols.data[cols.indptr[j]: cols.indptr[j + 1]]) for j in range(n))
+    assert exact == Fraction(float(lay.column_sensitivity().max()))
+    assert exact <= Fraction(lay.scale) ** model.p
+    # exact error of the integer matrix: Woodbury form = dense GLS with the mechanism's calibration
+    W = wl.all_ranges(n)
+    gram = Gram(W)
+    from sparsedp.operators import SparseOperator
+    var = unit_variance(SparseOperator(A), model)
+    dense = var * np.trace(np.linalg.solve(M.T @ M, gram.matmat(np.eye(n))))
+    assert hybrid_error(lay, gram, model) == pytest.approx(dense, rel=1e-9)
+    # the O(n b + p nb) GLS and prefix variances
+    gls = HybridGLS(lay)
+    y = rng.standard_normal(M.shape[0])
+    assert gls.solve(y) == pytest.approx(np.linalg.lstsq(M, y, rcond=None)[0], rel=1e-9, abs=1e-12)
+    L = np.tril(np.ones((n, n)))
+    assert gls.prefix_variances() == pytest.approx(np.diag(L @ np.linalg.inv(M.T @ M) @ L.T), rel=1e-9)
+
+
+def test_configs():
+    assert hybrid_configs(2**20 - 1)[0] == (12, 3)
+    assert all(k**L <= 2048 and -(-4096 // k**L) <= 1024 for k, L in hybrid_configs(4096))
+    assert hybrid_configs(3) == []
+    with pytest.raises(ShapeError):
+        optimize(wl.prefix(3), family="hybrid")
+
+
+def test_hybrid_counter_variance_is_reported_and_empirical():
+    N = 300
+    res = optimize(wl.prefix(N), family="hybrid", rng=0)
+    assert res.family == "hybrid"
+    err = optimized_counter_error(N, 1.0, res)
+    assert err.total == pytest.approx(res.error.total, rel=1e-9)  # same GLS, same calibration
+    runs, sq = 300, np.zeros(N)
+    for r in range(runs):
+        c = OptimizedCounter(N, 1.0, strategy=res, rng=r, secure=False)
+        out = np.array([c.update(1) for _ in range(N)])
+        sq += (out - np.arange(1, N + 1)) ** 2
+    assert (sq / runs).mean() == pytest.approx(err.mean, rel=0.1)
+    # a matrix whose layout does not describe it is refused
+    from sparsedp.operators import SparseOperator
+    lay = res.strategy.meta["hybrid"]
+    bad = SparseOperator(res.strategy.tosparse() * 1.0, meta={"hybrid": lay})
+    bad.matrix.data[0] *= 1.5
+    with pytest.raises(ShapeError):
+        OptimizedCounter(N, 1.0, strategy=bad, rng=0, secure=False)
+
+
+def test_hybrid_beats_the_tree_on_long_prefix():
+    n = 4096
+    hyb = optimize(wl.prefix(n), family="hybrid", rng=0, time_limit=15)
+    tree = optimize(wl.prefix(n), family="tree", rng=0, per_node=False)
+    assert hyb.error.total < 0.95 * tree.error.total
