@@ -25,3 +25,24 @@ def counter_releases(make, x, R, seed):
     errs = fresh._draw_offsets(R, np.random.default_rng(seed))
     assert errs.shape == (R, x.size)
     return s + errs
+
+
+def batched_counter_release(make, post=None):
+    """An ``audit(..., batched=True)`` release of the counter ``make(rng)`` on the data: per call,
+    one counter's plan, ``k`` noise vectors in one call (``_draw_offsets``), ``post`` (a vectorised
+    post-processing of the ``(k, horizon)`` released running sums) applied.  Each call first checks
+    that the counter's own release on this data, seeded from the audit's generator, is ``cumsum(x)
+    + B z`` for the noise it drew."""
+
+    def release(x, g, k):
+        x = np.asarray(x, dtype=np.float64)
+        seed = int(g.integers(2**62))
+        c = make(seed)
+        B = c._offset_matrix()
+        out = make(seed).run(x)
+        z = c.plan.noise_stream(rng=seed, chunk=c.plan.rows).all()
+        np.testing.assert_allclose(out, np.cumsum(x) + B @ z, rtol=1e-9, atol=1e-9 * (np.abs(out).max() + 1.0))
+        S = np.cumsum(x) + c._draw_offsets(k, g, B)
+        return S if post is None else post(S)
+
+    return release

@@ -506,16 +506,17 @@ class StreamingCounter:
         eye = np.eye(self.plan.rows)
         return np.column_stack([self._offsets_for(eye[j]) for j in range(self.plan.rows)])
 
-    def _draw_offsets(self, k: int, rng: Any) -> np.ndarray:
+    def _draw_offsets(self, k: int, rng: Any, B: np.ndarray | None = None) -> np.ndarray:
         """Test hook: the offsets of ``k`` independent releases (``k x horizon``): ``k`` noise vectors
         of this counter's plan, drawn in one call by the plan's own ``measure`` on a block-diagonal
         copy (:func:`sparsedp.audit.plan_release` of all-zero data, whose release is the noise; no
-        accountant), times :meth:`_offset_matrix`.  The law of ``k`` counters' releases, one plan built."""
+        accountant), times :meth:`_offset_matrix` (or ``B``, that matrix computed before).  The law of
+        ``k`` counters' releases, one plan built."""
         from ..audit import plan_release  # local: the auditor is a test harness
 
         assert self.plan is not None
         Z = plan_release(self.plan, counts=False)(np.zeros(self.plan.measured.shape[1]), rng, int(k))
-        return Z @ self._offset_matrix().T
+        return Z @ (self._offset_matrix() if B is None else B).T
 
 
 class _GivenNoise:
