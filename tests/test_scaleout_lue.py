@@ -218,3 +218,43 @@ def test_cli_method_lue_executor(tmp_path, capsys):
     assert main(args + ["--column", "c", "--bins", "0", "10", "1", "--out", str(out)]) == 2
     assert main(args + ["--out", str(tmp_path / "o.npz")]) == 2
     assert "error" in capsys.readouterr().err
+
+
+def test_rerun_tasks_are_safe(tmp_path):
+    """A task Dask runs again: the validation / budget pass writes identical subtree files; a rerun
+    measurement with OS entropy draws fresh noise into its own file, and the downward pass uses
+    exactly the file of the summary it is given."""
+    import dataclasses
+
+    from sparsedp.scaleout.chunked import BlockWriter
+    from sparsedp.scaleout.lue import measure_chunk, prepare_chunk, release_chunk
+
+    x = _histogram(800, 4)
+    r = release_lue(x, 1.0, chunk=100, rng=1)
+    q = 2
+    root, left = r.roots[q], r.lefts[q]
+    reader = _readers_for(x, r)[q]
+    a = prepare_chunk(r.spec, root, reader, str(tmp_path))
+    b = prepare_chunk(r.spec, root, reader, str(tmp_path))
+    assert a[5] != b[5] and a[:5] == b[:5]
+    fa, fb = np.load(a[5]), np.load(b[5])
+    assert all(np.array_equal(fa[k], fb[k]) for k in fa.files)
+    root = dataclasses.replace(root, coef=a[5])
+    first = measure_chunk(r.spec, root, left, None, 1.0, reader, None, str(tmp_path))
+    second = measure_chunk(r.spec, root, left, None, 1.0, reader, None, str(tmp_path))
+    assert first.path != second.path and first.total == second.total == int(x[root.lo:root.hi].sum())
+    y1, y2 = np.load(first.path)[0], np.load(second.path)[0]
+    assert not np.array_equal(y1, y2)
+    writer = BlockWriter("return", None, root.lo, root.hi)
+    l1 = release_chunk(r.spec, root, left, first, 500.0, writer)[1]
+    l2 = release_chunk(r.spec, root, left, second, 500.0, writer)[1]
+    assert l1.sum() == pytest.approx(500.0) and l2.sum() == pytest.approx(500.0) and not np.allclose(l1, l2)
+    np.testing.assert_array_equal(release_chunk(r.spec, root, left, first, 500.0, writer)[1], l1)  # no noise drawn
+    with pytest.raises(SparseDPError, match="exceeds epsilon"):  # the plan's own certificate, before any draw
+        measure_chunk(r.spec, root, left, 0.999999, 1.0, reader, None, str(tmp_path))
+
+
+def _readers_for(x, r):
+    from sparsedp.scaleout.lue import _readers
+
+    return _readers(x, r.bounds)
