@@ -137,7 +137,7 @@ class MeasurementPlan:
         if not self.secure:
             return 2.0 * s * s if self.noise == "laplace" else s * s
         f = _noise.discrete_laplace_variance if self.noise == "laplace" else _noise.discrete_gaussian_variance
-        uniq, inv = np.unique(s, return_inverse=True)
+        uniq, inv = _noise._unique_inverse(s)  # np.unique's result, O(n) for scales in runs
         # A tiny scale has a variance that underflows (2 e^{-1/t}); report at least 1e-200 grid
         # units^2 (an overstatement, never an understatement) so estimators can weight by 1/var.
         unit = np.maximum(np.array([f(float(t)) for t in uniq]), 1e-200)
@@ -558,7 +558,7 @@ def _integer_rows_plan(op: Operator, form: tuple[Operator, np.ndarray], noise: s
         target = _check_scales(scales, op.shape[0])
     # scales on the integer rows, with a 2^-40 margin over the certificate's rounding slack
     unit_scales = np.nextafter(target / np.abs(f), np.inf) * (1.0 + 2.0**-40)
-    if np.unique(unit_scales).size > int(max_distinct_scales):
+    if _noise._unique_values(unit_scales).size > int(max_distinct_scales):
         unit_scales = _quantize_up(unit_scales)
     Hm = H if type(H) is IntervalRows else sp.csr_matrix(H.tosparse(), dtype=np.float64)
     loss = _loss(Hm, unit_scales, p)
@@ -613,7 +613,7 @@ def plan_measurement(
         return _integer_rows_plan(op, integer_form, noise, eps, r, scales, max_distinct_scales)
     if scales is not None and secure:
         unit_scales = np.nextafter(unit_scales / g, np.inf)  # never below the scale asked for
-        if np.unique(unit_scales).size > int(max_distinct_scales):
+        if _noise._unique_values(unit_scales).size > int(max_distinct_scales):
             unit_scales = _quantize_up(unit_scales)
     given = unit_scales if scales is not None else None
     # exact structured loss for interval rows; a Kronecker product from its factors (mode products,

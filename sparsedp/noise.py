@@ -827,18 +827,55 @@ def _chunked(sample: Callable[[float, int], np.ndarray]) -> Callable[[float, int
     return run
 
 
+def _run_starts(flat: np.ndarray) -> np.ndarray:
+    """Indices where a run of equal values starts in the 1-d array ``flat`` (``[0]`` first)."""
+    starts = np.flatnonzero(flat[1:] != flat[:-1])
+    starts += 1
+    return np.concatenate(([0], starts))
+
+
+def _unique_values(flat: Any) -> np.ndarray:
+    """``np.unique(flat)``, sorting only the first value of each run of equal values."""
+    flat = np.ravel(flat)
+    return np.unique(flat[_run_starts(flat)]) if flat.size > 1 else np.unique(flat)
+
+
+def _unique_inverse(flat: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(flat, return_inverse=True)`` for a 1-d array, in O(n) plus a sort of its runs.
+
+    Per-row scales come in runs of equal values (a tree's levels, a plan's blocks): only the first
+    value of each run is sorted, and the runs' inverse is repeated over their lengths.  The result
+    is the same as ``np.unique``'s (the sorted distinct values and, per element, its index).
+    """
+    flat = np.ravel(flat)
+    n = flat.size
+    if n < 2:
+        uniq, inv = np.unique(flat, return_inverse=True)
+        return uniq, inv.ravel()
+    starts = _run_starts(flat)
+    uniq, inv_run = np.unique(flat[starts], return_inverse=True)
+    return uniq, np.repeat(inv_run.ravel(), np.diff(starts, append=n))
+
+
+def _group_order(inv: np.ndarray, groups: int) -> np.ndarray:
+    """``np.argsort(inv, kind="stable")`` -- as a radix sort on 16-bit keys when there are few groups."""
+    key = inv.astype(np.uint16) if groups <= 1 << 16 else inv
+    return np.argsort(key, kind="stable")
+
+
 def _grouped(values: Any, shape: tuple[int, ...], sample: Callable[[float, int], np.ndarray]) -> np.ndarray:
-    """Draw for a scalar scale, or for an array of scales grouped by unique value."""
+    """Draw for a scalar scale, or for an array of scales grouped by unique value (in increasing
+    order of the scale; each group's draws fill its positions in order)."""
     sample = _chunked(sample)
     n = int(np.prod(shape, dtype=np.int64))
     if np.ndim(values) == 0:
         return sample(float(values), n).reshape(shape)
     flat = np.ravel(values)
-    uniq, inv = np.unique(flat, return_inverse=True)
+    uniq, inv = _unique_inverse(flat)
     if uniq.size == 1:
         return sample(float(uniq[0]), n).reshape(shape)
     out = np.empty(n, dtype=np.int64)
-    order = np.argsort(inv, kind="stable")
+    order = _group_order(inv, uniq.size)
     ends = np.cumsum(np.bincount(inv, minlength=uniq.size))
     start = 0
     for s, end in zip(uniq, ends):

@@ -403,6 +403,34 @@ def test_discrete_per_row_scales_and_shapes():
     assert y.shape == (50, 200)
 
 
+def test_grouping_by_scale_matches_numpy_unique():
+    """Per-row scales are grouped in O(n) over their runs; the groups (and so the seeded draws) are
+    exactly np.unique's / a stable argsort's, in runs or not."""
+    rng = np.random.default_rng(5)
+    for trial in range(60):
+        n = int(rng.integers(0, 400))
+        vals = rng.choice(rng.random(int(rng.integers(1, 7))) * 10 + 0.5, n)
+        if trial % 3 == 0:
+            vals = np.sort(vals)  # long runs
+        if trial % 4 == 0:
+            vals = np.repeat(vals, 3)
+        u, inv = np.unique(vals, return_inverse=True)
+        u2, inv2 = nz._unique_inverse(vals)
+        np.testing.assert_array_equal(u2, u)
+        np.testing.assert_array_equal(inv2, inv.ravel())
+        np.testing.assert_array_equal(nz._unique_values(vals), u)
+        np.testing.assert_array_equal(nz._group_order(inv2, u.size), np.argsort(inv.ravel(), kind="stable"))
+    # a seeded per-row draw is the per-group draw placed back in order (the documented grouping)
+    scales = np.repeat([4.0, 1.5, 4.0, 9.0], [300, 200, 100, 50])
+    x = nz.discrete_laplace(scales, rng=8)
+    bits = nz.SecureRandomBits(np.random.default_rng(8))
+    ref = np.empty(scales.size, dtype=np.int64)
+    for s in np.unique(scales):  # increasing scale, each group's positions in order
+        idx = np.flatnonzero(scales == s)
+        ref[idx] = nz._laplace_plan(float(s), light=idx.size < nz._LIGHT_BELOW).sample(idx.size, bits)
+    np.testing.assert_array_equal(x, ref)
+
+
 def test_tiny_scale_is_zero_and_terminates():
     x = nz.discrete_laplace(0.01, 10_000, rng=1)
     np.testing.assert_array_equal(x, 0)  # P(X != 0) ~ 2 exp(-100)
