@@ -30,7 +30,9 @@ on each release's actual per-node noise variances: the random-range MSE over all
 ranges, and the whole-domain variance), checked against the empirical squared errors of
 ``--gls-reps`` releases (1000 random ranges; the whole domain, pooled over data sets since its
 error does not depend on the data).  Targets: random-range MSE of gls <= 0.9 x LUE-DPTree's,
-whole-domain error of gls (whole domain listed) <= 2 x the 16-ary tree's.  Also the exact
+whole-domain error of gls (whole domain listed) <= 2 x the 16-ary tree's.  Also the hybrid strategy
+(block trees plus dense rows on block sums, ``sparsedp.optimize(all_ranges(n), family="hybrid")``,
+:class:`HybridRelease`) on the same data sets, noise seeds and ranges.  Also the exact
 trade-off between the two as the whole-domain weight grows.  ``--gls-only`` runs just this part
 and updates the ``gls`` key of an existing results file.
 
@@ -221,9 +223,45 @@ GLS_METHODS = {
 }
 
 
+#: Time limit of the hybrid strategy's optimisation for uniform random ranges (n = 4096).
+HYBRID_TIME_LIMIT = 300.0
+
+
+class HybridRelease:
+    """A release of the hybrid strategy optimised for uniform random ranges (all ranges, issue 11):
+    ``sparsedp.optimize(all_ranges(n), family="hybrid")``, measured by its own plan (exact Laplace
+    noise, seeded here) and reconstructed by the Woodbury GLS (:class:`sparsedp.optimize.hybrid.HybridGLS`).
+    Its exact errors follow from the plan's variance: random-range MSE ``v * f / (n (n + 1) / 2)``
+    and whole domain ``v * [(M^T M)^{-1}]_{1 1^T}`` (the last prefix variance)."""
+
+    def __init__(self, n: int, time_limit: float = HYBRID_TIME_LIMIT):
+        from sparsedp import workloads
+        from sparsedp.optimize import optimize
+        from sparsedp.optimize.calibrate import noise_model, unit_variance
+        from sparsedp.optimize.hybrid import HybridGLS
+
+        t0 = time.perf_counter()
+        self.res = optimize(workloads.all_ranges(n), family="hybrid", rng=0, time_limit=time_limit)
+        self.seconds = time.perf_counter() - t0
+        self.n = n
+        self.gls = HybridGLS(self.res.strategy.meta["hybrid"])
+        self.f = self.res.error.total / unit_variance(self.res.strategy, noise_model("laplace"))
+        self.whole = float(self.gls.prefix_variances()[-1])
+        self.plans: dict[float, object] = {}
+
+    def release(self, x: np.ndarray, eps: float, rng) -> tuple[np.ndarray, float]:
+        if eps not in self.plans:
+            self.plans[eps] = plan_measurement(self.res.strategy, epsilon=eps, noise="laplace")
+        plan = self.plans[eps]
+        y = plan.measure(x, rng=rng).y
+        return np.concatenate(([0.0], np.cumsum(self.gls.solve(y)))), float(plan.variances()[0])
+
+
 def gls_compare(datasets: dict[str, np.ndarray], reps: int, seed: int) -> dict:
-    """objective="gls" against LUE-DPTree and a uniform 16-ary tree (module docstring)."""
+    """objective="gls" against LUE-DPTree and a uniform 16-ary tree (module docstring), plus the
+    hybrid strategy (:class:`HybridRelease`)."""
     rows = []
+    hybrids: dict[int, HybridRelease] = {}
     pubs = {(m, eps): make(eps) for m, make in GLS_METHODS.items() for eps in GLS_EPSILONS}
     t0 = time.perf_counter()
     for pub in pubs.values():  # budgets are data-independent: optimise once (timed), reuse per release
@@ -251,7 +289,21 @@ def gls_compare(datasets: dict[str, np.ndarray], reps: int, seed: int) -> dict:
                 rows.append({"dataset": dname, "n": n, "epsilon": eps, "method": mname, "reps": reps,
                              "tree_nodes": rel.tree.size, "exact_range_mse": exact_rr, "exact_whole_domain": exact_wd,
                              "empirical_range_mse": float(np.mean(rr)), "empirical_whole_domain": float(np.mean(wd))})
-            r = {m["method"]: m for m in rows[-len(GLS_METHODS):]}
+            if n not in hybrids:
+                hybrids[n] = HybridRelease(n)
+            hyb = hybrids[n]
+            rng = np.random.default_rng([seed, ie, 7, idata])
+            rr, wd = [], []
+            for _ in range(reps):
+                cs, v = hyb.release(xi, eps, rng)
+                rr.append(float(np.mean((cs[pairs[:, 1] + 1] - cs[pairs[:, 0]] - t_pairs) ** 2)))
+                wd.append((cs[-1] - total) ** 2)
+            whole_sq.setdefault(("hybrid", eps), []).extend(wd)
+            rows.append({"dataset": dname, "n": n, "epsilon": eps, "method": "hybrid", "reps": reps,
+                         "strategy": hyb.res.name, "optimiser_seconds": hyb.seconds,
+                         "exact_range_mse": v * hyb.f / (n * (n + 1) / 2), "exact_whole_domain": v * hyb.whole,
+                         "empirical_range_mse": float(np.mean(rr)), "empirical_whole_domain": float(np.mean(wd))})
+            r = {m["method"]: m for m in rows[-len(GLS_METHODS) - 1:]}
             print(f"  {dname:<48} eps={eps:<4} range MSE exact/emp: " + "  ".join(
                 f"{m}={v['exact_range_mse']:.4g}/{v['empirical_range_mse']:.4g}" for m, v in r.items()), flush=True)
     # exact trade-off between random ranges and the whole domain (SC tree, n = 4096, eps = 1)
@@ -288,24 +340,29 @@ def gls_summary(res: dict) -> dict:
                  "range_ratio_empirical": gls["empirical_range_mse"] / lue["empirical_range_mse"],
                  "range_ratio_exact_k16": m["lue-gls-k16"]["exact_range_mse"] / lue["exact_range_mse"],
                  "range_ratio_empirical_k16": m["lue-gls-k16"]["empirical_range_mse"] / lue["empirical_range_mse"],
+                 "range_ratio_exact_hybrid": m["hybrid"]["exact_range_mse"] / lue["exact_range_mse"],
+                 "range_ratio_empirical_hybrid": m["hybrid"]["empirical_range_mse"] / lue["empirical_range_mse"],
                  "whole_ratio_exact": glw["exact_whole_domain"] / b16["exact_whole_domain"],
                  "whole_ratio_empirical": glw["empirical_whole_domain"] / b16["empirical_whole_domain"]}
             s["range_target_met"] = min(s["range_ratio_exact"], s["range_ratio_exact_k16"]) <= 0.9
+            s["range_target_met_hybrid"] = s["range_ratio_exact_hybrid"] <= 0.9
             s["whole_target_met"] = s["whole_ratio_exact"] <= 2.0
             out.append(s)
             print(f"{dname[:43]:<44}{eps:>5}{lue['exact_range_mse']:>10.4g}{gls['exact_range_mse']:>10.4g}"
                   f"{s['range_ratio_exact']:>7.3f}{s['range_ratio_empirical']:>7.3f}{s['range_ratio_exact_k16']:>7.3f}"
                   f"{s['range_ratio_empirical_k16']:>7.3f}{b16['exact_whole_domain']:>11.4g}"
                   f"{glw['exact_whole_domain']:>10.4g}{s['whole_ratio_exact']:>7.3f}{s['whole_ratio_empirical']:>7.3f}"
-                  f"{glw['exact_range_mse']:>11.4g}{gls['exact_whole_domain']:>9.4g}")
+                  f"{glw['exact_range_mse']:>11.4g}{gls['exact_whole_domain']:>9.4g}"
+                  f"  hybrid {s['range_ratio_exact_hybrid']:.3f} ({s['range_ratio_empirical_hybrid']:.3f})")
     pooled = res["pooled_whole_domain"]
     pooled_range = {}
     for eps in res["epsilons"]:
         emp = {m: float(np.mean([r["empirical_range_mse"] for r in rows if r["method"] == m and r["epsilon"] == eps]))
-               for m in GLS_METHODS}
+               for m in (*GLS_METHODS, "hybrid")}
         pooled_range[str(eps)] = emp
         print(f"  pooled random-range MSE over data sets, eps={eps}: " + "  ".join(f"{m}={v:.4g}" for m, v in emp.items())
-              + f"; gls/LUE {emp['lue-gls'] / emp['lue-dptree']:.3f}, gls-k16/LUE {emp['lue-gls-k16'] / emp['lue-dptree']:.3f}")
+              + f"; gls/LUE {emp['lue-gls'] / emp['lue-dptree']:.3f}, gls-k16/LUE {emp['lue-gls-k16'] / emp['lue-dptree']:.3f}"
+              + f", hybrid/LUE {emp['hybrid'] / emp['lue-dptree']:.3f}")
     for eps in res["epsilons"]:
         a, b = pooled[f"lue-gls-whole@{eps}"], pooled[f"boost-16@{eps}"]
         print(f"  pooled whole-domain squared error, eps={eps}: gls-whole {a['empirical_whole_domain']:.4g} vs 16-ary "
@@ -315,7 +372,8 @@ def gls_summary(res: dict) -> dict:
     for t in res["tradeoff_sc4096_eps1"]:
         print(f"    {t['whole_domain']!s:>8}: {t['range_mse']:.4g}  {t['whole_domain_error']:.4g}")
     return {"ratios": out, "pooled_range_mse": pooled_range, "range_target_met_all": all(s["range_target_met"] for s in out),
-            "whole_target_met_all": all(s["whole_target_met"] for s in out)}
+            "whole_target_met_all": all(s["whole_target_met"] for s in out),
+            "range_target_met_all_hybrid": all(s["range_target_met_hybrid"] for s in out)}
 
 
 def plot(rows: list[dict], path: Path, dataset: str) -> None:
