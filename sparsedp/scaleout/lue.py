@@ -282,6 +282,8 @@ def _coefficients(shape: TreeShape, root: ChunkRoot) -> _ChunkCoefficients:
     """Coverage (eq. 3.5) and the CNP bottom-up pass of ``allocate_budget`` on one chunk's subtree;
     read back from ``root.coef`` (written by :func:`prepare_chunk`, the tree validated again) when
     there is one, instead of growing the subtree again."""
+    from ..trees.budget import cnp_coefficients
+
     if root.coef is not None:
         from ..trees.build import IntervalTree
 
@@ -297,18 +299,7 @@ def _coefficients(shape: TreeShape, root: ChunkRoot) -> _ChunkCoefficients:
     Np = 0.0 if root.plo < 0 else (root.plo + 1.0) * (n - root.phi + 1.0)
     Nf = np.concatenate(([Np], N[t.parent[1:]]))
     p = (N - Nf) / (n * (n + 1) / 2.0)
-    K = p.copy()
-    frac = np.ones(t.size)
-    for d in range(t.levels - 2, -1, -1):
-        sl = t.level(d)
-        internal = t.degree[sl] > 0
-        S = t.child_sums(K, d)[internal]
-        cp, cS = np.cbrt(p[sl][internal]), np.cbrt(S)
-        denom = cp + cS
-        f = np.where(denom > 0, cp / np.where(denom > 0, denom, 1.0), 1.0)
-        idx = np.flatnonzero(internal) + sl.start
-        K[idx] = denom**3
-        frac[idx] = f
+    K, frac = cnp_coefficients(t, p)  # the publisher's own bottom-up pass, on the chunk's subtree
     return _ChunkCoefficients(t, frac, float(K[0]))
 
 

@@ -48,8 +48,12 @@ __all__ = [
 _MAX_ROUNDS = 16
 
 
-def _coefficients(t: IntervalTree, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Bottom-up (CNP): per node ``K_x`` and the share ``a_x / (1 + a_x)`` of its path budget."""
+def cnp_coefficients(t: IntervalTree, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Bottom-up (CNP): per node ``K_x`` and the share ``a_x / (1 + a_x)`` of its path budget.
+
+    ``K_leaf = p_leaf``, ``K_x = (p_x^(1/3) + (sum_children K)^(1/3))^3`` and the share
+    ``p_x^(1/3) / (p_x^(1/3) + (sum_children K)^(1/3))`` (1 where both are 0).  Used by
+    :func:`allocate_budget` and, on one chunk's subtree, by :mod:`sparsedp.scaleout.lue`."""
     K = p.copy()
     frac = np.ones(t.size)
     for d in range(t.levels - 2, -1, -1):
@@ -75,7 +79,7 @@ def allocate_budget(tree: Any, epsilon: float, probabilities: Any) -> np.ndarray
     p = check_vector(probabilities, t.size, "probabilities")
     if np.any(p < 0):
         raise SparseDPError("probabilities must be >= 0")
-    _, frac = _coefficients(t, p)
+    _, frac = cnp_coefficients(t, p)
     out = np.empty(t.size)
     left = np.empty(t.size)  # psum(x): budget left for the subtree of x
     left[0] = eps
@@ -92,7 +96,7 @@ def optimal_error(tree: Any, epsilon: float, probabilities: Any) -> float:
     """The minimum of :func:`expected_range_error` over path-feasible budgets: ``2 K_root / eps^2``."""
     t = as_interval_tree(tree)
     eps = check_positive(epsilon, "epsilon")
-    K, _ = _coefficients(t, check_vector(probabilities, t.size, "probabilities"))
+    K, _ = cnp_coefficients(t, check_vector(probabilities, t.size, "probabilities"))
     return float(2.0 * K[0] / eps**2)
 
 
