@@ -22,28 +22,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import ShapeError, SparseDPError
+from ._store import is_zarr, npy_header, stored_shape, zarr_module
 
 __all__ = ["as_input", "as_output", "open_array", "BlockReader", "ChunkedInput", "ChunkedOutput"]
-
-
-def _zarr():
-    try:
-        import zarr
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise SparseDPError("Zarr input/output needs the zarr package: pip install 'sparsedp[scale]'") from exc
-    return zarr
-
-
-def _is_zarr(path: Path) -> bool:
-    return path.suffix == ".zarr" or (path.is_dir() and any((path / f).exists() for f in ("zarr.json", ".zarray")))
-
-
-def _npy_header(path: Path) -> tuple[tuple[int, ...], np.dtype]:
-    try:
-        arr = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise SparseDPError(f"cannot read {path} as a .npy array: {exc}") from exc
-    return arr.shape, arr.dtype
 
 
 @dataclass(frozen=True)
@@ -60,7 +41,7 @@ class BlockReader:
         if self.kind == "npy":
             return np.array(np.load(self.source, mmap_mode="r", allow_pickle=False)[self.lo : self.hi])
         if self.kind == "zarr":
-            return np.asarray(_zarr().open_array(self.source, mode="r")[self.lo : self.hi])
+            return np.asarray(zarr_module().open_array(self.source, mode="r")[self.lo : self.hi])
         if self.kind == "dask":
             return np.asarray(self.source.compute(scheduler="sync"))
         return np.asarray(self.source)
@@ -91,8 +72,8 @@ def native_chunks(data: Any) -> tuple[int, ...] | None:
     """The block lengths a dask array or Zarr array already has (``None`` for other inputs)."""
     if hasattr(data, "chunks") and hasattr(data, "dask"):
         return tuple(int(c) for c in data.chunks[0])
-    if isinstance(data, (str, Path)) and _is_zarr(Path(data)):
-        z = _zarr().open_array(str(data), mode="r")
+    if isinstance(data, (str, Path)) and is_zarr(Path(data)):
+        z = zarr_module().open_array(str(data), mode="r")
         c = int(z.chunks[0])
         n = int(z.shape[0])
         return tuple(min(c, n - lo) for lo in range(0, n, c))
@@ -101,27 +82,20 @@ def native_chunks(data: Any) -> tuple[int, ...] | None:
 
 def input_length(data: Any) -> int:
     """Number of leaves of an input (1-D), without reading it."""
-    if isinstance(data, (str, Path)):
-        path = Path(data)
-        if _is_zarr(path):
-            shape = tuple(_zarr().open_array(str(path), mode="r").shape)
-        elif path.suffix == ".npy":
-            shape, _ = _npy_header(path)
-        else:
-            raise SparseDPError(f"{path}: scale-out input must be a .npy file or a .zarr array")
-    else:
-        shape = tuple(getattr(data, "shape", np.shape(data)))
+    shape = stored_shape(data, "input")
     if len(shape) != 1 or shape[0] < 1:
         raise ShapeError(f"the histogram must be a non-empty 1-D array, got shape {shape}")
     return int(shape[0])
 
 
-def as_input(data: Any, chunk: int) -> ChunkedInput:
-    """The input in blocks of ``chunk`` leaves (see the module docstring for the kinds)."""
-    n = input_length(data)
+def as_input(data: Any, chunk: int, n: int | None = None) -> ChunkedInput:
+    """The input in blocks of ``chunk`` leaves (see the module docstring for the kinds) along its
+    first axis, ``n`` long (default: :func:`input_length`, a 1-D histogram; give ``n`` for 2-D data)."""
+    if n is None:
+        n = input_length(data)
     if isinstance(data, (str, Path)):
         path = Path(data)
-        return ChunkedInput(n, chunk, "zarr" if _is_zarr(path) else "npy", str(path.resolve()))
+        return ChunkedInput(n, chunk, "zarr" if is_zarr(path) else "npy", str(path.resolve()))
     if hasattr(data, "dask") and hasattr(data, "chunks"):
         return ChunkedInput(n, chunk, "dask", data)
     return ChunkedInput(n, chunk, "array", np.asarray(data))
@@ -139,9 +113,9 @@ def open_array(path: str | Path, chunk: int) -> Any:
 
     p = Path(path)
     n = input_length(p)
-    if _is_zarr(p):
+    if is_zarr(p):
         return da.from_zarr(str(p)).rechunk(chunk)
-    _, dtype = _npy_header(p)
+    _, dtype = npy_header(p)
     sizes = tuple(min(chunk, n - lo) for lo in range(0, n, chunk))
     return da.map_blocks(_read_npy_block, str(p.resolve()), chunks=(sizes,), dtype=dtype, meta=np.empty(0, dtype))
 
@@ -149,16 +123,20 @@ def open_array(path: str | Path, chunk: int) -> Any:
 @dataclass(frozen=True)
 class BlockWriter:
     """Writes the final estimates of leaves ``[lo, hi)``: ``kind`` ``"npy"``, ``"zarr"`` or
-    ``"return"`` (handed back to the driver)."""
+    ``"return"`` (handed back to the driver); ``cols``: ``None`` for a 1-D output, else the width of
+    each row (rows ``[lo, hi)`` of a ``(n, cols)`` output)."""
 
     kind: str
     path: str | None
     lo: int
     hi: int
+    cols: int | None = None
 
     def write(self, values: np.ndarray) -> np.ndarray | None:
-        if values.shape != (self.hi - self.lo,):
+        if self.cols is None and values.shape != (self.hi - self.lo,):
             raise ShapeError(f"block [{self.lo}, {self.hi}) got {values.shape[0]} values")
+        if self.cols is not None and values.shape != (self.hi - self.lo, self.cols):
+            raise ShapeError(f"rows [{self.lo}, {self.hi}) got values of shape {values.shape}")
         if self.kind == "npy":
             out = np.load(self.path, mmap_mode="r+", allow_pickle=False)
             out[self.lo : self.hi] = values
@@ -166,47 +144,51 @@ class BlockWriter:
             del out
             return None
         if self.kind == "zarr":
-            _zarr().open_array(self.path, mode="r+")[self.lo : self.hi] = values
+            zarr_module().open_array(self.path, mode="r+")[self.lo : self.hi] = values
             return None
         return values
 
 
 @dataclass(frozen=True)
 class ChunkedOutput:
-    """Where the release goes: a ``.npy`` / ``.zarr`` path, or ``None`` (returned in memory)."""
+    """Where the release goes: a ``.npy`` / ``.zarr`` path, or ``None`` (returned in memory); ``n``
+    values (``cols=None``) or an ``(n, cols)`` array cut into blocks of ``chunk`` rows."""
 
     n: int
     chunk: int
     kind: str
     path: str | None
+    cols: int | None = None
 
     def block(self, q: int) -> BlockWriter:
-        return BlockWriter(self.kind, self.path, q * self.chunk, min((q + 1) * self.chunk, self.n))
+        return BlockWriter(self.kind, self.path, q * self.chunk, min((q + 1) * self.chunk, self.n), self.cols)
 
     def create(self) -> None:
         """Make the empty output (driver side, before any block is written)."""
+        tail = () if self.cols is None else (self.cols,)
         if self.kind == "npy":
-            np.lib.format.open_memmap(self.path, mode="w+", dtype=np.float64, shape=(self.n,)).flush()
+            np.lib.format.open_memmap(self.path, mode="w+", dtype=np.float64, shape=(self.n, *tail)).flush()
         elif self.kind == "zarr":
-            _zarr().open_array(self.path, mode="w", shape=(self.n,), chunks=(self.chunk,), dtype="f8")
+            zarr_module().open_array(self.path, mode="w", shape=(self.n, *tail), chunks=(self.chunk, *tail), dtype="f8")
 
     def load(self) -> np.ndarray:
         """The written release (memory-mapped for ``.npy``)."""
         if self.kind == "npy":
             return np.load(self.path, mmap_mode="r", allow_pickle=False)
         if self.kind == "zarr":
-            return np.asarray(_zarr().open_array(self.path, mode="r")[:])
+            return np.asarray(zarr_module().open_array(self.path, mode="r")[:])
         raise SparseDPError("an in-memory release has no file to load")
 
 
-def as_output(out: Any, n: int, chunk: int) -> ChunkedOutput:
-    """The output target: ``None`` (in memory), or a ``.npy`` / ``.zarr`` path."""
+def as_output(out: Any, n: int, chunk: int, cols: int | None = None) -> ChunkedOutput:
+    """The output target: ``None`` (in memory), or a ``.npy`` / ``.zarr`` path; ``n`` values, or
+    ``(n, cols)`` rows with ``cols``."""
     if out is None:
-        return ChunkedOutput(n, chunk, "return", None)
+        return ChunkedOutput(n, chunk, "return", None, cols)
     p = Path(out)
     if p.suffix == ".zarr":
-        _zarr()
-        return ChunkedOutput(n, chunk, "zarr", str(p.resolve()))
+        zarr_module()
+        return ChunkedOutput(n, chunk, "zarr", str(p.resolve()), cols)
     if p.suffix == ".npy":
-        return ChunkedOutput(n, chunk, "npy", str(p.resolve()))
+        return ChunkedOutput(n, chunk, "npy", str(p.resolve()), cols)
     raise SparseDPError(f"{out}: the scale-out output must be a .npy or .zarr path")

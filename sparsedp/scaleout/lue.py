@@ -65,11 +65,12 @@ from ..measure import MeasurementPlan, _quantize_up, plan_measurement
 from ..privacy import Accountant, LedgerEntry, PrivacyCost
 from ..tree_estimator import LevelPlan, two_pass, two_pass_plan
 from ..validation import MAX_MAGNITUDE, check_counts, check_epsilon
-from .chunked import BlockReader, BlockWriter, as_output, input_length, native_chunks, _is_zarr
+from ._store import is_zarr
+from .chunked import BlockReader, BlockWriter, as_output, input_length, native_chunks
 from .passes import downward, upward
 from .release import _run, chunk_seeds
 from .subtree import MIN_VARIANCE, ChunkSummary, _exact_total, _generator, remove_scratch
-from .tree import _add_up
+from .tree import add_up
 
 __all__ = ["TreeShape", "TopTree", "LUEScaleoutRelease", "chunk_roots", "release_lue"]
 
@@ -367,7 +368,7 @@ def _path_bound(t: Any, e: np.ndarray, acc_parent: float | None) -> float:
     from the top tree's certified sum at the root's parent."""
     acc = e.copy()
     if acc_parent is not None:
-        acc[0] = _add_up(acc_parent, float(e[0]))
+        acc[0] = add_up(acc_parent, float(e[0]))
     for d in range(1, t.levels):
         sl = t.level(d)
         s = acc[t.parent[sl]]
@@ -501,7 +502,7 @@ def measure_chunk(spec: LUESpec, root: ChunkRoot, left: float, top_loss: float |
     import uuid
 
     cp = _cached_plan(spec, root, left)
-    total_loss = cp.plan.loss if top_loss is None else _add_up(float(top_loss), float(cp.plan.loss))
+    total_loss = cp.plan.loss if top_loss is None else add_up(float(top_loss), float(cp.plan.loss))
     if not total_loss <= epsilon:
         raise SparseDPError(f"chunk {root.q}: certified loss {total_loss!r} exceeds epsilon {epsilon!r}")
     x = reader.read()
@@ -589,7 +590,7 @@ class LUEScaleoutRelease:
 def _readers(data: Any, bounds: np.ndarray) -> list[BlockReader]:
     if isinstance(data, (str, Path)):
         p = Path(data)
-        kind = "zarr" if _is_zarr(p) else "npy"
+        kind = "zarr" if is_zarr(p) else "npy"
         src = str(p.resolve())
         return [BlockReader(kind, src, int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
     if hasattr(data, "dask") and hasattr(data, "chunks"):

@@ -41,7 +41,7 @@ from ..validation import MAX_MAGNITUDE, check_epsilon
 from .chunked import as_input, as_output, input_length, native_chunks
 from .subtree import ChunkSpec, ChunkSummary, chunk_plan, measure_chunk, release_chunk, remove_scratch, validate_chunk
 from .top import solve_top, top_plan
-from .tree import ChunkedTree, _add_up, check_chunking, default_chunk, level_budgets, level_coverage
+from .tree import ChunkedTree, add_up, check_chunking, default_chunk, level_budgets, level_coverage
 
 __all__ = ["ScaleoutRelease", "release_hierarchical", "chunk_seeds"]
 
@@ -190,7 +190,7 @@ def release_hierarchical(
     spec = ChunkSpec(k, tree.chunk_levels, chunk_scales, secure, label=f"scaleout hierarchical(n={n}, k={k})")
     losses = tuple((L, float(chunk_plan(spec, L).plan.loss)) for L in lengths)
     spec = ChunkSpec(k, tree.chunk_levels, chunk_scales, secure, losses, spec.label)
-    loss = _add_up(tp.loss, max(v for _, v in losses))
+    loss = add_up(tp.loss, max(v for _, v in losses))
     if not loss <= eps:
         raise InvalidPrivacyParameterError(f"the certified loss {loss!r} of the tree exceeds epsilon {eps!r}")
     seeds = chunk_seeds(rng, m + 1)

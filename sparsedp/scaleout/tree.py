@@ -106,7 +106,7 @@ def chunk_layout(length: int, k: int, levels: int) -> TreeLayout:
                       leaf_starts=tuple(leaf_starts), row_offsets=tuple(reversed(offsets)))
 
 
-def _add_up(a: float, b: float) -> float:
+def add_up(a: float, b: float) -> float:
     """``a + b`` rounded up (TwoSum)."""
     s = a + b
     bp = s - a
@@ -118,7 +118,7 @@ def _path_bound(eps: np.ndarray) -> float:
     """Certified ``>=`` bound of ``sum(eps)`` added root first (as ``path_sum_bounds``)."""
     acc = float(eps[0])
     for e in eps[1:]:
-        acc = _add_up(acc, float(e))
+        acc = add_up(acc, float(e))
     return acc
 
 

@@ -57,14 +57,14 @@ from ..executors import get_executor
 from ..intervals import IntervalRows
 from ..measure import MeasurementPlan, plan_measurement
 from ..privacy import Accountant, LedgerEntry, PrivacyCost
-from ..progress import progress_bar
 from ..tree_estimator import LevelPlan
 from ..validation import MAX_MAGNITUDE, check_epsilon
-from .chunked import BlockReader, ChunkedInput, _is_zarr, _zarr, native_chunks
+from ._store import stored_shape
+from .chunked import BlockReader, BlockWriter, as_input, as_output, native_chunks
 from .passes import downward, upward
-from .release import chunk_seeds
+from .release import _run, chunk_seeds
 from .top import solve_top
-from .tree import ChunkedTree, _add_up, bfs_plan, chunk_layout, check_chunking, default_chunk
+from .tree import ChunkedTree, add_up, bfs_plan, chunk_layout, check_chunking, default_chunk
 
 __all__ = ["ScaleoutRestaurantRelease", "release_restaurant"]
 
@@ -206,7 +206,7 @@ def measure_sales_chunk(spec: SpanChunkSpec, reader: BlockReader, q: int, seed: 
 
 
 def release_sales_chunk(spec: SpanChunkSpec, summary: SpanChunkSummary, root: tuple[float, ...],
-                        writer: "SalesWriter") -> tuple[np.ndarray, np.ndarray | None]:
+                        writer: BlockWriter) -> tuple[np.ndarray, np.ndarray | None]:
     """Consistent leaves of one chunk from its stored coordinates and its root's final coordinates:
     the downward pass, ``Q c_leaf`` per day, written by ``writer``.  Returns ``(the chunk root's
     5 values = the float sum of its leaves, bottom-up; the leaves or None)``.  Draws no noise."""
@@ -224,99 +224,17 @@ def release_sales_chunk(spec: SpanChunkSpec, summary: SpanChunkSummary, root: tu
     X = np.empty((cp.nodes, P))
     X[first_leaf:] = np.einsum("uj,ij->ui", leaves_c, _Q)
     reaggregate(cp.plans, X)
-    leaves = X[first_leaf:]
-    return X[0].copy(), writer.write(leaves)
+    written = writer.write(X[first_leaf:])
+    return X[0].copy(), None if written is None else np.array(written)  # a copy: X is not kept alive
 
 
 # -- inputs and outputs: (days, 5) blocks ----------------------------------------------------------
 
 
 def _shape(data: Any) -> tuple[int, ...]:
-    if isinstance(data, (str, Path)):
-        path = Path(data)
-        if not path.exists():
-            raise SparseDPError(f"no such file: {path}")
-        if _is_zarr(path):
-            return tuple(_zarr().open_array(str(path), mode="r").shape)
-        if path.suffix == ".npy":
-            try:
-                return tuple(np.load(path, mmap_mode="r", allow_pickle=False).shape)
-            except (OSError, ValueError) as exc:
-                raise SparseDPError(f"cannot read {path} as a .npy array: {exc}") from exc
-        raise SparseDPError(f"{path}: scale-out sales must be a .npy file or a .zarr array")
-    return tuple(getattr(data, "shape", np.shape(data)))
-
-
-def _as_input(data: Any, chunk: int, days: int) -> ChunkedInput:
-    if isinstance(data, (str, Path)):
-        path = Path(data)
-        return ChunkedInput(days, chunk, "zarr" if _is_zarr(path) else "npy", str(path.resolve()))
-    if hasattr(data, "dask") and hasattr(data, "chunks"):
-        return ChunkedInput(days, chunk, "dask", data)
-    return ChunkedInput(days, chunk, "array", np.asarray(data))
-
-
-@dataclass(frozen=True)
-class SalesWriter:
-    """Writes the consistent daily item values of days ``[lo, hi)`` (``kind`` npy / zarr / return)."""
-
-    kind: str
-    path: str | None
-    lo: int
-    hi: int
-
-    def write(self, values: np.ndarray) -> np.ndarray | None:
-        if values.shape != (self.hi - self.lo, P):
-            raise ShapeError(f"days [{self.lo}, {self.hi}) got values of shape {values.shape}")
-        if self.kind == "npy":
-            out = np.load(self.path, mmap_mode="r+", allow_pickle=False)
-            out[self.lo : self.hi] = values
-            out.flush()
-            del out
-            return None
-        if self.kind == "zarr":
-            _zarr().open_array(self.path, mode="r+")[self.lo : self.hi] = values
-            return None
-        return np.array(values)
-
-
-@dataclass(frozen=True)
-class SalesOutput:
-    """Where the release goes: a ``(days, 5)`` ``.npy`` / ``.zarr`` array written chunk by chunk, or
-    ``None`` (returned)."""
-
-    days: int
-    chunk: int
-    kind: str
-    path: str | None
-
-    def block(self, q: int) -> SalesWriter:
-        return SalesWriter(self.kind, self.path, q * self.chunk, min((q + 1) * self.chunk, self.days))
-
-    def create(self) -> None:
-        if self.kind == "npy":
-            np.lib.format.open_memmap(self.path, mode="w+", dtype=np.float64, shape=(self.days, P)).flush()
-        elif self.kind == "zarr":
-            _zarr().open_array(self.path, mode="w", shape=(self.days, P), chunks=(self.chunk, P), dtype="f8")
-
-    def load(self) -> np.ndarray:
-        if self.kind == "npy":
-            return np.load(self.path, mmap_mode="r", allow_pickle=False)
-        if self.kind == "zarr":
-            return np.asarray(_zarr().open_array(self.path, mode="r")[:])
-        raise SparseDPError("an in-memory release has no file to load")
-
-
-def _as_output(out: Any, days: int, chunk: int) -> SalesOutput:
-    if out is None:
-        return SalesOutput(days, chunk, "return", None)
-    p = Path(out)
-    if p.suffix == ".zarr":
-        _zarr()
-        return SalesOutput(days, chunk, "zarr", str(p.resolve()))
-    if p.suffix == ".npy":
-        return SalesOutput(days, chunk, "npy", str(p.resolve()))
-    raise SparseDPError(f"{out}: the scale-out output must be a .npy or .zarr path")
+    if isinstance(data, (str, Path)) and not Path(data).exists():
+        raise SparseDPError(f"no such file: {data}")
+    return stored_shape(data, "sales")
 
 
 # -- the driver ------------------------------------------------------------------------------------
@@ -357,7 +275,7 @@ class ScaleoutRestaurantRelease:
         if self.estimate is not None:
             return self.estimate
         assert self.out is not None
-        return _as_output(self.out, self.days, self.chunk).load()
+        return as_output(self.out, self.days, self.chunk, P).load()
 
 
 def _resolve_chunk(data: Any, days: int, chunk: int | None) -> tuple[Any, int]:
@@ -419,7 +337,7 @@ def _plan_release(days: int, epsilon: float, chunk: int, secure: bool = True) ->
         top, inner = _top_plan(tree, scale, secure)
         spec = SpanChunkSpec(tree.chunk_levels, scale, secure, (), label)
         losses = tuple((L, float(_chunk_plan(spec, L).plan.loss)) for L in lengths)
-        loss = _add_up(0.0 if top is None else float(top.loss), max(v for _, v in losses))
+        loss = add_up(0.0 if top is None else float(top.loss), max(v for _, v in losses))
         if loss <= eps:
             break
         # the certificate's rounding slack grows with the rows: raise b by the excess (the loss is ~ 1 / b)
@@ -428,12 +346,6 @@ def _plan_release(days: int, epsilon: float, chunk: int, secure: bool = True) ->
         raise InvalidPrivacyParameterError(f"the certified loss {loss!r} of the release exceeds epsilon {eps!r}")
     spec = SpanChunkSpec(tree.chunk_levels, scale, secure, losses, label)
     return _Setup(tree, scale, sens, spec, top, inner, _chunk_plan(spec, lengths[-1]).plan, loss)
-
-
-def _run(ex: Any, fn: Any, args: list, total: int, desc: str, progress: bool | None) -> list:
-    disable = None if progress is None else not progress
-    with progress_bar(total=total, desc=desc, unit="chunk", disable=disable) as bar:
-        return ex.map(fn, *args, callback=lambda: bar.update(1))
 
 
 def release_restaurant(
@@ -495,8 +407,8 @@ def release_restaurant(
 
     ex = get_executor(executor)
     owns = isinstance(executor, str)
-    src = _as_input(data, c, T)
-    dst = _as_output(out, T, c)
+    src = as_input(data, c, T)
+    dst = as_output(out, T, c, P)
     readers = src.blocks()
     timings: dict[str, float] = {}
     scratch_dir = None
