@@ -173,11 +173,18 @@ class ChunkedOutput:
 
     def load(self) -> np.ndarray:
         """The written release (memory-mapped for ``.npy``)."""
-        if self.kind == "npy":
-            return np.load(self.path, mmap_mode="r", allow_pickle=False)
-        if self.kind == "zarr":
-            return np.asarray(zarr_module().open_array(self.path, mode="r")[:])
+        if self.kind == "return":
+            raise SparseDPError("an in-memory release has no file to load")
+        return load_output(self.path)
+
+
+def load_output(path: str | None) -> np.ndarray:
+    """A written release: a ``.npy`` file memory-mapped, a ``.zarr`` array read whole."""
+    if path is None:
         raise SparseDPError("an in-memory release has no file to load")
+    if Path(path).suffix == ".npy":
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    return np.asarray(zarr_module().open_array(path, mode="r")[:])
 
 
 def as_output(out: Any, n: int, chunk: int, cols: int | None = None) -> ChunkedOutput:

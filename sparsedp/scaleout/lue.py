@@ -49,7 +49,6 @@ import math
 import shutil
 import sys
 import threading
-import tempfile
 import time
 from dataclasses import dataclass, field
 from collections import OrderedDict
@@ -64,11 +63,11 @@ from ..intervals import IntervalRows
 from ..measure import MeasurementPlan, _quantize_up, plan_measurement
 from ..privacy import Accountant, LedgerEntry, PrivacyCost
 from ..tree_estimator import LevelPlan, two_pass, two_pass_plan
-from ..validation import MAX_MAGNITUDE, check_counts, check_epsilon
+from ..validation import MAX_MAGNITUDE, check_counts
 from ._store import is_zarr
-from .chunked import BlockReader, BlockWriter, as_output, input_length, native_chunks
+from .chunked import BlockReader, BlockWriter, as_output, input_length, load_output, native_chunks
 from .passes import downward, upward
-from .release import _run, chunk_seeds
+from .release import _run, check_release_args, chunk_seeds, make_scratch
 from .subtree import MIN_VARIANCE, ChunkSummary, _exact_total, _generator, remove_scratch
 from .tree import add_up
 
@@ -573,10 +572,7 @@ class LUEScaleoutRelease:
 
     def load(self) -> np.ndarray:
         """The leaf estimates: ``estimate``, or the output file (memory-mapped ``.npy``, or Zarr)."""
-        if self.estimate is not None:
-            return self.estimate
-        assert self.out is not None
-        return as_output(self.out, self.n, int(np.diff(self.bounds).max())).load()
+        return self.estimate if self.estimate is not None else load_output(self.out)
 
     def chunk_plan(self, q: int) -> MeasurementPlan:
         """The measurement plan chunk ``q`` used (its subtree's rows, breadth-first, at their scales)."""
@@ -701,12 +697,7 @@ def release_lue(
     ``secure``, ``scratch``, ``progress``: as :func:`~sparsedp.scaleout.release_hierarchical`.
     """
     t_start = time.perf_counter()
-    eps = check_epsilon(epsilon, "epsilon")
-    if not isinstance(secure, (bool, np.bool_)):
-        raise SparseDPError(f"secure must be True or False, got {secure!r}")
-    secure = bool(secure)
-    if accountant is not None and not isinstance(accountant, Accountant):
-        raise InvalidPrivacyParameterError(f"accountant must be an Accountant, got {type(accountant).__name__}")
+    eps, secure = check_release_args(epsilon, secure, accountant)
     n = input_length(data)
     shape = _shape(tree, n, k, upper)
     data, blocks = _resolve_blocks(data, chunk)
@@ -735,12 +726,7 @@ def release_lue(
     try:
         # 1. validate every block and run its bottom-up budget pass (no noise, no charge)
         t0 = time.perf_counter()
-        if scratch is None:
-            base = None if dst.path is None else str(Path(dst.path).parent)
-            scratch_dir = tempfile.mkdtemp(prefix="sparsedp-scaleout-", dir=base)
-        else:
-            Path(scratch).mkdir(parents=True, exist_ok=True)
-            scratch_dir = tempfile.mkdtemp(prefix="sparsedp-scaleout-", dir=str(scratch))
+        scratch_dir = make_scratch(scratch, dst.path)
         prep = _run(ex, prepare_chunk, [[spec] * m, roots, readers, [scratch_dir] * m], m, "validate", progress)
         roots = [dataclasses.replace(r, coef=p[5]) for r, p in zip(roots, prep)]
         totals = [int(r[0]) for r in prep]

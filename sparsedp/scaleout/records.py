@@ -45,7 +45,7 @@ from ..errors import SparseDPError
 from ..executors import get_executor
 from ..io import Bins, bin_indices
 from ..validation import check_epsilon
-from .release import ScaleoutRelease, _run, release_hierarchical
+from .release import ScaleoutRelease, _run, make_scratch, release_hierarchical
 from .tree import ChunkedTree, default_chunk
 
 __all__ = ["RecordPart", "PartCounts", "record_parts", "bin_part", "assemble_chunk", "bin_to_histogram", "release_records"]
@@ -323,12 +323,7 @@ def release_records(
 
     ex = get_executor(executor)
     owns = isinstance(executor, str)
-    if scratch is None:
-        base = None if out is None else str(Path(out).resolve().parent)
-        work = tempfile.mkdtemp(prefix="sparsedp-records-", dir=base)
-    else:
-        Path(scratch).mkdir(parents=True, exist_ok=True)
-        work = tempfile.mkdtemp(prefix="sparsedp-records-", dir=str(scratch))
+    work = make_scratch(scratch, None if out is None else str(out), "sparsedp-records-")
     try:
         # 1-2. bin every part (all checks on the records happen here), assemble the leaf histogram
         histogram = os.path.join(work, "histogram.npy")

@@ -38,7 +38,7 @@ from ..executors import get_executor
 from ..privacy import Accountant, LedgerEntry, PrivacyCost
 from ..progress import progress_bar
 from ..validation import MAX_MAGNITUDE, check_epsilon
-from .chunked import as_input, as_output, input_length, native_chunks
+from .chunked import as_input, as_output, input_length, load_output, native_chunks
 from .subtree import ChunkSpec, ChunkSummary, chunk_plan, measure_chunk, release_chunk, remove_scratch, validate_chunk
 from .top import solve_top, top_plan
 from .tree import ChunkedTree, add_up, check_chunking, default_chunk, level_budgets, level_coverage
@@ -78,10 +78,7 @@ class ScaleoutRelease:
 
     def load(self) -> np.ndarray:
         """The leaf estimates: ``estimate``, or the output file (memory-mapped ``.npy``, or Zarr)."""
-        if self.estimate is not None:
-            return self.estimate
-        assert self.out is not None
-        return as_output(self.out, self.n, self.chunk).load()
+        return self.estimate if self.estimate is not None else load_output(self.out)
 
 
 def chunk_seeds(rng: Any, count: int) -> list[Any]:
@@ -102,6 +99,26 @@ def chunk_seeds(rng: Any, count: int) -> list[Any]:
     if not isinstance(rng, np.random.SeedSequence):
         raise SparseDPError(f"rng must be None, an int seed, a SeedSequence or a Generator, got {type(rng).__name__}")
     return list(rng.spawn(count))
+
+
+def check_release_args(epsilon: float, secure: Any, accountant: Any) -> tuple[float, bool]:
+    """The checks every scale-out release makes first: ``epsilon`` (finite, ``> 0``), ``secure`` a
+    bool, ``accountant`` ``None`` or an :class:`~sparsedp.privacy.Accountant`; ``(eps, secure)``."""
+    eps = check_epsilon(epsilon, "epsilon")
+    if not isinstance(secure, (bool, np.bool_)):
+        raise SparseDPError(f"secure must be True or False, got {secure!r}")
+    if accountant is not None and not isinstance(accountant, Accountant):
+        raise InvalidPrivacyParameterError(f"accountant must be an Accountant, got {type(accountant).__name__}")
+    return eps, bool(secure)
+
+
+def make_scratch(scratch: str | Path | None, out: str | None, prefix: str = "sparsedp-scaleout-") -> str:
+    """A fresh scratch directory (the caller removes it): inside ``scratch`` (created if missing), else
+    next to the output file ``out``, else in the system's temporary directory."""
+    if scratch is None:
+        return tempfile.mkdtemp(prefix=prefix, dir=None if out is None else str(Path(out).resolve().parent))
+    Path(scratch).mkdir(parents=True, exist_ok=True)
+    return tempfile.mkdtemp(prefix=prefix, dir=str(scratch))
 
 
 def _resolve_chunk(data: Any, n: int, k: int, chunk: int | None) -> tuple[Any, int]:
@@ -163,12 +180,7 @@ def release_hierarchical(
     storage every worker reaches), removed at the end.
     """
     t_start = time.perf_counter()
-    eps = check_epsilon(epsilon, "epsilon")
-    if not isinstance(secure, (bool, np.bool_)):
-        raise SparseDPError(f"secure must be True or False, got {secure!r}")
-    secure = bool(secure)
-    if accountant is not None and not isinstance(accountant, Accountant):
-        raise InvalidPrivacyParameterError(f"accountant must be an Accountant, got {type(accountant).__name__}")
+    eps, secure = check_release_args(epsilon, secure, accountant)
     if isinstance(k, (bool, np.bool_)) or int(k) != k or k < 2:
         raise SparseDPError(f"k must be an integer >= 2, got {k!r}")
     k = int(k)
@@ -234,14 +246,7 @@ def release_hierarchical(
             v_top = np.maximum(tp.plan.variances(), 1e-100)
         else:
             y_top = v_top = np.zeros(0)
-        if scratch is None:
-            base = None if dst.path is None else str(Path(dst.path).parent)
-            scratch_dir = tempfile.mkdtemp(prefix="sparsedp-scaleout-", dir=base)
-            work = scratch_dir
-        else:
-            Path(scratch).mkdir(parents=True, exist_ok=True)
-            work = tempfile.mkdtemp(prefix="sparsedp-scaleout-", dir=str(scratch))
-            scratch_dir = work
+        scratch_dir = work = make_scratch(scratch, dst.path)
         summaries = _run(ex, measure_chunk, [[spec] * m, readers, range(m), seeds[:m], [work] * m], m, "measure",
                          progress)
         timings["measure+upward"] = time.perf_counter() - t0

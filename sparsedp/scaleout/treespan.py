@@ -39,7 +39,6 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -60,9 +59,9 @@ from ..privacy import Accountant, LedgerEntry, PrivacyCost
 from ..tree_estimator import LevelPlan
 from ..validation import MAX_MAGNITUDE, check_epsilon
 from ._store import stored_shape
-from .chunked import BlockReader, BlockWriter, as_input, as_output, native_chunks
+from .chunked import BlockReader, BlockWriter, as_input, as_output, load_output, native_chunks
 from .passes import downward, upward
-from .release import _run, chunk_seeds
+from .release import _run, check_release_args, chunk_seeds, make_scratch
 from .top import solve_top
 from .tree import ChunkedTree, add_up, bfs_plan, chunk_layout, check_chunking, default_chunk
 
@@ -272,10 +271,7 @@ class ScaleoutRestaurantRelease:
 
     def load(self) -> np.ndarray:
         """The consistent ``(days, 5)`` values: ``estimate``, or the output file (memory-mapped ``.npy``, or Zarr)."""
-        if self.estimate is not None:
-            return self.estimate
-        assert self.out is not None
-        return as_output(self.out, self.days, self.chunk, P).load()
+        return self.estimate if self.estimate is not None else load_output(self.out)
 
 
 def _resolve_chunk(data: Any, days: int, chunk: int | None) -> tuple[Any, int]:
@@ -384,12 +380,7 @@ def release_restaurant(
     ``epsilon`` is charged once, then noise is drawn.
     """
     t_start = time.perf_counter()
-    eps = check_epsilon(epsilon, "epsilon")
-    if not isinstance(secure, (bool, np.bool_)):
-        raise SparseDPError(f"secure must be True or False, got {secure!r}")
-    secure = bool(secure)
-    if accountant is not None and not isinstance(accountant, Accountant):
-        raise InvalidPrivacyParameterError(f"accountant must be an Accountant, got {type(accountant).__name__}")
+    eps, secure = check_release_args(epsilon, secure, accountant)
     if isinstance(data, RestaurantSales):
         data = np.asarray(data.sales)
     shape = _shape(data)
@@ -437,11 +428,7 @@ def release_restaurant(
             y_top = _coordinates(top.measure(t_items, rng=tgen, label=f"{label}: top nodes").y, inner)
         else:
             y_top = np.zeros((0, _Q.shape[1]))
-        base = None if dst.path is None else str(Path(dst.path).parent)
-        if scratch is not None:
-            Path(scratch).mkdir(parents=True, exist_ok=True)
-            base = str(scratch)
-        scratch_dir = tempfile.mkdtemp(prefix="sparsedp-restaurant-", dir=base)
+        scratch_dir = make_scratch(scratch, dst.path, "sparsedp-restaurant-")
         summaries = _run(ex, measure_sales_chunk, [[spec] * m, readers, range(m), seeds[:m], [scratch_dir] * m], m,
                          "measure", progress)
         timings["measure+upward"] = time.perf_counter() - t0
