@@ -146,3 +146,11 @@ def test_hybrid_beats_the_tree_on_long_prefix():
     hyb = optimize(wl.prefix(n), family="hybrid", rng=0, time_limit=15)
     tree = optimize(wl.prefix(n), family="tree", rng=0, per_node=False)
     assert hyb.error.total < 0.95 * tree.error.total
+
+
+def test_auto_tries_the_hybrid_and_keeps_the_best():
+    res = optimize(wl.prefix(2048), rng=0, time_limit=30, per_node=False)
+    fams = {t.family for t in res.history}
+    assert {"templates", "tree", "hybrid"} <= fams
+    assert res.error.total == min(t.error for t in res.history)
+    assert res.error.total <= res.best_template().error

@@ -210,8 +210,8 @@ class OptimizedCounter(OffsetCounter):
         ``time_limit`` passed on; cached per process).  Without ``time_limit`` the tree family's
         per-node refinement stops after 20 s (measured for prefix at ``n = 2^20``: 18.5 s of it gave
         706.0 per query under load);
-        ``time_limit=600`` lets it converge (702.94 in 140 s, ``benchmarks/bench_continual.py
-        --optimized``).  Or an
+        ``time_limit=600`` lets it converge (702.94), and the hybrid family beats it (655.77; 377 s
+        for both, ``benchmarks/bench_continual.py --optimized``).  Or an
         :class:`~sparsedp.optimize.OptimizedStrategy` / operator with ``N`` columns and full column
         rank (trees with a layout: any ``N``; others: ``N <= DENSE_MAX_N``).
     rng:

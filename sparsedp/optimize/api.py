@@ -192,10 +192,12 @@ def optimize(
         cands += template_candidates(Wop, gram, traces, model)
     if fam in ("auto", "tree"):
         cands += tree_candidates(Wop, gram, traces, model, deadline=deadline, rng=gen, per_node=per_node)
-    if fam == "pidentity" or (fam == "auto" and n <= PIDENTITY_MAX_N and not deadline.expired()):
-        cands += pidentity_candidates(Wop, gram, model, p=p, restarts=int(restarts), deadline=deadline, rng=gen)
+    # the hybrid (O(p nb^2) per step) before the dense p-Identity (O(p^2 n)): under a time limit
+    # the cheaper family gets its share first
     if fam == "hybrid" or (fam == "auto" and hybrid_useful(gram) and not deadline.expired()):
         cands += hybrid_candidates(Wop, gram, model, p=p, deadline=deadline, rng=gen)
+    if fam == "pidentity" or (fam == "auto" and n <= PIDENTITY_MAX_N and not deadline.expired()):
+        cands += pidentity_candidates(Wop, gram, model, p=p, restarts=int(restarts), deadline=deadline, rng=gen)
     if not cands:
         raise ShapeError(f"family {fam!r} has no strategy for this workload (n = {n}, kind {gram.kind!r})")
     best = min(cands, key=lambda c: c.total)
