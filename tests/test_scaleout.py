@@ -1,61 +1,22 @@
 """Scale-out hierarchical releases (issue 14): chunk subtrees on executors == the whole-tree two-pass."""
 
 import os
-import uuid
 
+import _scaleout_util
 import numpy as np
 import pytest
+from _scaleout_util import histogram, kill_once_reader, spy_measure, whole_tree_measurements
 
 from sparsedp import strategies as st
 from sparsedp.errors import BudgetExceededError, NegativeCountError, NonFiniteInputError, ShapeError, SparseDPError
 from sparsedp.executors import DaskExecutor, ThreadExecutor
 from sparsedp.measure import MeasurementPlan
 from sparsedp.privacy import Accountant
-from sparsedp.scaleout import ChunkedTree, ChunkSpec, chunk_layout, chunk_seeds, level_budgets, release_hierarchical
-from sparsedp.scaleout.subtree import MIN_VARIANCE, chunk_plan
-from sparsedp.scaleout.top import top_plan
+from sparsedp.scaleout import ChunkedTree, ChunkSpec, chunk_seeds, level_budgets, release_hierarchical
+from sparsedp.scaleout.subtree import chunk_plan
 from sparsedp.tree_estimator import tree_gls, two_pass
 from sparsedp.trees import Boost
 from sparsedp.trees.blue import blue
-
-
-def _histogram(n, seed=0):
-    return np.random.default_rng(seed).integers(0, 40, n)
-
-
-def _whole_tree_measurements(x, epsilon, k, chunk, seed, level_weights=None):
-    """The release's node measurements and variances, re-drawn in process from the same per-chunk
-    streams and assembled in the row order of the whole tree ``hierarchical(n, k)`` (root first)."""
-    n = x.size
-    tree = ChunkedTree(n, k, chunk)
-    scales = tree.node_scales(level_budgets(tree.levels, epsilon, level_weights))
-    spec = ChunkSpec(k, tree.chunk_levels, tuple(float(s) for s in scales[tree.top_levels:]), True)
-    seeds = chunk_seeds(seed, tree.chunks + 1)
-    G = st.TreeLayout.balanced(n, k)
-    assert G.levels == tree.levels
-    y = np.empty(G.nodes)
-    v = np.empty(G.nodes)
-    per_level_y = [[] for _ in range(tree.chunk_levels)]
-    per_level_v = [[] for _ in range(tree.chunk_levels)]
-    totals = []
-    for q in range(tree.chunks):
-        lo, hi = tree.bounds(q)
-        cp = chunk_plan(spec, hi - lo)
-        meas = cp.plan.measure(x[lo:hi], rng=np.random.Generator(np.random.PCG64(seeds[q])))
-        lay = chunk_layout(hi - lo, k, tree.chunk_levels)
-        for lev in range(tree.chunk_levels):
-            per_level_y[lev].append(lay.level_rows(meas.y, lev))
-            per_level_v[lev].append(lay.level_rows(cp.variances, lev))
-        totals.append(int(x[lo:hi].sum()))
-    for lev in range(tree.chunk_levels):
-        y[G.row_offsets[lev]: G.row_offsets[lev] + G.sizes[lev]] = np.concatenate(per_level_y[lev])
-        v[G.row_offsets[lev]: G.row_offsets[lev] + G.sizes[lev]] = np.concatenate(per_level_v[lev])
-    tp = top_plan(tree, scales, True)
-    if tp.plan is not None:
-        top = tp.plan.measure(np.array(totals), rng=np.random.Generator(np.random.PCG64(seeds[-1])))
-        y[: tp.inner] = top.y
-        v[: tp.inner] = np.maximum(tp.plan.variances(), MIN_VARIANCE)
-    return G, y, v, scales
 
 
 CASES = [  # n, k, chunk
@@ -72,9 +33,9 @@ CASES = [  # n, k, chunk
 
 @pytest.mark.parametrize("n,k,chunk", CASES)
 def test_equals_whole_tree_two_pass(n, k, chunk):
-    x = _histogram(n)
+    x = histogram(n)
     r = release_hierarchical(x, 1.0, k=k, chunk=chunk, rng=11)
-    G, y, v, _ = _whole_tree_measurements(x, 1.0, k, chunk, 11)
+    G, y, v, _ = whole_tree_measurements(x, 1.0, k, chunk, 11)
     parent, level_start = G.bfs()
     whole = two_pass(parent, level_start, y, v)
     leaves = G.level_rows(whole, 0)
@@ -87,9 +48,9 @@ def test_equals_whole_tree_two_pass(n, k, chunk):
 
 def test_same_tree_scales_and_blue_as_boost():
     n, k = 4**6, 4
-    x = _histogram(n, 3)
+    x = histogram(n, 3)
     r = release_hierarchical(x, 0.7, k=k, chunk=64, rng=5)
-    G, y, v, scales = _whole_tree_measurements(x, 0.7, k, 64, 5)
+    G, y, v, scales = whole_tree_measurements(x, 0.7, k, 64, 5)
     pub = Boost(0.7, k=k)
     plan = pub._prepare(x.astype(np.float64))
     per_row = np.repeat(np.arange(G.levels), [G.sizes[lev] for lev in reversed(range(G.levels))])
@@ -106,10 +67,10 @@ def test_same_tree_scales_and_blue_as_boost():
 
 def test_level_weights_per_level_budgets():
     n, k, c = 2000, 3, 81
-    x = _histogram(n, 4)
+    x = histogram(n, 4)
     w = np.arange(1, ChunkedTree(n, k, c).levels + 1, dtype=float)
     r = release_hierarchical(x, 2.0, k=k, chunk=c, rng=2, level_weights=w)
-    G, y, v, scales = _whole_tree_measurements(x, 2.0, k, c, 2, level_weights=w)
+    G, y, v, scales = whole_tree_measurements(x, 2.0, k, c, 2, level_weights=w)
     assert np.unique(r.level_scales).size == r.levels
     assert float(np.sum(1.0 / r.level_scales)) <= 2.0
     np.testing.assert_allclose(r.estimate, tree_gls(G, y, v), rtol=1e-9, atol=1e-9)
@@ -117,7 +78,7 @@ def test_level_weights_per_level_budgets():
 
 def test_unaligned_chunks_refused_or_rechunked():
     da = pytest.importorskip("dask.array")
-    x = _histogram(1000)
+    x = histogram(1000)
     d = da.from_array(x, chunks=100)
     with pytest.raises(SparseDPError, match="not subtrees"):
         release_hierarchical(d, 1.0, k=4, rng=1)
@@ -132,16 +93,9 @@ def test_unaligned_chunks_refused_or_rechunked():
 
 
 def test_budget_charged_once_and_refused_before_noise(monkeypatch):
-    calls = []
-    real = MeasurementPlan.measure
-
-    def spy(self, *a, **kw):
-        calls.append(kw.get("accountant"))
-        return real(self, *a, **kw)
-
-    monkeypatch.setattr(MeasurementPlan, "measure", spy)
+    calls = spy_measure(monkeypatch)
     acc = Accountant(epsilon=1.5)
-    x = _histogram(1100)
+    x = histogram(1100)
     r = release_hierarchical(x, 1.0, k=2, chunk=128, rng=4, accountant=acc)
     assert acc.spent == 1.0 and len(acc.ledger) == 1
     entry = acc.ledger[0]
@@ -171,7 +125,7 @@ def test_bad_input_refused_before_charge_and_noise(monkeypatch, bad, err):
 
 
 def test_parameters_checked():
-    x = _histogram(64)
+    x = histogram(64)
     for kw in ({"k": 1}, {"k": 2.5}, {"secure": 1}, {"rng": -1}, {"rng": "seed"}, {"level_weights": [1, 2]}):
         with pytest.raises(SparseDPError):
             release_hierarchical(x, 1.0, **{"k": 2, "chunk": 8, **kw})
@@ -180,7 +134,7 @@ def test_parameters_checked():
 
 
 def test_os_entropy_default_is_private_and_consistent():
-    x = _histogram(2000)
+    x = histogram(2000)
     acc = Accountant(epsilon=1.0)
     r = release_hierarchical(x, 1.0, k=4, chunk=64, accountant=acc)
     assert r.private and r.secure and acc.ledger[0].private is True
@@ -202,22 +156,6 @@ def test_seeds_spawned_independently():
 # -- a real LocalCluster (worker processes): the same answer, and the same answer when a worker dies
 
 
-def _kill_once_reader(path, marker_dir, after, block_info=None):
-    """Read a .npy block; the first read past ``after`` reads kills its worker process."""
-    os.makedirs(marker_dir, exist_ok=True)
-    open(os.path.join(marker_dir, f"read-{uuid.uuid4().hex}"), "w").close()
-    if len([f for f in os.listdir(marker_dir) if f.startswith("read-")]) > after:
-        try:
-            fd = os.open(os.path.join(marker_dir, "killed"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            pass
-        else:
-            os.close(fd)
-            os._exit(1)
-    lo, hi = block_info[None]["array-location"][0]
-    return np.array(np.load(path, mmap_mode="r")[lo:hi])
-
-
 @pytest.fixture(scope="module")
 def cluster():
     pytest.importorskip("dask.distributed")
@@ -228,7 +166,7 @@ def cluster():
 
 def test_executors_agree_and_write_npy(cluster, tmp_path):
     n = 3000
-    x = _histogram(n, 8)
+    x = histogram(n, 8)
     path = tmp_path / "x.npy"
     np.save(path, x)
     base = release_hierarchical(x, 1.0, k=4, chunk=256, rng=3)
@@ -246,17 +184,16 @@ def test_executors_agree_and_write_npy(cluster, tmp_path):
 def test_local_cluster_survives_a_killed_worker(cluster, tmp_path):
     import cloudpickle
     import dask.array as da
-    import sys
 
     n, k, c = 5000, 4, 256
-    x = _histogram(n, 9)
+    x = histogram(n, 9)
     path = tmp_path / "x.npy"
     np.save(path, x)
     base = release_hierarchical(x, 1.0, k=k, chunk=c, rng=21)
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the killer reader travels by value
+    cloudpickle.register_pickle_by_value(_scaleout_util)  # the killer reader travels by value
     m = ChunkedTree(n, k, c).chunks
     marker = str(tmp_path / "marker")
-    d = da.map_blocks(_kill_once_reader, str(path), marker, m + 3, chunks=(ChunkedTree(n, k, c).lengths(),),
+    d = da.map_blocks(kill_once_reader, str(path), marker, m + 3, chunks=(ChunkedTree(n, k, c).lengths(),),
                       dtype=x.dtype, meta=np.empty(0, x.dtype))
     acc = Accountant(epsilon=1.0)
     killed = release_hierarchical(d, 1.0, k=k, rng=21, executor=cluster, accountant=acc)
@@ -270,7 +207,7 @@ def test_cli_histogram_executor(tmp_path, capsys):
 
     from sparsedp.cli import main
 
-    x = _histogram(3000, 6)
+    x = histogram(3000, 6)
     data = tmp_path / "x.npy"
     np.save(data, x)
     out = tmp_path / "out.npy"
@@ -292,7 +229,7 @@ def test_zarr_and_npy_dask_arrays_in_and_out(tmp_path):
     zarr = pytest.importorskip("zarr")
     from sparsedp.scaleout import open_array
 
-    x = _histogram(5000, 12)
+    x = histogram(5000, 12)
     z = zarr.open_array(str(tmp_path / "x.zarr"), mode="w", shape=x.shape, chunks=(256,), dtype="i8")
     z[:] = x
     np.save(tmp_path / "x.npy", x)
@@ -315,7 +252,7 @@ def test_a_rerun_attempt_is_bound_to_its_own_noise(tmp_path):
     from sparsedp.scaleout.passes import downward, upward
     from sparsedp.scaleout.subtree import measure_chunk, release_chunk
 
-    x = _histogram(1024, 2)
+    x = histogram(1024, 2)
     tree = ChunkedTree(1024, 4, 256)
     scales = tree.node_scales(level_budgets(tree.levels, 1.0))
     spec = ChunkSpec(4, tree.chunk_levels, tuple(float(s) for s in scales[tree.top_levels:]), True)
@@ -350,7 +287,7 @@ def test_boost_un_budgets_match_the_publisher():
     from sparsedp.trees import BoostUN, coverage_probabilities, kary_layout
 
     n, k = 4**6, 4
-    x = _histogram(n, 5)
+    x = histogram(n, 5)
     t = kary_layout(n, k)
     p = coverage_probabilities(t)
     from sparsedp.scaleout import level_coverage
@@ -360,7 +297,7 @@ def test_boost_un_budgets_match_the_publisher():
     plan = BoostUN(0.8, k=k)._prepare(x.astype(float))
     np.testing.assert_allclose(r.level_budgets, plan.eps_per_node[t.level_start[:-1]], rtol=1e-12)
     assert np.unique(r.level_budgets).size > 1 and float(np.sum(r.level_budgets)) <= 0.8
-    G, y, v, _ = _whole_tree_measurements(x, 0.8, k, 256, 1, level_weights=np.cbrt(level_coverage(n, k)))
+    G, y, v, _ = whole_tree_measurements(x, 0.8, k, 256, 1, level_weights=np.cbrt(level_coverage(n, k)))
     np.testing.assert_allclose(r.estimate, tree_gls(G, y, v), rtol=1e-9, atol=1e-9)
     with pytest.raises(SparseDPError):
         release_hierarchical(x, 0.8, k=k, chunk=256, level_weights="lue")
@@ -373,7 +310,7 @@ def test_certified_loss_is_the_brute_force_sensitivity_of_the_whole_tree():
     from sparsedp.calibration import laplace_loss
 
     for n, k, c, w in ((100, 3, 9, None), (64, 2, 8, "boost-un"), (50, 4, 16, [1.0, 2.0, 3.0, 4.0])):
-        x = _histogram(n, 1)
+        x = histogram(n, 1)
         r = release_hierarchical(x, 1.0, k=k, chunk=c, rng=0, level_weights=w)
         G = st.TreeLayout.balanced(n, k)
         A = G.matrix().toarray()
@@ -386,10 +323,10 @@ def test_certified_loss_is_the_brute_force_sensitivity_of_the_whole_tree():
 
 def test_node_noise_has_the_reported_variance():
     n, k, c = 64, 4, 16
-    x = _histogram(n, 3)
+    x = histogram(n, 3)
     G = st.TreeLayout.balanced(n, k)
     truth = G.matrix() @ x
-    errs = np.array([_whole_tree_measurements(x, 2.0, k, c, seed)[1] - truth for seed in range(120)])
+    errs = np.array([whole_tree_measurements(x, 2.0, k, c, seed)[1] - truth for seed in range(120)])
     r = release_hierarchical(x, 2.0, k=k, chunk=c, rng=0)
     assert np.all(r.level_variances == r.level_variances[0])  # uniform budget: one variance
     sample = errs.ravel()
@@ -403,7 +340,7 @@ def test_exact_noise_is_the_default():
     import inspect
 
     assert inspect.signature(release_hierarchical).parameters["secure"].default is True
-    r = release_hierarchical(_histogram(256), 1.0, k=4, chunk=64, rng=2, secure=False)
+    r = release_hierarchical(histogram(256), 1.0, k=4, chunk=64, rng=2, secure=False)
     assert not r.secure and not r.ledger.secure
     np.testing.assert_allclose(r.level_variances, 2 * r.level_scales**2)  # float Laplace: 2 b^2
 
@@ -411,7 +348,7 @@ def test_exact_noise_is_the_default():
 def test_cli_on_a_running_scheduler(cluster, tmp_path):
     from sparsedp.cli import main
 
-    x = _histogram(2000, 13)
+    x = histogram(2000, 13)
     np.save(tmp_path / "x.npy", x)
     out = tmp_path / "out.npy"
     address = cluster.client.scheduler.address

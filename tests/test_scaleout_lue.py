@@ -2,19 +2,15 @@
 
 import numpy as np
 import pytest
+from _scaleout_util import histogram, spy_measure
 
 from sparsedp.errors import BudgetExceededError, NegativeCountError, SparseDPError
-from sparsedp.measure import MeasurementPlan
 from sparsedp.privacy import Accountant
 from sparsedp.scaleout import chunk_seeds
 from sparsedp.scaleout.lue import TreeShape, chunk_roots, release_lue
 from sparsedp.trees import LUEDPTree
 from sparsedp.trees.blue import blue
 from sparsedp.trees.publishers import MIN_VARIANCE
-
-
-def _histogram(n, seed=0):
-    return np.random.default_rng(seed).integers(0, 40, n)
 
 
 def _assembled(x, r, seed):
@@ -56,7 +52,7 @@ CASES = [  # n, tree, k, largest chunk
 
 @pytest.mark.parametrize("n,tree,k,c", CASES)
 def test_equals_the_in_process_publisher(n, tree, k, c):
-    x = _histogram(n, 2)
+    x = histogram(n, 2)
     r = release_lue(x, 0.9, tree=tree, k=k, chunk=c, rng=11)
     plan, y, v, e, b = _assembled(x, r, 11)
     if inner := r.top.inner.size:
@@ -78,7 +74,7 @@ def test_chunks_are_nodes_of_the_tree_and_cutting_blocks_are_refused():
     from sparsedp.trees import sc_layout
 
     n = 2000
-    x = _histogram(n, 3)
+    x = histogram(n, 3)
     t = sc_layout(n)
     shape = TreeShape("sc", n, int(np.diff(t.child_start)[0]), 20)
     top = chunk_roots(shape, 300)
@@ -99,16 +95,9 @@ def test_chunks_are_nodes_of_the_tree_and_cutting_blocks_are_refused():
 
 
 def test_budget_charged_once_and_bad_input_refused_before_noise(monkeypatch):
-    calls = []
-    real = MeasurementPlan.measure
-
-    def spy(self, *a, **kw):
-        calls.append(kw.get("accountant"))
-        return real(self, *a, **kw)
-
-    monkeypatch.setattr(MeasurementPlan, "measure", spy)
+    calls = spy_measure(monkeypatch)
     acc = Accountant(epsilon=1.5)
-    x = _histogram(900, 5)
+    x = histogram(900, 5)
     r = release_lue(x, 1.0, chunk=64, rng=1, accountant=acc)
     assert acc.spent == 1.0 and len(acc.ledger) == 1 and acc.ledger[0] is r.ledger
     assert len(calls) == r.chunks + 1 and all(a is None for a in calls)  # chunks + top, none charges again
@@ -125,7 +114,7 @@ def test_budget_charged_once_and_bad_input_refused_before_noise(monkeypatch):
 def test_publisher_release_and_executors(tmp_path):
     from sparsedp.executors import ThreadExecutor
 
-    x = _histogram(3000, 6)
+    x = histogram(3000, 6)
     np.save(tmp_path / "x.npy", x)
     base = release_lue(x, 1.0, tree="kary", k=4, chunk=200, rng=3)
     with ThreadExecutor(2) as ex:
@@ -145,7 +134,7 @@ def test_publisher_release_and_executors(tmp_path):
 
 
 def test_float_noise_and_os_entropy():
-    x = _histogram(600, 7)
+    x = histogram(600, 7)
     r = release_lue(x, 1.0, chunk=50, secure=False)
     assert r.private and not r.secure
     sums = np.add.reduceat(r.estimate, r.bounds[:-1])  # consistent at the chunk roots
@@ -157,7 +146,7 @@ def test_certified_loss_is_the_brute_force_sensitivity():
     whole-tree matrix at the scales every node was measured with, and the largest change of the
     scaled node counts over every neighbouring histogram (one leaf +- 1)."""
     for n, tree, k, c in ((60, "sc", None, 8), (50, "kary", 3, 10)):
-        x = _histogram(n, 1)
+        x = histogram(n, 1)
         r = release_lue(x, 1.0, tree=tree, k=k, chunk=c, rng=0)
         plan, _, _, _, b = _assembled(x, r, 0)
         A = plan.tree and np.zeros((plan.tree.size, n))
@@ -177,7 +166,7 @@ def test_secure_floor_matches_the_publisher(monkeypatch):
 
     monkeypatch.setattr(publishers, "SECURE_MIN_BUDGET", 0.1)
     monkeypatch.setattr(lue, "SECURE_MIN_BUDGET", 0.1)
-    x = _histogram(400, 8)
+    x = histogram(400, 8)
     r = release_lue(x, 1.0, chunk=40, rng=2)
     plan, _, _, e, b = _assembled(x, r, 2)
     assert ("floor", 0.1) in r.spec.ops and np.sum(plan.eps_per_node < 0.101) >= 3  # the floor was used
@@ -189,7 +178,7 @@ def test_on_a_dask_local_cluster():
     pytest.importorskip("dask.distributed")
     from sparsedp.executors import DaskExecutor
 
-    x = _histogram(2500, 9)
+    x = histogram(2500, 9)
     base = release_lue(x, 1.0, chunk=600, rng=6)
     with DaskExecutor.local(n_workers=2, threads_per_worker=1, processes=False) as ex:
         r = release_lue(x, 1.0, chunk=600, rng=6, executor=ex)
@@ -202,7 +191,7 @@ def test_cli_method_lue_executor(tmp_path, capsys):
 
     from sparsedp.cli import main
 
-    x = _histogram(3000, 6)
+    x = histogram(3000, 6)
     np.save(tmp_path / "x.npy", x)
     out = tmp_path / "out.npy"
     args = ["histogram", str(tmp_path / "x.npy"), "--epsilon", "1", "--method", "lue", "--executor", "inprocess",
@@ -229,7 +218,7 @@ def test_rerun_tasks_are_safe(tmp_path):
     from sparsedp.scaleout.chunked import BlockWriter
     from sparsedp.scaleout.lue import measure_chunk, prepare_chunk, release_chunk
 
-    x = _histogram(800, 4)
+    x = histogram(800, 4)
     r = release_lue(x, 1.0, chunk=100, rng=1)
     q = 2
     root, left = r.roots[q], r.lefts[q]

@@ -4,6 +4,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from _scaleout_util import histogram, whole_tree_measurements
 
 from sparsedp import strategies as st
 from sparsedp import workloads as wl
@@ -12,50 +13,19 @@ from sparsedp.inference import reconstruct
 from sparsedp.intervals import IntervalRows
 from sparsedp.mechanism import MatrixMechanism, Release
 from sparsedp.privacy import Accountant
-from sparsedp.scaleout import ChunkedTree, ChunkSpec, chunk_layout, chunk_seeds, level_budgets
 from sparsedp.scaleout.matrix import ScaleoutMatrixRelease, hierarchical_branching
-from sparsedp.scaleout.subtree import MIN_VARIANCE, chunk_plan
-from sparsedp.scaleout.top import top_plan
-
-
-def _histogram(n, seed=0):
-    return np.random.default_rng(seed).integers(0, 40, n)
 
 
 def _noisy_rows(x, epsilon, k, chunk, seed):
-    """The scale-out release's noisy node counts, re-drawn from the same per-chunk streams, in the
-    row order of ``hierarchical(n, k)`` (root first), and their variances."""
-    n = x.size
-    tree = ChunkedTree(n, k, chunk)
-    scales = tree.node_scales(level_budgets(tree.levels, epsilon))
-    spec = ChunkSpec(k, tree.chunk_levels, tuple(float(s) for s in scales[tree.top_levels:]), True)
-    seeds = chunk_seeds(seed, tree.chunks + 1)
-    G = st.TreeLayout.balanced(n, k)
-    y, v = np.empty(G.nodes), np.empty(G.nodes)
-    ys = [[] for _ in range(tree.chunk_levels)]
-    vs = [[] for _ in range(tree.chunk_levels)]
-    for q in range(tree.chunks):
-        lo, hi = tree.bounds(q)
-        cp = chunk_plan(spec, hi - lo)
-        meas = cp.plan.measure(x[lo:hi], rng=np.random.Generator(np.random.PCG64(seeds[q])))
-        lay = chunk_layout(hi - lo, k, tree.chunk_levels)
-        for lev in range(tree.chunk_levels):
-            ys[lev].append(lay.level_rows(meas.y, lev))
-            vs[lev].append(lay.level_rows(cp.variances, lev))
-    for lev in range(tree.chunk_levels):
-        sl = slice(G.row_offsets[lev], G.row_offsets[lev] + G.sizes[lev])
-        y[sl], v[sl] = np.concatenate(ys[lev]), np.concatenate(vs[lev])
-    tp = top_plan(tree, scales, True)
-    if tp.plan is not None:
-        totals = np.add.reduceat(x, np.arange(0, n, chunk))
-        y[: tp.inner] = tp.plan.measure(totals, rng=np.random.Generator(np.random.PCG64(seeds[-1]))).y
-        v[: tp.inner] = np.maximum(tp.plan.variances(), MIN_VARIANCE)
+    """The scale-out release's noisy node counts and their variances, in the row order of
+    ``hierarchical(n, k)`` (root first)."""
+    _, y, v, _ = whole_tree_measurements(x, epsilon, k, chunk, seed)
     return y, v
 
 
 @pytest.mark.parametrize("n,k,chunk", [(1000, 4, 64), (729, 3, 27), (500, 16, 16), (256, 2, 256)])
 def test_equals_the_in_process_gls_for_the_same_noise(n, k, chunk):
-    x = _histogram(n, 1)
+    x = histogram(n, 1)
     W = wl.prefix(n)
     mech = MatrixMechanism(W, st.hierarchical(n, k), epsilon=1.0)
     r = mech.run(x, rng=5, chunk=chunk)
@@ -72,7 +42,7 @@ def test_equals_the_in_process_gls_for_the_same_noise(n, k, chunk):
 
 def test_partitioned_inputs_out_file_and_ledger(tmp_path):
     n, k = 3000, 4
-    x = _histogram(n, 2)
+    x = histogram(n, 2)
     np.save(tmp_path / "x.npy", x)
     acc = Accountant(epsilon=1.5)
     mech = MatrixMechanism(wl.identity(n), st.hierarchical(n, k), epsilon=1.0, accountant=acc)
@@ -94,7 +64,7 @@ def test_partitioned_inputs_out_file_and_ledger(tmp_path):
 
 def test_only_exact_hierarchical_strategies_scale_out():
     n = 256
-    x = _histogram(n, 3)
+    x = histogram(n, 3)
     assert hierarchical_branching(st.hierarchical(n, 4)) == 4
     assert hierarchical_branching(st.hierarchical(1000, 16)) == 16
     H = st.hierarchical(n, 4)

@@ -3,8 +3,10 @@
 import importlib.util
 import os
 
+import _scaleout_util
 import numpy as np
 import pytest
+from _scaleout_util import kill_once_reader, spy_measure
 
 from sparsedp import strategies as st
 from sparsedp.consistency import restaurant_constraints, solve
@@ -121,14 +123,7 @@ def test_noise_has_the_reported_variance():
 
 
 def test_charged_once_and_overspend_refused_before_noise(monkeypatch):
-    calls = []
-    real = MeasurementPlan.measure
-
-    def spy(self, *a, **kw):
-        calls.append(kw.get("accountant"))
-        return real(self, *a, **kw)
-
-    monkeypatch.setattr(MeasurementPlan, "measure", spy)
+    calls = spy_measure(monkeypatch)
     acc = Accountant(epsilon=1.5)
     r = release_restaurant(_sales(300), 1.0, chunk=32, rng=4, accountant=acc)
     assert acc.spent == 1.0 and len(acc.ledger) == 1 and acc.ledger[0] is r.ledger
@@ -219,25 +214,6 @@ def test_os_entropy_default_is_private():
     assert not np.array_equal(r.estimate, r2.estimate)
 
 
-def _kill_once_reader(path, marker_dir, after, block_info=None):
-    """Read a block of a .npy file; the first read past ``after`` reads kills its worker process."""
-    import os
-    import uuid
-
-    os.makedirs(marker_dir, exist_ok=True)
-    open(os.path.join(marker_dir, f"read-{uuid.uuid4().hex}"), "w").close()
-    if len([f for f in os.listdir(marker_dir) if f.startswith("read-")]) > after:
-        try:
-            fd = os.open(os.path.join(marker_dir, "killed"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            pass
-        else:
-            os.close(fd)
-            os._exit(1)
-    lo, hi = block_info[None]["array-location"][0]
-    return np.array(np.load(path, mmap_mode="r")[lo:hi])
-
-
 def test_local_cluster_equals_inprocess(tmp_path):
     """A LocalCluster (worker threads: a few seconds less than processes on this machine)."""
     pytest.importorskip("dask.distributed")
@@ -259,7 +235,6 @@ def test_local_cluster_equals_inprocess(tmp_path):
 def test_local_cluster_survives_a_killed_worker(tmp_path):
     """A LocalCluster of worker processes, one of which dies in the measurement pass (Dask runs its
     task again): the release written chunk by chunk equals the in-process one, charged once."""
-    import sys
 
     pytest.importorskip("dask.distributed")
     import cloudpickle
@@ -272,10 +247,10 @@ def test_local_cluster_survives_a_killed_worker(tmp_path):
     ref = release_restaurant(x, 1.0, chunk=c, rng=3)
     ex = DaskExecutor.local(n_workers=2, threads_per_worker=1, processes=True, memory_limit="1GB")
     try:
-        cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the killer reader travels by value
+        cloudpickle.register_pickle_by_value(_scaleout_util)  # the killer reader travels by value
         m = -(-T // c)
         marker = str(tmp_path / "marker")
-        d = da.map_blocks(_kill_once_reader, str(path), marker, m + 3,
+        d = da.map_blocks(kill_once_reader, str(path), marker, m + 3,
                           chunks=(tuple(min(c, T - lo) for lo in range(0, T, c)), (5,)), dtype=x.dtype,
                           meta=np.empty((0, 0), x.dtype))
         acc = Accountant(epsilon=1.0)
