@@ -241,7 +241,11 @@ class OptimizedCounter(OffsetCounter):
         self._solver = _Solver(self.strategy, row_variances(self.plan))  # rank checked before the charge
         self.sensitivity = float(self.plan.data_sensitivity)
         self._open(accountant, rng)  # charges, before the noise of every row is drawn, below
-        self._offsets = self._solver.offsets(self._noise.all()).tolist()
+        self._offsets = self._offsets_from(self._noise.all()).tolist()
+
+    def _offsets_from(self, z: np.ndarray) -> np.ndarray:
+        """The offsets for the plan's noise ``z`` (what the constructor computes; test hooks)."""
+        return self._solver.offsets(z)
 
     def _all_step_variances(self) -> np.ndarray:
         """``Var(s~_t)`` for every step (exact, from the plan's per-row variances)."""
