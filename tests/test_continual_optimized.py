@@ -5,6 +5,7 @@ adaptive stream, exact noise by default, bad input refused before any noise or c
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from _counter_draws import counter_releases
 
 from sparsedp import BudgetExceededError, InvalidPrivacyParameterError, ShapeError, SparseDPError
 from sparsedp import workloads as wl
@@ -76,9 +77,10 @@ def test_step_variances_equal_dense_formula_and_optimiser_error(strategies, fam)
 def test_empirical_variance_matches_formula(strategies, fam, secure):
     N, strat = strategies
     R = 6000
-    rng = np.random.default_rng(5)
     x = np.ones(N)
-    runs = np.array([OptimizedCounter(N, 1.0, strat[fam], rng=rng, secure=secure).run(x) for _ in range(R)])
+    # R releases of one counter's plan (tests/_counter_draws.py: the noise in one call through the plan's
+    # measure, the counter's own offsets computation; its own seeded release checked = s + B z)
+    runs = counter_releases(lambda rng: OptimizedCounter(N, 1.0, strat[fam], rng=rng, secure=secure), x, R, 5)
     emp = (runs - np.cumsum(x)).var(axis=0)
     c = OptimizedCounter(N, 1.0, strat[fam], rng=0, secure=secure)
     exact = c.step_variances()
