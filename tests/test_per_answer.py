@@ -333,10 +333,23 @@ def test_flow_variances_exact_estimate_bound_and_empirical(fixed):
     est = rel.error_report("estimate", probes=2000, rng=0)
     assert np.all(np.abs(est.variances / want - 1.0) < 4 * np.sqrt(2.0 / 2000))
     R = 800
-    errs = np.empty((R, want.size))
-    for r in range(R):
-        rr = release_flows(road, trips, epsilon=1.0, rng=100 + r, secure=False, keep_truth=True, fixed_endpoints=fixed)
-        errs[r] = rr.consistent - rr.truth
+    # release_flows = _prepare (checks, counts, calibrated plan: no noise) + plan.measure + a linear
+    # projection.  The R measurements come from the plan's batched release (audit.plan_release: the
+    # plan's own measure on a block-diagonal copy) and are projected by the release's own projection,
+    # as an affine map x = P y + c built column by column (checked against release_flows itself)
+    from sparsedp.audit import plan_release
+    from sparsedp.flows.release import _prepare, _project_after_draw
+
+    prep = _prepare(road, trips, 1.0, "auto", fixed, 1e-8, None, False)
+    project = lambda y: _project_after_draw(y, prep.system, prep.how, prep.reason, prep.tol).x  # noqa: E731
+    c0 = project(np.zeros(prep.truth.size))
+    P = np.column_stack([project(e) - c0 for e in np.eye(prep.truth.size)])
+    for seed in (100, 101):
+        rr = release_flows(road, trips, epsilon=1.0, rng=seed, secure=False, keep_truth=True, fixed_endpoints=fixed)
+        np.testing.assert_array_equal(rr.truth, prep.truth)
+        np.testing.assert_allclose(rr.consistent, P @ rr.noisy + c0, rtol=1e-7, atol=1e-7)
+    Y = plan_release(prep.plan)(prep.truth, np.random.default_rng(100), R)
+    errs = Y @ P.T + c0 - prep.truth
     _check_ratio(errs.var(axis=0) / want, R)
     lower, upper = rel.confidence_intervals(0.95)
     np.testing.assert_allclose((upper + lower) / 2.0, rel.consistent)
