@@ -37,10 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pickle
 import platform
-import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -50,23 +47,13 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from _scaleout_bench import on_local_cluster, peak_rss_mb, record_release, remove_dir  # noqa: E402
+from _scaleout_bench import spawn as _spawn  # noqa: E402
+
 from sparsedp._threads import blas_threads  # noqa: E402
-from sparsedp.executors import DaskExecutor  # noqa: E402
 
 K = 16
 EPSILON = 1.0
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident memory (``VmHWM``: reset by exec, unlike ``ru_maxrss``, which a
-    child started by fork + exec inherits from its parent)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024.0
-    except OSError:  # pragma: no cover - not Linux
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def make_input(path: Path, n: int, block: int = 2**24, seed: int = 0) -> None:
@@ -78,26 +65,6 @@ def make_input(path: Path, n: int, block: int = 2**24, seed: int = 0) -> None:
         out[lo:hi] = rng.integers(0, 41, hi - lo)
     out.flush()
     del out
-
-
-class CountingDask(DaskExecutor):
-    """A DaskExecutor that adds up the pickled size of every task's arguments (what the driver sends)."""
-
-    sent = 0
-
-    def map(self, fn, *iterables, callback=None):
-        args = [list(it) for it in iterables]
-        for row in zip(*args):
-            self.sent += len(pickle.dumps(row, protocol=5))
-        return super().map(fn, *args, callback=callback)
-
-
-def _worker_stats(dask_worker=None) -> dict:
-    return {
-        "peak_rss_mb": peak_rss_mb(),
-        "outgoing_bytes": int(getattr(dask_worker, "transfer_outgoing_bytes_total", 0)),
-        "incoming_bytes": int(sum(e.get("total", 0) for e in getattr(dask_worker, "transfer_incoming_log", []))),
-    }
 
 
 def run_one(mode: str, path: str, out: str, workers: int, memory: str) -> dict:
@@ -120,15 +87,8 @@ def run_one(mode: str, path: str, out: str, workers: int, memory: str) -> dict:
             from sparsedp.scaleout import release_lue
 
             if mode == "lue-dask":
-                t0 = time.perf_counter()
-                ex = CountingDask.local(n_workers=workers, threads_per_worker=1, processes=True, memory_limit=memory)
-                res["cluster_start_seconds"] = time.perf_counter() - t0
-                try:
-                    r = release_lue(path, EPSILON, out=out, executor=ex)
-                    stats = ex.client.run(_worker_stats)
-                finally:
-                    ex.close()
-                res["worker_peak_rss_mb"] = max(s["peak_rss_mb"] for s in stats.values())
+                r, _, ex = on_local_cluster(lambda ex: release_lue(path, EPSILON, out=out, executor=ex), res, workers,
+                                            memory)
                 res["driver_to_workers_bytes"] = ex.sent
             else:
                 r = release_lue(path, EPSILON, out=out)
@@ -146,24 +106,12 @@ def run_one(mode: str, path: str, out: str, workers: int, memory: str) -> dict:
             res["seconds"] = time.perf_counter() - t0
             res["checksum"] = float(est.sum())
         elif mode == "inprocess-chunked":
-            r = release_hierarchical(path, EPSILON, k=K, out=out)
-            res["seconds"] = r.timings["total"]
-            res["phases"] = r.timings
-            res["chunks"], res["chunk"] = r.chunks, r.chunk
+            record_release(res, release_hierarchical(path, EPSILON, k=K, out=out))
         else:
-            t0 = time.perf_counter()
-            ex = CountingDask.local(n_workers=workers, threads_per_worker=1, processes=True, memory_limit=memory)
-            res["cluster_start_seconds"] = time.perf_counter() - t0
-            try:
-                r = release_hierarchical(path, EPSILON, k=K, executor=ex, out=out)
-                stats = ex.client.run(_worker_stats)
-            finally:
-                ex.close()
-            res["seconds"] = r.timings["total"]
-            res["phases"] = r.timings
-            res["chunks"], res["chunk"] = r.chunks, r.chunk
+            r, stats, ex = on_local_cluster(lambda ex: release_hierarchical(path, EPSILON, k=K, executor=ex, out=out),
+                                            res, workers, memory)
+            record_release(res, r)
             res["workers"] = {addr: s for addr, s in stats.items()}
-            res["worker_peak_rss_mb"] = max(s["peak_rss_mb"] for s in stats.values())
             tree = ChunkedTree(n, K, r.chunk)
             res["bytes"] = {
                 "driver_to_workers": ex.sent,
@@ -178,12 +126,8 @@ def run_one(mode: str, path: str, out: str, workers: int, memory: str) -> dict:
 
 
 def spawn(mode: str, path: Path, out: Path, args: argparse.Namespace) -> dict:
-    cmd = [sys.executable, __file__, "--one", mode, "--input", str(path), "--output", str(out),
-           "--workers", str(args.workers), "--memory", args.memory]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TQDM_DISABLE": "1"})
-    if proc.returncode != 0:
-        return {"mode": mode, "error": proc.stderr[-2000:]}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return _spawn(__file__, mode, ["--input", str(path), "--output", str(out), "--workers", str(args.workers),
+                                   "--memory", args.memory])
 
 
 def run_lue(args: argparse.Namespace, base: Path) -> list:
@@ -285,9 +229,7 @@ def main() -> None:
             path.unlink(missing_ok=True)
         lue_results = run_lue(args, base)
     finally:
-        for p in base.glob("*"):
-            p.unlink(missing_ok=True)
-        base.rmdir()
+        remove_dir(base)
     doc = {
         "benchmark": "bench_scaleout",
         "command": "python " + " ".join(["benchmarks/bench_scaleout.py"] + sys.argv[1:]),

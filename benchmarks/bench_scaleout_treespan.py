@@ -28,9 +28,7 @@ import argparse
 import json
 import os
 import platform
-import resource
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -40,21 +38,13 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from _scaleout_bench import on_local_cluster, peak_rss_mb, record_release, remove_dir  # noqa: E402
+from _scaleout_bench import spawn as _spawn  # noqa: E402
+
 from sparsedp._threads import blas_threads  # noqa: E402
 
 EPSILON = 1.0
 BLAS_THREADS = 1
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident memory (``VmHWM``, reset by exec)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024.0
-    except OSError:  # pragma: no cover - not Linux
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def make_input(path: Path, days: int, block: int = 2**20, seed: int = 0) -> None:
@@ -68,10 +58,6 @@ def make_input(path: Path, days: int, block: int = 2**20, seed: int = 0) -> None
         out[lo:hi] = rng.poisson(MEAN_ORDERS, size=(hi - lo, 3)).astype(np.int64) @ COMBOS
     out.flush()
     del out
-
-
-def _worker_peak(dask_worker=None) -> float:
-    return peak_rss_mb()
 
 
 def run_one(mode: str, path: str, out: str, chunk: int, workers: int, memory: str) -> dict:
@@ -93,38 +79,19 @@ def run_one(mode: str, path: str, out: str, chunk: int, workers: int, memory: st
             res["method"] = r.result.method
             res["checksum"] = float(r.x.sum())
         elif mode == "chunked":
-            r = release_restaurant(path, EPSILON, chunk=chunk, out=out)
-            res["seconds"] = r.timings["total"]
-            res["phases"] = r.timings
-            res["chunks"], res["chunk"] = r.chunks, r.chunk
+            record_release(res, release_restaurant(path, EPSILON, chunk=chunk, out=out))
         else:
-            from sparsedp.executors import DaskExecutor
-
-            t0 = time.perf_counter()
-            ex = DaskExecutor.local(n_workers=workers, threads_per_worker=1, processes=True, memory_limit=memory)
-            res["cluster_start_seconds"] = time.perf_counter() - t0
-            try:
-                r = release_restaurant(path, EPSILON, chunk=chunk, executor=ex, out=out)
-                peaks = ex.client.run(_worker_peak)
-            finally:
-                ex.close()
-            res["seconds"] = r.timings["total"]
-            res["phases"] = r.timings
-            res["chunks"], res["chunk"] = r.chunks, r.chunk
-            res["worker_peak_rss_mb"] = max(peaks.values())
+            r, _, _ = on_local_cluster(lambda ex: release_restaurant(path, EPSILON, chunk=chunk, executor=ex, out=out),
+                                       res, workers, memory)
+            record_release(res, r)
         res["driver_peak_rss_mb"] = peak_rss_mb()
     return res
 
 
 def spawn(mode: str, path: Path, out: Path, args: argparse.Namespace) -> dict:
-    cmd = [sys.executable, __file__, "--one", mode, "--input", str(path), "--output", str(out),
-           "--chunk", str(args.chunk), "--workers", str(args.workers), "--memory", args.memory]
-    env = {**os.environ, "TQDM_DISABLE": "1", "OPENBLAS_NUM_THREADS": str(BLAS_THREADS),
-           "OMP_NUM_THREADS": str(BLAS_THREADS), "MKL_NUM_THREADS": str(BLAS_THREADS)}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        return {"mode": mode, "error": proc.stderr[-2000:]}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    threads = {v: str(BLAS_THREADS) for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    return _spawn(__file__, mode, ["--input", str(path), "--output", str(out), "--chunk", str(args.chunk),
+                                   "--workers", str(args.workers), "--memory", args.memory], threads)
 
 
 def _median(runs: list[dict], key: str) -> float:
@@ -193,9 +160,7 @@ def main() -> None:
             sizes.append({"log2_days": lg, "days": T, "modes": summary})
             path.unlink(missing_ok=True)
     finally:
-        for p in base.glob("*"):
-            p.unlink(missing_ok=True)
-        base.rmdir()
+        remove_dir(base)
     result = {
         "benchmark": "scaleout_treespan",
         "command": "python benchmarks/bench_scaleout_treespan.py " + " ".join(sys.argv[1:]),
