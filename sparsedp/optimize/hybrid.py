@@ -37,9 +37,9 @@ dense ``G``.  One evaluation of ``f`` and of its exact gradient then costs ``O(p
 chosen by a derivative-free search over its few level ratios around the inner L-BFGS-B
 (:mod:`.hybrid_family`).
 
-**Integer form** (:func:`integer_hybrid`): ``Delta = 2^k``, shape ``R_int`` integers, block scales
-``m_j`` integers and ``P_int`` integers with ``m_j sum R_int + sum_i P_int_ij <= 2^k`` (Laplace) or
-the squared version; its error is evaluated exactly with the same formula (``delta_j = 2^k / m_j``,
+**Integer form** (:func:`integer_hybrid`): ``Delta = 2^k`` (``k = 20`` Laplace, 16 Gaussian), shape
+``R_int`` integers, block scales ``m_j`` integers and ``P_int`` integers with
+``m_j sum R_int + sum_i P_int_ij <= 2^k`` (Laplace) or the squared version; its error is evaluated exactly with the same formula (``delta_j = 2^k / m_j``,
 ``Theta = P_int diag(1 / m)``).
 """
 
@@ -297,19 +297,30 @@ def _workload_terms(gram: Gram, starts: np.ndarray, shapes: list[BlockShape]) ->
 
 
 def integer_hybrid(theta: np.ndarray, delta: np.ndarray, R: np.ndarray, n: int, b: int, radices: tuple[int, ...],
-                   model: NoiseModel, shape_bits: int = 10) -> HybridLayout:
-    """Integers for ``(Theta, delta, R)`` with ``Delta <= 2^k``: ``R_int = max(1, round(R 2^shape_bits))``,
-    ``m_j = floor(2^k / (delta_j |R_int|))`` (at least 1) and ``P_int = trunc(Theta_ij 2^k / delta_j)``,
-    the scale ``2^k`` lowered until every column's exact integer norm fits.  Laplace ``k = 30``
-    (``m_j`` has ~20 bits), Gaussian ``k = 16`` (the exact Gaussian sampler's cost grows with the scale)."""
-    bits = 30 if model.p == 1 else 16
+                   model: NoiseModel) -> HybridLayout:
+    """Integers for ``(Theta, delta, R)`` with ``Delta <= 2^k`` (``k`` of the noise model: 20 Laplace,
+    16 Gaussian, as for the other families, so that ``M x`` stays below ``2^50`` for data totals up
+    to ``2^30``): level weights ``R_int = max(1, round(R 2^s))`` (``s = 6`` Laplace, ``4`` Gaussian:
+    the shape moves by at most ``2^-(s+1)``, its error is scored on the rounded shape), block scales
+    ``m_j = floor(2^k / (delta_j |R_int|))`` (at least 1), and the dense column ``j`` scaled to the
+    budget the block tree leaves, ``P_int[:, j] = trunc(Theta_j r_j / |Theta_j|)`` with
+    ``r_j = 2^k - m_j |R_int|`` (L1) or ``sqrt(4^k - m_j^2 |R_int|^2)`` (L2); every column's exact
+    integer norm is checked (the scale is lowered a little if one does not fit)."""
+    bits, shape_bits = (model.bits, 6) if model.p == 1 else (model.bits, 4)
     scale = float(1 << bits)
     R_int = np.maximum(1.0, np.round(np.asarray(R, dtype=np.float64) * (1 << shape_bits)))
-    rnorm = float(R_int.sum()) if model.p == 1 else float(np.sqrt(np.sum(R_int * R_int)))
-    for reserve in (1e-6, 1e-3, 1e-2):
+    theta = np.maximum(np.asarray(theta, dtype=np.float64), 0.0) if model.p == 1 else np.asarray(theta, float)
+    if model.p == 1:
+        rnorm, tnorm = float(R_int.sum()), np.abs(theta).sum(axis=0)
+    else:
+        rnorm, tnorm = float(np.sqrt(np.sum(R_int * R_int))), np.sqrt(np.sum(theta * theta, axis=0))
+    for reserve in (1e-9, 1e-6, 1e-3):
         s = scale * (1.0 - reserve)
         m = np.maximum(1.0, np.floor(s / (delta * rnorm)))
-        P = np.trunc(theta * (s / delta)[None, :])
+        left = s - m * rnorm if model.p == 1 else np.sqrt(np.maximum(s * s - (m * rnorm) ** 2, 0.0))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(tnorm > 0, np.maximum(left, 0.0) / tnorm, 0.0)
+        P = np.trunc(theta * ratio[None, :])
         lay = HybridLayout(int(n), int(b), tuple(radices), R_int, m, P, scale, model.p)
         if float(lay.column_sensitivity().max()) <= (scale if model.p == 1 else scale * scale):
             return lay
