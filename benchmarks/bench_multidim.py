@@ -35,7 +35,8 @@
   (select + tables + measure + reconstruct) and of the consistent non-negative post-processing;
   total squared error against the true marginals, mean over the releases, of the plain release,
   of the non-negative one and of clipping negative cells to 0 (an inconsistent baseline), with
-  the paired ratio non-negative / plain (the same releases: a ratio measured in the same run).
+  the paired ratio non-negative / plain (the same releases: a ratio measured in the same run);
+  and the released number of records (the sum of a marginal) of both, against the true 344.
 * baseline in the same run: the tables by one ``np.bincount`` per maximal marginal (intp codes)
   against the block tables (ratio of seconds).
 
@@ -270,7 +271,10 @@ def penguins_rows(rhos: list[float], releases: int) -> list[dict]:
                 runs.append({"plain": plain, "nonneg": nonneg, "clipped": err({q: np.maximum(m, 0.0) for q, m in rel.marginals.items()}),
                              "ratio": nonneg / plain, "release_seconds": t_rel, "nonneg_seconds": t_nn,
                              "phases": rel.seconds, "iterations": nn.iterations, "max_violation": nn.max_violation,
-                             "negative_cells": int(sum(int(np.count_nonzero(m < 0)) for m in rel.marginals.values()))})
+                             "negative_cells": int(sum(int(np.count_nonzero(m < 0)) for m in rel.marginals.values())),
+                             # the released number of records: the sum of any one (consistent) marginal
+                             "total_plain": float(next(iter(rel.marginals.values())).sum()),
+                             "total_nonneg": float(next(iter(nn.marginals.values())).sum())})
             rows.append({
                 "workload": f"all {k}-way marginals, Palmer penguins (344 records, sizes {','.join(map(str, dom.sizes))})",
                 "order": k, "marginals": len(work), "cells": int(sum(math.prod(dom.shape(S)) for S in work)),
@@ -288,6 +292,8 @@ def penguins_rows(rhos: list[float], releases: int) -> list[dict]:
                 "iterations_median": statistics.median(r["iterations"] for r in runs),
                 "max_violation": max(r["max_violation"] for r in runs),
                 "negative_cells_mean": statistics.mean(r["negative_cells"] for r in runs),
+                "records": int(X.shape[0]), "total_plain_mean": statistics.mean(r["total_plain"] for r in runs),
+                "total_nonneg_mean": statistics.mean(r["total_nonneg"] for r in runs),
                 "load_average": os.getloadavg(), "command": "python benchmarks/bench_multidim.py " + " ".join(sys.argv[1:]),
                 "runs": runs})
     return rows
@@ -339,12 +345,13 @@ def main() -> None:
         pg = penguins_rows(args.penguin_rho, args.penguin_releases) if "penguins" in args.parts else []
         if pg:
             print(f"{'penguins':10s} {'rho':>5s} {'marg':>5s} {'plain':>10s} {'non-neg':>10s} {'clipped':>10s} {'nn/plain':>9s} "
-                  f"{'nn better':>9s} {'release s':>10s} {'nonneg s':>9s} {'iters':>6s}")
+                  f"{'nn better':>9s} {'release s':>10s} {'nonneg s':>9s} {'iters':>6s} {'total plain / nn':>17s}")
             for r in pg:
                 print(f"{str(r['order']) + '-way':10s} {r['rho']:5.2g} {r['marginals']:5d} {r['mean_plain']:10.1f} "
                       f"{r['mean_nonneg']:10.1f} {r['mean_clipped']:10.1f} {r['nonneg_over_plain']:9.3f} "
                       f"{r['nonneg_better_in']:>4d}/{r['releases']:<4d} {r['release_seconds_median']:10.3f} "
-                      f"{r['nonneg_seconds_median']:9.2f} {r['iterations_median']:6.0f}")
+                      f"{r['nonneg_seconds_median']:9.2f} {r['iterations_median']:6.0f} "
+                      f"{r['total_plain_mean']:8.1f} / {r['total_nonneg_mean']:.1f}")
     old = json.loads(Path(args.out).read_text()) if Path(args.out).exists() else {}
     cmd = "python benchmarks/bench_multidim.py " + " ".join(sys.argv[1:])
     pg = pg or old.get("penguins", [])
