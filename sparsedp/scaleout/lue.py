@@ -63,6 +63,8 @@ from ..intervals import IntervalRows
 from ..measure import MeasurementPlan, _quantize_up, plan_measurement
 from ..privacy import Accountant, LedgerEntry, PrivacyCost
 from ..tree_estimator import LevelPlan, two_pass, two_pass_plan
+from ..trees.budget import add_up as add_up_arrays
+from ..trees.budget import cnp_coefficients
 from ..validation import MAX_MAGNITUDE, check_counts
 from ._store import is_zarr
 from .chunked import BlockReader, BlockWriter, as_output, input_length, load_output, native_chunks
@@ -282,8 +284,6 @@ def _coefficients(shape: TreeShape, root: ChunkRoot) -> _ChunkCoefficients:
     """Coverage (eq. 3.5) and the CNP bottom-up pass of ``allocate_budget`` on one chunk's subtree;
     read back from ``root.coef`` (written by :func:`prepare_chunk`, the tree validated again) when
     there is one, instead of growing the subtree again."""
-    from ..trees.budget import cnp_coefficients
-
     if root.coef is not None:
         from ..trees.build import IntervalTree
 
@@ -370,12 +370,7 @@ def _path_bound(t: Any, e: np.ndarray, acc_parent: float | None) -> float:
         acc[0] = add_up(acc_parent, float(e[0]))
     for d in range(1, t.levels):
         sl = t.level(d)
-        s = acc[t.parent[sl]]
-        b = e[sl]
-        tot = s + b
-        bp = tot - s
-        err = (s - (tot - bp)) + (b - bp)
-        acc[sl] = np.where(err > 0, np.nextafter(tot, np.inf), tot)
+        acc[sl] = add_up_arrays(acc[t.parent[sl]], e[sl])  # as path_sum_bounds
     return float(acc[t.degree == 0].max())
 
 
@@ -646,11 +641,7 @@ def _top_acc(top: TopTree, e: np.ndarray) -> np.ndarray:
     acc = e.copy()
     for d in range(1, top.level_start.size - 1):
         sl = slice(int(top.level_start[d]), int(top.level_start[d + 1]))
-        s, b = acc[top.parent[sl]], e[sl]
-        tot = s + b
-        bp = tot - s
-        err = (s - (tot - bp)) + (b - bp)
-        acc[sl] = np.where(err > 0, np.nextafter(tot, np.inf), tot)
+        acc[sl] = add_up_arrays(acc[top.parent[sl]], e[sl])
     return acc
 
 

@@ -112,8 +112,8 @@ def path_sums(tree: Any, eps_per_node: Any) -> np.ndarray:
     return acc[t.leaves]
 
 
-def _add_up(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a + b`` rounded up: ``fl(a + b)``, one float step higher where TwoSum (Knuth) shows the
+def add_up(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a + b`` rounded up, elementwise: ``fl(a + b)``, one float step higher where TwoSum (Knuth) shows the
     rounding went down.  ``>= a + b`` exactly for finite ``a``, ``b`` (no overflow)."""
     s = a + b
     bp = s - a
@@ -124,7 +124,7 @@ def _add_up(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def path_sum_bounds(tree: Any, eps_per_node: Any) -> np.ndarray:
     """Certified upper bounds of ``sum_{y in Path(root, leaf)} eps_y`` for every leaf (by bin).
 
-    Each addition along a path is rounded up (:func:`_add_up`), so the result is ``>=`` the exact
+    Each addition along a path is rounded up (:func:`add_up`), so the result is ``>=`` the exact
     rational sum of the float budgets.  For a (validated) interval tree the bins covered by node
     ``y`` are those of the leaves below it, so ``max(path_sum_bounds)`` bounds
     ``max_j sum_{y : j in [lo_y, hi_y)} eps_y``, the ``Delta_1`` of ``diag(eps) M`` (``M`` the
@@ -138,7 +138,7 @@ def path_sum_bounds(tree: Any, eps_per_node: Any) -> np.ndarray:
     acc = e.copy()
     for d in range(1, t.levels):
         sl = t.level(d)
-        acc[sl] = _add_up(acc[t.parent[sl]], e[sl])
+        acc[sl] = add_up(acc[t.parent[sl]], e[sl])
     return acc[t.leaves]
 
 
