@@ -64,7 +64,7 @@ from ..measure import MeasurementPlan, _quantize_up, plan_measurement
 from ..privacy import Accountant, LedgerEntry, PrivacyCost
 from ..tree_estimator import LevelPlan, two_pass, two_pass_plan
 from ..trees.budget import add_up as add_up_arrays
-from ..trees.budget import cnp_coefficients
+from ..trees.budget import cnp_coefficients, npbd_budgets
 from ..validation import MAX_MAGNITUDE, check_counts
 from ._store import is_zarr
 from .chunked import BlockReader, BlockWriter, as_output, input_length, load_output, native_chunks
@@ -349,17 +349,7 @@ def _apply(e: np.ndarray, ops: tuple[tuple[str, float], ...]) -> np.ndarray:
 def _chunk_budgets(shape: TreeShape, root: ChunkRoot, left: float, ops: tuple) -> tuple[Any, np.ndarray]:
     """The chunk's node budgets (NPBD top-down from its root's ``psum`` = ``left``, then ``ops``)."""
     cc = _cached_coefficients(shape, root)
-    t = cc.tree
-    out = np.empty(t.size)
-    lft = np.empty(t.size)
-    lft[0] = left
-    out[0] = cc.frac[0] * left
-    for d in range(1, t.levels):
-        sl = t.level(d)
-        par = t.parent[sl]
-        lft[sl] = lft[par] - out[par]
-        out[sl] = cc.frac[sl] * lft[sl]
-    return t, _apply(np.maximum(out, 0.0), ops)
+    return cc.tree, _apply(npbd_budgets(cc.tree, cc.frac, left)[0], ops)
 
 
 def _path_bound(t: Any, e: np.ndarray, acc_parent: float | None) -> float:

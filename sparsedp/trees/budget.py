@@ -80,16 +80,23 @@ def allocate_budget(tree: Any, epsilon: float, probabilities: Any) -> np.ndarray
     if np.any(p < 0):
         raise SparseDPError("probabilities must be >= 0")
     _, frac = cnp_coefficients(t, p)
+    return normalise_budget(t, npbd_budgets(t, frac, eps)[0], eps)
+
+
+def npbd_budgets(t: IntervalTree, frac: np.ndarray, psum: float) -> tuple[np.ndarray, np.ndarray]:
+    """Top-down (NPBD): ``eps_x = frac_x psum(x)`` with ``psum(root) = psum`` and ``psum(child) =
+    psum(x) - eps_x``; ``(max(eps, 0), psum)`` per node.  Used by :func:`allocate_budget` and, from a
+    chunk root's ``psum``, by :mod:`sparsedp.scaleout.lue`."""
     out = np.empty(t.size)
     left = np.empty(t.size)  # psum(x): budget left for the subtree of x
-    left[0] = eps
-    out[0] = frac[0] * eps
+    left[0] = psum
+    out[0] = frac[0] * psum
     for d in range(1, t.levels):
         sl = t.level(d)
         par = t.parent[sl]
         left[sl] = left[par] - out[par]
         out[sl] = frac[sl] * left[sl]
-    return normalise_budget(t, np.maximum(out, 0.0), eps)
+    return np.maximum(out, 0.0), left
 
 
 def optimal_error(tree: Any, epsilon: float, probabilities: Any) -> float:
