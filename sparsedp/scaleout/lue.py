@@ -70,7 +70,7 @@ from ._store import is_zarr
 from .chunked import BlockReader, BlockWriter, as_output, input_length, load_output, native_chunks
 from .passes import downward, upward
 from .release import _run, check_release_args, chunk_seeds, make_scratch
-from .subtree import MIN_VARIANCE, ChunkSummary, _exact_total, _generator, remove_scratch
+from .subtree import MIN_VARIANCE, ChunkSummary, _exact_total, chunk_generator, remove_scratch
 from .tree import add_up
 
 __all__ = ["TreeShape", "TopTree", "LUEScaleoutRelease", "chunk_roots", "release_lue"]
@@ -490,7 +490,7 @@ def measure_chunk(spec: LUESpec, root: ChunkRoot, left: float, top_loss: float |
     if not total_loss <= epsilon:
         raise SparseDPError(f"chunk {root.q}: certified loss {total_loss!r} exceeds epsilon {epsilon!r}")
     x = reader.read()
-    meas = cp.plan.measure(x, rng=_generator(seed), label=f"{spec.label} chunk {root.q}")  # validates, then draws
+    meas = cp.plan.measure(x, rng=chunk_generator(seed), label=f"{spec.label} chunk {root.q}")  # validates, then draws
     total = _exact_total(np.asarray(x, dtype=np.float64), f"histogram[{reader.lo}:{reader.hi}]")
     path = os.path.join(scratch, f"chunk{root.q:07d}-{uuid.uuid4().hex}.npy")
     with open(path + ".part", "wb") as fh:
@@ -792,7 +792,7 @@ def release_lue(
         y = np.zeros(top.size)
         v = np.ones(top.size)
         if inner.size:
-            tgen = _generator(seeds[-1])
+            tgen = chunk_generator(seeds[-1])
             y[inner] = tplan.measure(np.asarray(totals, dtype=np.int64), rng=tgen, label=f"{label}: top nodes").y
             v[inner] = np.maximum(tplan.variances(), MIN_VARIANCE)
         summaries = _run(ex, measure_chunk, [[spec] * m, roots, lefts, b["top_loss"], [eps] * m, readers, seeds[:m],

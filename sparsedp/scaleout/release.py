@@ -39,7 +39,16 @@ from ..privacy import Accountant, LedgerEntry, PrivacyCost
 from ..progress import progress_bar
 from ..validation import MAX_MAGNITUDE, check_epsilon
 from .chunked import as_input, as_output, input_length, load_output, native_chunks
-from .subtree import ChunkSpec, ChunkSummary, chunk_plan, measure_chunk, release_chunk, remove_scratch, validate_chunk
+from .subtree import (
+    ChunkSpec,
+    ChunkSummary,
+    chunk_generator,
+    chunk_plan,
+    measure_chunk,
+    release_chunk,
+    remove_scratch,
+    validate_chunk,
+)
 from .top import solve_top, top_plan
 from .tree import ChunkedTree, add_up, check_chunking, default_chunk, level_budgets, level_coverage
 
@@ -240,7 +249,7 @@ def release_hierarchical(
         # 4. measure: the top nodes here, the chunks on the workers
         t0 = time.perf_counter()
         if tp.plan is not None:
-            tgen = None if seeds[-1] is None else np.random.Generator(np.random.PCG64(seeds[-1]))
+            tgen = chunk_generator(seeds[-1])
             top_meas = tp.plan.measure(np.asarray(totals, dtype=np.int64), rng=tgen, label=f"{label}: top nodes")
             y_top = top_meas.y
             v_top = np.maximum(tp.plan.variances(), 1e-100)

@@ -127,7 +127,7 @@ class ChunkSummary:
     path: str
 
 
-def _generator(seed: Any) -> Any:
+def chunk_generator(seed: Any) -> Any:
     """``None`` (OS entropy, exact noise) or a generator from the chunk's ``SeedSequence``."""
     return None if seed is None else np.random.Generator(np.random.PCG64(seed))
 
@@ -137,7 +137,7 @@ def measure_chunk(spec: ChunkSpec, reader: BlockReader, q: int, seed: Any, scrat
     pass, keep the measurements in ``scratch`` under a name unique to this attempt."""
     x = reader.read()
     cp = chunk_plan(spec, reader.hi - reader.lo)
-    meas = cp.plan.measure(x, rng=_generator(seed), label=f"{spec.label} chunk {q}")  # validates, then draws
+    meas = cp.plan.measure(x, rng=chunk_generator(seed), label=f"{spec.label} chunk {q}")  # validates, then draws
     total = _exact_total(np.asarray(x, dtype=np.float64), _name(reader))
     path = os.path.join(scratch, f"chunk{q:07d}-{uuid.uuid4().hex}.npy")
     tmp = path + ".part"

@@ -62,6 +62,7 @@ from ._store import stored_shape
 from .chunked import BlockReader, BlockWriter, as_input, as_output, load_output, native_chunks
 from .passes import downward, upward
 from .release import _run, check_release_args, chunk_seeds, make_scratch
+from .subtree import chunk_generator
 from .top import solve_top
 from .tree import ChunkedTree, add_up, bfs_plan, chunk_layout, check_chunking, default_chunk
 
@@ -176,10 +177,6 @@ class SpanChunkSummary:
     path: str
 
 
-def _generator(seed: Any) -> Any:
-    return None if seed is None else np.random.Generator(np.random.PCG64(seed))
-
-
 def _coordinates(y: np.ndarray, nodes: int) -> np.ndarray:
     """Node-major noisy values ``y`` (5 per node) -> their span coordinates ``Y Q`` (nodes x 3)."""
     return np.einsum("ui,ij->uj", y.reshape(nodes, P), _Q)
@@ -192,7 +189,7 @@ def measure_sales_chunk(spec: SpanChunkSpec, reader: BlockReader, q: int, seed: 
     sales = _checked_sales(reader)
     cp = _chunk_plan(spec, reader.hi - reader.lo)
     items = np.ascontiguousarray(sales.T).ravel()  # item-major, as restaurant_rows reads it
-    meas = cp.plan.measure(items, rng=_generator(seed), label=f"{spec.label} chunk {q}")  # validates, then draws
+    meas = cp.plan.measure(items, rng=chunk_generator(seed), label=f"{spec.label} chunk {q}")  # validates, then draws
     C = _coordinates(meas.y, cp.nodes)
     path = os.path.join(scratch, f"span{q:07d}-{uuid.uuid4().hex}.npy")
     tmp = path + ".part"
@@ -423,7 +420,7 @@ def release_restaurant(
         # 4. measure: the top nodes here, the chunks on the workers
         t0 = time.perf_counter()
         if top is not None:
-            tgen = _generator(seeds[-1])
+            tgen = chunk_generator(seeds[-1])
             t_items = np.ascontiguousarray(np.array(totals, dtype=np.int64).T).ravel()  # item-major chunk totals
             y_top = _coordinates(top.measure(t_items, rng=tgen, label=f"{label}: top nodes").y, inner)
         else:
