@@ -46,3 +46,23 @@ def batched_counter_release(make, post=None):
         return S if post is None else post(S)
 
     return release
+
+
+_BLT_FITS: dict = {}
+
+
+def memoise_fit_blt(monkeypatch):
+    """BLTCounter fits its default BLT (``fit_blt``: deterministic, ~1-2 s) on every construction;
+    test modules that build the same ``(N, buffers)`` many times memoise the fit (an autouse fixture
+    calls this): the counter still takes its default path and gets the same frozen BLT."""
+    from sparsedp.continual import toeplitz
+
+    fit = toeplitz.fit_blt
+
+    def memo(N, buffers=5, *args, **kw):
+        key = (N, buffers, args, tuple(sorted(kw.items())))
+        if key not in _BLT_FITS:
+            _BLT_FITS[key] = fit(N, buffers, *args, **kw)
+        return _BLT_FITS[key]
+
+    monkeypatch.setattr(toeplitz, "fit_blt", memo)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import scipy.linalg
 import scipy.sparse as sp
-from _counter_draws import batched_counter_release
+from _counter_draws import batched_counter_release, memoise_fit_blt
 
 from sparsedp import InvalidPrivacyParameterError, SparseDPError
 from sparsedp.audit import audit
@@ -54,23 +54,9 @@ ZCDP = {
 }
 ALL = {**PURE, **ZCDP}
 
-_BLT_FITS: dict = {}
-
-
 @pytest.fixture(autouse=True)
 def _fit_each_blt_once(monkeypatch):
-    """BLTCounter fits its default BLT (``fit_blt``: deterministic, ~1-2 s) on every construction; the
-    tests here build the same (N, buffers) many times, so the fit is memoised for this module (the
-    counter still takes its default path and gets the same frozen BLT)."""
-    fit = toeplitz_module.fit_blt
-
-    def memo(N, buffers=5, *args, **kw):
-        key = (N, buffers, args, tuple(sorted(kw.items())))
-        if key not in _BLT_FITS:
-            _BLT_FITS[key] = fit(N, buffers, *args, **kw)
-        return _BLT_FITS[key]
-
-    monkeypatch.setattr(toeplitz_module, "fit_blt", memo)
+    memoise_fit_blt(monkeypatch)  # tests/_counter_draws.py: one fit per (N, buffers) for this module
 
 # a call of a noise sampler: sparsedp.noise's (laplace, gaussian, discrete_*, noise.noise) or numpy's
 SAMPLER_CALL = re.compile(r"(?<!\w)(laplace|gaussian|discrete_laplace|discrete_gaussian)\s*\(|"

@@ -11,6 +11,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from _counter_draws import memoise_fit_blt
 
 from sparsedp import BudgetExceededError, InvalidPrivacyParameterError, NonFiniteInputError, SparseDPError
 from sparsedp.cli import main
@@ -59,6 +60,11 @@ ZCDP = {
     "toeplitz": lambda n, rho, **kw: ToeplitzCounter(n, rho, sqrt_coefficients(n), **kw),
 }
 ALL = {**{k: (v, 1.0) for k, v in PURE.items()}, **{k: (v, 0.5) for k, v in ZCDP.items()}}
+
+
+@pytest.fixture(autouse=True)
+def _fit_each_blt_once(monkeypatch):
+    memoise_fit_blt(monkeypatch)  # tests/_counter_draws.py: one fit per (N, buffers) for this module
 
 
 def make(name, n=N, **kw):
