@@ -291,11 +291,25 @@ def test_restaurant_variances_match_dense_projection_and_empirical():
     T = 6
     sales = restaurant(T, 5)
     R = 800
-    errs = []
-    for r in range(R):
-        rel = restaurant_release(sales=sales, epsilon=1.0, seed=r, secure=False, evaluate=True)
-        errs.append(rel.x - rel.truth)
-    errs = np.array(errs)
+    # restaurant_release = restaurant_plan(...).measure + solve(noisy, restaurant_constraints): the R
+    # measurements come from the plan's batched release (audit.plan_release, the plan's own measure on
+    # a block-diagonal copy) and go through solve as its affine map x = P y + c (built column by
+    # column, checked against restaurant_release itself for two seeds)
+    from sparsedp.audit import plan_release
+    from sparsedp.consistency import solve
+    from sparsedp.consistency.restaurant import restaurant_constraints, restaurant_plan
+
+    plan = restaurant_plan(restaurant_layout(T), 1.0, False)
+    cons = restaurant_constraints(T, "leaves")
+    items = np.ascontiguousarray(sales.sales.T).ravel()
+    truth = plan.measured.matvec(items)
+    c0 = solve(np.zeros(truth.size), cons).x
+    Pm = np.column_stack([solve(e, cons).x - c0 for e in np.eye(truth.size)])
+    for seed in (0, 1):
+        rel = restaurant_release(sales=sales, epsilon=1.0, seed=seed, secure=False, evaluate=True)
+        np.testing.assert_allclose(rel.truth, truth)
+        np.testing.assert_allclose(rel.x, Pm @ rel.noisy + c0, rtol=1e-7, atol=1e-7)
+    errs = plan_release(plan)(items, np.random.default_rng(0), R) @ Pm.T + c0 - truth
     var = rel.variances()
     lay = restaurant_layout(T)
     lo, hi = _layout_intervals(lay)
