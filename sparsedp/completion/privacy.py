@@ -23,7 +23,7 @@ charges the accountant with a ledger entry, then draws.
 
 *Secure mode* (``secure=True``, the default): the clipped values are snapped to the grid ``gamma`` (default
 ``(hi - lo) / 1024``), ``k_i = round(clip(v_i) / gamma)``, and exact discrete Laplace noise
-(:func:`sparsedp.noise.discrete_laplace`, random bits from the operating system unless ``rng`` is a
+(:func:`sparsedp.noise.discrete_laplace`, random bits from an OS-seeded CSPRNG unless ``rng`` is a
 seed or a Generator) is added to the integers; the release is ``gamma (k_i + z_i)``.  Snapping is
 monotone, so a clipped value in ``[lo, hi]`` maps into ``[round(lo/gamma), round(hi/gamma)]`` and one
 entry moves ``k`` by at most ``Delta_k = round(hi/gamma) - round(lo/gamma)`` grid units (``k Delta_k``
@@ -181,7 +181,7 @@ def privatize_observations(
     the grid ``gamma = grid`` (default ``(hi - lo) / 1024``) and exact discrete Laplace noise
     ``DLap(t)``, ``t = Delta_k / epsilon`` grid units with ``Delta_k = round(hi/gamma) -
     round(lo/gamma)`` per entry (``k Delta_k`` per row); ``secure=False``: float64 Laplace noise (an
-    explicit opt-out).  ``rng=None`` draws from the operating system's entropy; a seed or Generator
+    explicit opt-out).  ``rng=None`` draws from an OS-seeded CSPRNG (:class:`sparsedp.noise.SecureRandomBits`); a seed or Generator
     is reproducible but not private (``private=False``).
     """
     # ---- 1. validate everything (nothing is charged or drawn before this block ends) ----

@@ -11,7 +11,7 @@ task again when its worker dies):
   measurements to a scratch file named for this attempt, and returns a :class:`ChunkSummary`
   (the root's upward estimate and variance, the block's exact total and the scratch file).  Its
   noise comes from the chunk's own stream: a ``SeedSequence`` child when the release is seeded (a
-  rerun redraws the same noise), else the operating system's entropy (exact noise; a rerun draws
+  rerun redraws the same noise), else an OS-seeded CSPRNG (exact noise; a rerun draws
   fresh noise into a new file, and only the attempt whose summary the driver received is ever
   used -- see ``docs/scaleout.md``).
 * :func:`release_chunk` reads back exactly that file, repeats the (deterministic) upward pass, runs
