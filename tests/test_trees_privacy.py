@@ -343,12 +343,19 @@ def test_issue16_every_path_sum_is_at_most_epsilon_exactly(seed):
 @pytest.mark.parametrize("seed", range(3))
 def test_issue16_fitted_publishers_never_exceed_epsilon(seed):
     rng = np.random.default_rng(100 + seed)
-    for _ in range(15):
+    for i in range(15):
         n = int(rng.integers(2, 200))
         eps = float(rng.uniform(0.01, 3))
         for pub in (LUEDPTree(eps), LUEDPTree(eps, tree="kary", k=int(rng.integers(2, 5))), Boost(eps), BoostUN(eps)):
-            pub.fit(rng.integers(0, 10, n), rng=rng)
-            assert max(fraction_path_sums(pub.tree_, pub.eps_per_node_)) <= Fraction(eps)
+            x = rng.integers(0, 10, n)
+            # what fit records (tree_, eps_per_node_) is its _prepare's plan, computed before any noise:
+            # fit once per publisher kind and check that; the other cases skip the (exact, per-node
+            # scale) noise draw that dominated this test's time and plays no part in its assertion
+            plan = pub._prepare(x.astype(float))
+            if i == 0:
+                pub.fit(x, rng=0)
+                assert pub.tree_ is not None and np.array_equal(pub.eps_per_node_, plan.eps_per_node)
+            assert max(fraction_path_sums(plan.tree, plan.eps_per_node)) <= Fraction(eps)
 
 
 class _OverBoost(Boost):
