@@ -150,16 +150,30 @@ def test_hybrid_counter_variance_is_reported_and_empirical():
         OptimizedCounter(N, 1.0, strategy=bad, rng=0, secure=False)
 
 
-def test_hybrid_beats_the_tree_on_long_prefix():
-    n = 4096
-    hyb = optimize(wl.prefix(n), family="hybrid", rng=0, time_limit=15)
-    tree = optimize(wl.prefix(n), family="tree", rng=0, per_node=False)
-    assert hyb.error.total < 0.95 * tree.error.total
+@pytest.fixture(scope="module")
+def auto_prefix_2048():
+    """One ``family="auto"`` run on prefix(2048) (the smallest ``n`` at which auto runs the hybrid,
+    ``HYBRID_AUTO_MIN_N``), shared by the two tests below.  ``p=8`` dense rows (hybrid and
+    p-Identity) so every family stops at its iteration caps (~10 s on one core, no time limit, so
+    p-Identity is always reached and the run is deterministic): with the
+    default ``p`` p-Identity alone ran to the 30 s limit.  The tree candidates are those of
+    ``family="tree"`` (same calls, same generator state)."""
+    return optimize(wl.prefix(2048), rng=0, per_node=False, p=8)
 
 
-def test_auto_tries_the_hybrid_and_keeps_the_best():
-    res = optimize(wl.prefix(2048), rng=0, time_limit=30, per_node=False)
+def test_hybrid_beats_the_tree_on_long_prefix(auto_prefix_2048):
+    # Was n = 4096 with family="hybrid" and family="tree" run separately (~16 s); at n = 2048 the
+    # hybrid still wins by the same required 5% margin (measured: 263,843 vs 314,858, ratio 0.84),
+    # and the candidates come from the shared auto run.
+    hist = auto_prefix_2048.history
+    hyb = min(t.error for t in hist if t.family == "hybrid")
+    tree = min(t.error for t in hist if t.family == "tree")
+    assert hyb < 0.95 * tree
+
+
+def test_auto_tries_the_hybrid_and_keeps_the_best(auto_prefix_2048):
+    res = auto_prefix_2048
     fams = {t.family for t in res.history}
-    assert {"templates", "tree", "hybrid"} <= fams
+    assert {"templates", "tree", "hybrid", "pidentity"} <= fams
     assert res.error.total == min(t.error for t in res.history)
     assert res.error.total <= res.best_template().error
