@@ -4,6 +4,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from _cli_help import cli_help
 
 from sparsedp.cli import main
 from sparsedp.completion import synthetic_problem
@@ -54,13 +55,7 @@ def test_complete_bad_input_exit_code_2(tmp_path, capsys):
 
 
 def test_complete_help_documents_every_option(monkeypatch, capsys):
-    # in process (the parser `python -m sparsedp` builds; tests/test_cli.py runs the entry point itself),
-    # at the width a non-terminal subprocess gets: saves a ~2-5 s interpreter start with every import
-    monkeypatch.setenv("COLUMNS", "80")
-    with pytest.raises(SystemExit) as exc:
-        main(["complete", "--help"])
-    assert exc.value.code == 0
-    out = capsys.readouterr().out
+    out = cli_help(["complete", "--help"], monkeypatch, capsys)
     for opt in ("--size", "--rank", "--observed", "--noise-scale", "--method", "--seed", "--json", "--epsilon",
                 "--bounds", "--max-per-row", "--save", "--max-iter", "--tol", "--secure", "--grid", "--seed-noise",
                 "--plain", "--no-privacy", "--row", "--col", "--value", "--shape", "Parquet"):

@@ -5,6 +5,7 @@ import sys
 
 import numpy as np
 import pytest
+from _cli_help import cli_help
 
 import sparsedp.continual.cli as ccli
 from sparsedp.cli import main
@@ -136,12 +137,6 @@ def test_a_reader_that_stops_early_ends_the_stream_quietly(tmp_path):
 
 
 def test_continual_help_documents_the_file_input(monkeypatch, capsys):
-    # in process (the parser `python -m sparsedp` builds; tests/test_cli.py runs the entry point itself),
-    # at the width a non-terminal subprocess gets: saves a ~2-5 s interpreter start with every import
-    monkeypatch.setenv("COLUMNS", "80")
-    with pytest.raises(SystemExit) as exc:
-        main(["continual", "--help"])
-    assert exc.value.code == 0
-    out = capsys.readouterr().out
+    out = cli_help(["continual", "--help"], monkeypatch, capsys)
     for word in ("data", "--column", "CSV", "Parquet", ".npy", "--horizon", "stdin"):
         assert word in out

@@ -1,21 +1,16 @@
 """``sparsedp optimize`` (issue 11): the chosen family, every candidate's error per query, the time."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from _cli_help import cli_help
 
 from sparsedp import MatrixMechanism, expected_error, optimize
 from sparsedp import strategies as st
 from sparsedp import workloads as wl
 from sparsedp.cli import main
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_optimize_named_workload_json_and_strategy(tmp_path, capsys):
@@ -80,16 +75,12 @@ def test_optimize_bad_input_exit_code_2(tmp_path, capsys):
     assert main(["optimize", "--workload", "prefix", "--n", "8", "--json", str(tmp_path / "no" / "o.json")]) == 2
 
 
-def test_optimize_help_documents_every_option():
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-m", "sparsedp", "optimize", "--help"], capture_output=True, text=True,
-                         env=env, check=True).stdout
+def test_optimize_help_documents_every_option(monkeypatch, capsys):
+    out = cli_help(["optimize", "--help"], monkeypatch, capsys)
     for opt in ("--workload", "--n", "--noise", "--family", "--epsilon", "--rho", "--time-limit", "--seed", "--json",
                 "--save", "all-ranges"):
         assert opt in out
-    top = subprocess.run([sys.executable, "-m", "sparsedp", "--help"], capture_output=True, text=True, env=env,
-                         check=True).stdout
-    assert "optimize" in top
+    assert "optimize" in cli_help(["--help"], monkeypatch, capsys)
 
 
 def test_error_of_saved_strategy_matches_expected_error(tmp_path):
