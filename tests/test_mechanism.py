@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+from _mechanism_draws import mechanism_answers
 
 from sparsedp import (
     Accountant,
@@ -38,23 +39,9 @@ def test_empirical_error_matches_expected(strategy):
     mech = MatrixMechanism(wl.prefix(64), strategy, epsilon=1.0)
     x = np.random.default_rng(0).integers(0, 50, 64)
     truth = np.cumsum(x)
-    # mech.run = the plan's measure + least squares (linear in y) + W: the 2000 measurements come from
-    # the plan's batched release (audit.plan_release: its own measure on a block-diagonal copy) and
-    # are answered by the mechanism's own reconstruction as a linear map (built from unit vectors,
-    # checked against run for two seeds)
-    import dataclasses
-
-    from sparsedp.audit import plan_release
-    from sparsedp.inference import reconstruct
-
-    meas = mech.measure(x, rng=0)
-    answer = lambda y: mech.W.matvec(reconstruct(dataclasses.replace(meas, y=y), method="ls").x)  # noqa: E731
-    A = np.column_stack([answer(e) for e in np.eye(meas.y.size)])
-    for seed in (1, 2):
-        np.testing.assert_allclose(mech.run(x, rng=seed).answers, A @ mech.measure(x, rng=seed).y, rtol=1e-9,
-                                   atol=1e-9)
-    Y = plan_release(mech._plan)(x, np.random.default_rng(12345), 2000)
-    errs = np.sum((Y @ A.T - truth) ** 2, axis=1)
+    # 2000 independent mech.run(x): the plan's batched release answered by the mechanism's own
+    # reconstruction as a linear map (tests/_mechanism_draws.py, checked against run first)
+    errs = np.sum((mechanism_answers(mech, x, 2000, 12345) - truth) ** 2, axis=1)
     expected = mech.expected_error()
     assert np.mean(errs) == pytest.approx(expected, rel=0.10)
 
