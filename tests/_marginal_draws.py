@@ -1,9 +1,9 @@
 """Test helper (not collected): many independent releases of :func:`sparsedp.marginals.release_marginals`,
 cheaply.
 
-``marginal_releases(R, seed, records, domain, marginals, rho, **kw)`` returns ``(release, tables)``:
-one real release (seeded with ``seed``) and, for each marginal key, the ``(R, cells)`` tables of ``R``
-independent releases, as ``R`` calls would make them, with one set of plans.  A release builds its
+``marginal_releases(R, seed, records, domain, marginals, rho, **kw)`` returns ``(release, tables,
+plans)``: one real release (seeded with ``seed``), for each marginal key the ``(R, cells)`` tables of
+``R`` independent releases, and the release's plans, as ``R`` calls would make them, with one set of plans.  A release builds its
 residual plans (~50-120 ms on small domains: the exact sampler's certified loss), measures them
 (~10 ms) and reconstructs the marginals (linear in the residuals).  Here the one real release's plans
 and residual tables are recorded from its own ``plan.measure`` calls, ``R`` noisy measurements of
@@ -66,4 +66,4 @@ def marginal_releases(R: int, seed: int, records: Any, domain: Any, marginals: A
     for r in range(R):
         for key, tab in _marginals(domain, sets, {A: p[r] for A, p in zip(keys, parts)}).items():
             tables[key].append(np.ravel(tab))
-    return rel, {key: np.array(v) for key, v in tables.items()}
+    return rel, {key: np.array(v) for key, v in tables.items()}, [plan for plan, *_ in calls]

@@ -231,7 +231,7 @@ def test_reported_variances_match_empirical():
     # calls, ~2.6%).  The releases: one real release's plans measured 400 times by their batched
     # release and reconstructed by the release's own step (tests/_marginal_draws.py; the real
     # release is checked to be that reconstruction of what its plans drew)
-    rel, tabs = marginal_releases(400, 7, X, dom, ms, 0.05)
+    rel, tabs, _ = marginal_releases(400, 7, X, dom, ms, 0.05)
     errs = {S: tabs[tuple(dom.names[i] for i in S)] - truth[S].ravel() for S in ms}
     for S in ms:
         e = np.array(errs[S])
