@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from _hybrid_util import normalised_matrix
 from sparsedp import workloads as wl
 from sparsedp.continual import OptimizedCounter, optimized_counter_error
 from sparsedp.errors import ShapeError
@@ -15,9 +16,6 @@ from sparsedp.optimize.gram import Gram
 from sparsedp.optimize.hybrid import (
     HybridGLS,
     HybridObjective,
-    _local_layout,
-    _row_weights,
-    block_starts,
     hybrid_matrix,
     integer_hybrid,
 )
@@ -32,16 +30,6 @@ WORKLOADS = {
     "ranges": lambda n: wl.range_queries(n, [r for r in RNG_RANGES if r[1] < n]),
 }
 SHAPES = [(96, 20, (4, 5)), (64, 16, (2, 8)), (100, 16, (4, 4)), (64, 12, (12,))]
-
-
-def _normalised_matrix(n, b, radices, R, theta, delta, p):
-    """The strategy of ``(Theta, delta, R)`` built entry by entry (no Woodbury, no block algebra)."""
-    starts = block_starts(n, b)
-    blocks = []
-    for j in range(starts.size - 1):
-        lay = _local_layout(int(starts[j + 1] - starts[j]), radices)
-        blocks.append(sp.diags(_row_weights(lay, R, p) / delta[j]) @ lay.matrix())
-    return np.vstack([sp.block_diag(blocks).toarray(), np.repeat(theta / delta[None, :], np.diff(starts), axis=1)])
 
 
 @pytest.mark.parametrize("kind", sorted(WORKLOADS))
@@ -59,7 +47,7 @@ def test_objective_is_the_dense_gls_error_and_its_gradient_is_exact(kind, shape,
     theta = rng.random((p, obj.nb))
     f, grad = obj(theta.ravel())
     delta = obj.delta(theta)
-    M = _normalised_matrix(n, b, radices, R, theta, delta, model.p)
+    M = normalised_matrix(n, b, radices, R, theta, delta, model.p)
     G = gram.matmat(np.eye(n))
     assert f == pytest.approx(np.trace(np.linalg.solve(M.T @ M, G)), rel=1e-10)
     norms = np.abs(M).sum(axis=0) if model.p == 1 else (M * M).sum(axis=0)

@@ -2,25 +2,15 @@
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 
+from _hybrid_util import normalised_matrix
 from sparsedp import workloads as wl
 from sparsedp.errors import SparseDPError
 from sparsedp.optimize.calibrate import noise_model
 from sparsedp.optimize.gram import Gram
-from sparsedp.optimize.hybrid import GramSum, HybridGLS, HybridObjective, _local_layout, _row_weights, block_starts
+from sparsedp.optimize.hybrid import GramSum, HybridGLS, HybridObjective
 from sparsedp.optimize.hybrid import hybrid_matrix, integer_hybrid
 from sparsedp.optimize.hybrid_family import hybrid_error
-
-
-def _matrix(n, b, radices, R, theta, delta, p):
-    """The normalised strategy entry by entry (no Woodbury)."""
-    starts = block_starts(n, b)
-    blocks = []
-    for j in range(starts.size - 1):
-        lay = _local_layout(int(starts[j + 1] - starts[j]), radices)
-        blocks.append(sp.diags(_row_weights(lay, R, p) / delta[j]) @ lay.matrix())
-    return np.vstack([sp.block_diag(blocks).toarray(), np.repeat(theta / delta[None, :], np.diff(starts), axis=1)])
 
 
 @pytest.mark.parametrize("noise", ["laplace", "gaussian"])
@@ -41,7 +31,7 @@ def test_sum_objective_is_the_dense_error_of_the_summed_gram(noise, n):
     obj = HybridObjective(g, model, 12, (12,), R, 3)
     theta = rng.random((3, obj.nb))
     f, grad = obj(theta.ravel())
-    M = _matrix(n, 12, (12,), R, theta, obj.delta(theta), model.p)
+    M = normalised_matrix(n, 12, (12,), R, theta, obj.delta(theta), model.p)
     assert f == pytest.approx(np.trace(np.linalg.solve(M.T @ M, G_ref)), rel=1e-9)
     x = theta.ravel()
     for k in rng.choice(x.size, 5, replace=False):
