@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from _tables import write_table
 from sparsedp.cli import main
 from sparsedp.errors import SparseDPError
 from sparsedp.flows import random_trips, release_flows, road_grid
@@ -34,26 +35,18 @@ def _frame(road, trips):
     return pd.DataFrame(rows, columns=["trip", "node"])
 
 
-def _write(df, path):
-    if str(path).endswith(".csv"):
-        df.to_csv(path, index=False)
-    else:
-        df.to_parquet(path)
-    return str(path)
-
-
 @pytest.mark.parametrize("ext", ["csv", "parquet"])
 def test_load_trips_round_trip(tmp_path, road, trips, ext):
     df = _frame(road, trips)
     df.insert(1, "note", "x")  # other columns are ignored
-    got = fcli.load_trips(_write(df, tmp_path / f"t.{ext}"), road)
+    got = fcli.load_trips(write_table(df, tmp_path / f"t.{ext}"), road)
     for name in ("origins", "ends", "edge_ptr", "edge_ids"):
         np.testing.assert_array_equal(getattr(got, name), getattr(trips, name), err_msg=name)
 
 
 def test_one_row_trip_goes_nowhere(tmp_path, road):
     df = pd.DataFrame({"trip": [1, 2, 2], "node": [5, 0, 1]})
-    got = fcli.load_trips(_write(df, tmp_path / "t.csv"), road)
+    got = fcli.load_trips(write_table(df, tmp_path / "t.csv"), road)
     np.testing.assert_array_equal(got.lengths(), [0, 1])
     np.testing.assert_array_equal(got.origins, [5, 0])  # trip 1 starts and ends at 5
     np.testing.assert_array_equal(got.ends, [5, 1])
@@ -61,7 +54,7 @@ def test_one_row_trip_goes_nowhere(tmp_path, road):
 
 @pytest.mark.parametrize("ext", ["csv", "parquet"])
 def test_cli_releases_the_file(tmp_path, road, trips, ext):
-    data = _write(_frame(road, trips), tmp_path / f"t.{ext}")
+    data = write_table(_frame(road, trips), tmp_path / f"t.{ext}")
     out, js, net = tmp_path / "f.npz", tmp_path / "f.json", tmp_path / "net.csv"
     argv = ["flows", "--grid", *map(str, GRID), "--trips-file", data, "--seed", "4", "--out", str(out),
             "--json", str(js), "--write-network", str(net)]
@@ -115,7 +108,7 @@ def test_cli_refuses_bad_trips_before_any_noise(tmp_path, road, trips, ext, case
     df, pattern = _bad_cases(road, trips)[case]
     if ext == "parquet" and case == "non-numeric":
         df = df.astype({"node": str})
-    data = _write(df, tmp_path / f"bad.{ext}")
+    data = write_table(df, tmp_path / f"bad.{ext}")
     monkeypatch.setattr(fcli, "release_flows", lambda *a, **k: pytest.fail("reached the release with bad trips"))
     out = tmp_path / "f.npz"
     assert main(["flows", "--grid", *map(str, GRID), "--trips-file", data, "--out", str(out)]) == 2

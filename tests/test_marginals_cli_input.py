@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import sparsedp.progress
+from _tables import write_table
 from sparsedp.cli import main
 from sparsedp.marginals import cli as mcli
 
@@ -20,16 +21,6 @@ def frame():
     return pd.DataFrame({"a": rng.integers(0, 3, 300), "b": rng.integers(0, 2, 300), "note": "x"})
 
 
-def _write(df, path):
-    if str(path).endswith(".csv"):
-        df.to_csv(path, index=False)
-    elif str(path).endswith(".npy"):
-        np.save(path, df.to_numpy())
-    else:
-        df.to_parquet(path)
-    return str(path)
-
-
 def _release(data, out, *extra):
     return main(["marginals", data, "--columns", "a,b", "--sizes", "3,2", "--rho", "20", "--seed", "2",
                  "--out", str(out), *extra])
@@ -38,10 +29,10 @@ def _release(data, out, *extra):
 @pytest.mark.parametrize("ext", ["csv", "parquet", "npy"])
 def test_every_format_gives_the_same_release(tmp_path, frame, ext):
     ref = tmp_path / "ref.json"
-    assert _release(_write(frame, tmp_path / "d.csv"), ref) == 0
+    assert _release(write_table(frame, tmp_path / "d.csv"), ref) == 0
     out = tmp_path / "o.json"
     df = frame[["a", "b"]] if ext == "npy" else frame
-    assert _release(_write(df, tmp_path / f"d.{ext}"), out) == 0
+    assert _release(write_table(df, tmp_path / f"d.{ext}"), out) == 0
     got, want = json.loads(out.read_text()), json.loads(ref.read_text())
     assert got["marginals"] == want["marginals"]  # same records, same seed: the same release
     truth = frame.groupby(["a", "b"]).size().unstack(fill_value=0).to_numpy()
@@ -74,7 +65,7 @@ def test_bad_tables_are_refused_before_any_noise(tmp_path, frame, ext, case, cap
     df, pattern = _bad(frame)[case]
     if ext == "parquet" and case == "non-numeric":
         df = df.astype({"b": str})
-    data = _write(df, tmp_path / f"bad.{ext}")
+    data = write_table(df, tmp_path / f"bad.{ext}")
     monkeypatch.setattr(mcli, "release_marginals", lambda *a, **k: pytest.fail("reached the release"))
     out = tmp_path / "o.json"
     assert _release(data, out) == 2
@@ -110,7 +101,7 @@ class _Terminal(io.StringIO):
 
 
 def test_progress_bar_only_on_a_terminal(tmp_path, frame, capsys, monkeypatch):
-    data = _write(frame, tmp_path / "d.csv")
+    data = write_table(frame, tmp_path / "d.csv")
     monkeypatch.delenv("TQDM_DISABLE", raising=False)
     monkeypatch.setattr(sparsedp.progress, "DELAY", 0.0)  # draw at once (by default after 1 s)
     assert _release(data, tmp_path / "o.json") == 0

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from _tables import write_table
 from sparsedp.cli import main
 from sparsedp.consistency import COMBOS, ITEMS, restaurant
 from sparsedp.consistency import cli as rcli
@@ -27,21 +28,13 @@ def _frame(s):
     return df
 
 
-def _write(df, path):
-    if str(path).endswith(".csv"):
-        df.to_csv(path, index=False)
-    else:
-        df.to_parquet(path)
-    return str(path)
-
-
 @pytest.mark.parametrize("ext", ["csv", "parquet", "npy"])
 def test_load_sales_recovers_the_orders(tmp_path, sales, ext):
     path = tmp_path / f"sales.{ext}"
     if ext == "npy":
         np.save(path, sales.sales)
     else:
-        _write(_frame(sales).sample(frac=1, axis=1, random_state=0), path)  # column order does not matter
+        write_table(_frame(sales).sample(frac=1, axis=1, random_state=0), path)  # column order does not matter
     got = rcli.load_sales(path)
     assert got.orders.dtype == np.int64 and got.sales.dtype == np.int64
     np.testing.assert_array_equal(got.orders, sales.orders)
@@ -57,7 +50,7 @@ def test_basis_is_unimodular():
 
 @pytest.mark.parametrize("ext", ["csv", "parquet"])
 def test_cli_releases_the_file(tmp_path, sales, ext, capsys):
-    data = _write(_frame(sales), tmp_path / f"sales.{ext}")
+    data = write_table(_frame(sales), tmp_path / f"sales.{ext}")
     out, js = tmp_path / "rel.npz", tmp_path / "s.json"
     assert main(["restaurant", "--data", data, "--seed", "5", "--evaluate", "--out", str(out),
                  "--json", str(js)]) == 0
@@ -120,7 +113,7 @@ def test_cli_refuses_bad_files_before_any_noise(tmp_path, sales, ext, case, caps
     df, pattern = _bad_cases(sales)[case]
     if ext == "parquet" and case == "non-numeric":
         df = df.astype({"nuggets": str})
-    data = _write(df, tmp_path / f"bad.{ext}")
+    data = write_table(df, tmp_path / f"bad.{ext}")
 
     def no_release(*a, **k):  # validation must come before the charge and the noise
         raise AssertionError("restaurant_release reached with bad data")
@@ -138,7 +131,7 @@ def test_cli_refuses_bad_files_before_any_noise(tmp_path, sales, ext, case, caps
 
 def test_cli_refuses_bad_shapes_and_day_count(tmp_path, sales, capsys, monkeypatch):
     monkeypatch.setattr(rcli, "restaurant_release", lambda *a, **k: pytest.fail("reached the release"))
-    data = _write(_frame(sales), tmp_path / "s.csv")
+    data = write_table(_frame(sales), tmp_path / "s.csv")
     assert main(["restaurant", "--data", data, "--days", str(DAYS + 1)]) == 2
     assert f"holds {DAYS} days" in capsys.readouterr().err
     np.save(tmp_path / "wide.npy", np.zeros((DAYS, 4)))
@@ -163,4 +156,4 @@ def test_nan_text_in_csv_is_refused(tmp_path, sales):
     df = _frame(sales).astype(object)
     df.loc[0, "cola"] = "nan"  # parsed as a float NaN: refused as a missing sale
     with pytest.raises(SparseDPError, match="NaN"):
-        rcli.load_sales(_write(df, tmp_path / "n.csv"))
+        rcli.load_sales(write_table(df, tmp_path / "n.csv"))
