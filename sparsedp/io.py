@@ -92,6 +92,20 @@ def load_npy(path: str | Path) -> np.ndarray:
         raise SparseDPError(f"cannot read {p}: {exc}") from exc
 
 
+def load_npy_table(path: str | Path, ncols: int, need: str, what: str) -> np.ndarray:
+    """A 2-D ``.npy`` array with ``ncols`` columns of real numbers (integer or floating; no bool,
+    no complex), as :func:`load_npy` reads it.  A wrong shape raises :class:`ShapeError` saying
+    ``need`` ("a (days, 5) array of ... is needed"); another dtype raises :class:`SparseDPError`
+    with ``what`` ("sales are not real numbers")."""
+    p = Path(path)
+    arr = load_npy(p)
+    if arr.ndim != 2 or arr.shape[1] != ncols:
+        raise ShapeError(f"{p} holds an array of shape {arr.shape}; {need} is needed")
+    if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+        raise SparseDPError(f"{p}: {what} (dtype {arr.dtype})")
+    return arr
+
+
 def read_values(path: str | Path, column: str | None = None) -> np.ndarray:
     """The numeric values of a ``.npy`` array or of one column of a CSV / Parquet file."""
     p = Path(path)

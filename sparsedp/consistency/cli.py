@@ -38,7 +38,7 @@ import numpy as np
 
 from .._cli_util import warn_not_private
 from ..errors import ShapeError, SparseDPError
-from ..io import load_npy, read_columns
+from ..io import load_npy_table, read_columns
 from ..progress import SolverProgress
 from ..release_file import save_release
 from .restaurant import _BASIS, _BASIS_INV  # noqa: F401 (the order-recovery basis; checked by the tests)
@@ -56,12 +56,8 @@ def _sales_table(p: Path) -> np.ndarray:
         raise SparseDPError(f"no such file: {p}")
     suffix = p.suffix.lower()
     if suffix == ".npy":
-        arr = load_npy(p)
-        if arr.ndim != 2 or arr.shape[1] != len(ITEMS):
-            raise ShapeError(f"{p} holds an array of shape {arr.shape}; a (days, {len(ITEMS)}) array of daily "
-                             f"sales ({', '.join(ITEMS)}) is needed")
-        if arr.dtype == bool or not np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.complexfloating):
-            raise SparseDPError(f"{p}: sales are not real numbers (dtype {arr.dtype})")
+        arr = load_npy_table(p, len(ITEMS), f"a (days, {len(ITEMS)}) array of daily sales ({', '.join(ITEMS)})",
+                             "sales are not real numbers")
         table = arr.astype(np.float64)
     elif suffix in (".csv", ".parquet", ".pq"):
         cols = read_columns(p, list(ITEMS))  # missing file / column, non-numeric, no rows: SparseDPError

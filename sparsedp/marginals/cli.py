@@ -28,7 +28,7 @@ import numpy as np
 from .._cli_util import warn_not_private
 from ..progress import loop_disable, progress_bar
 from ..errors import InputBoundError, NonFiniteInputError, ShapeError, SparseDPError
-from ..io import load_npy
+from ..io import load_npy_table
 from .domain import Domain
 from .release import release_marginals
 from .select import marginals_up_to
@@ -47,12 +47,8 @@ def _read_table(path: str, columns: list[str]):
         raise SparseDPError(f"no such file: {p}")
     suffix = p.suffix.lower()
     if suffix == ".npy":
-        arr = load_npy(p)
-        if arr.ndim != 2 or arr.shape[1] != len(columns):
-            raise ShapeError(f"{p} holds an array of shape {arr.shape}; an (n, {len(columns)}) array of codes, one "
-                             f"column per --columns name, is needed")
-        if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
-            raise SparseDPError(f"{p}: codes are not numeric (dtype {arr.dtype})")
+        arr = load_npy_table(p, len(columns), f"an (n, {len(columns)}) array of codes, one column per --columns name",
+                             "codes are not numeric")
         df = pd.DataFrame(arr, columns=columns)
     elif suffix in (".parquet", ".pq"):
         try:
