@@ -299,15 +299,19 @@ def main() -> None:
                     help="only the counters from optimised strategies (issue 11), merged into the JSON")
     ap.add_argument("--opt-time-limit", type=float, default=600.0,
                     help="time limit of the optimiser per horizon for --optimized (s)")
+    ap.add_argument("--opt-horizons", type=int, nargs="+", default=list(OPT_HORIZONS), metavar="N",
+                    help="horizons of --optimized (the rows of other horizons in the JSON are kept)")
     args = ap.parse_args()
     if args.optimized:
         out = Path(args.out) if args.out else HERE / "results" / "continual.json"
         with threadpool_limits(1):
             blas = [(i.get("internal_api"), i.get("num_threads")) for i in threadpool_info()]
             print(f"BLAS threads: {blas}   (timings on a shared machine are inflated by contention)")
-            rows = optimized_rows(args.runs, args.opt_time_limit)
+            rows = optimized_rows(args.runs, args.opt_time_limit, tuple(args.opt_horizons))
         result = json.loads(out.read_text()) if out.exists() else {"epsilon": EPS, "rho": RHO}
-        result["optimized"] = {"machine": platform.platform(), "blas": blas, "epsilon": EPS, "horizons": rows}
+        kept = {k: v for k, v in result.get("optimized", {}).get("horizons", {}).items() if k not in rows}
+        result["optimized"] = {"machine": platform.platform(), "blas": blas, "epsilon": EPS,
+                               "horizons": dict(sorted({**kept, **rows}.items(), key=lambda kv: int(kv[0])))}
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=1))
         print(f"merged into {out}")

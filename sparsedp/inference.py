@@ -3,8 +3,9 @@
 * ``ls``   generalised least squares ``argmin_x ||V^{-1/2} (M x - y)||_2`` (``V`` = noise variances;
            seed 001 section 1.3).  Structure-aware: ``x = y`` for the identity, the exact sparse
            inverse for Fenwick (seed 000), ``M^T diag(1/||m_i||^2) y`` for Haar, a sparse triangular
-           solve for square lower-triangular strategies, the O(n) two-pass estimator for trees, and
-           LSMR with column-norm (Jacobi) preconditioning otherwise.
+           solve for square lower-triangular strategies, the O(n) two-pass estimator for trees,
+           Woodbury for ``[diag(a); B]`` with at most 2048 extra rows (p-Identity;
+           :mod:`sparsedp.woodbury`), and LSMR with column-norm (Jacobi) preconditioning otherwise.
 * ``nnls`` the same objective with ``x >= 0`` (bounded least squares).
 * ``l1``   ``argmin_{x >= 0} sum_i |y_i - (M x)_i| / s_i`` (seed 001 section 1.4; ``s_i`` the noise
            standard deviations, so with Laplace noise this is the maximum-likelihood estimate under
@@ -31,6 +32,7 @@ from .operators import Operator, SparseOperator, aslinearoperator
 from .strategies import TreeLayout, fenwick_inverse
 from .tree_estimator import layout_plan, tree_gls, two_pass
 from .validation import check_vector
+from .woodbury import woodbury_solver
 
 __all__ = ["Reconstruction", "l1_fit", "least_squares", "linear_estimator", "nnls", "reconstruct", "sparse_inverse"]
 
@@ -130,6 +132,9 @@ def _exact_solver(base: Operator, v: np.ndarray):
     if base.structure == "lower_triangular":
         L = sp.csr_matrix(base.tosparse())
         return (lambda Y: spsolve_triangular(L, Y, lower=True)), "triangular-solve"
+    wb = woodbury_solver(base, v)  # [diag(a); B]: p-Identity and other identity-plus-rows strategies
+    if wb is not None:
+        return wb, f"woodbury(p={base.shape[0] - base.shape[1]})"
     return None
 
 

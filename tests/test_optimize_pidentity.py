@@ -70,7 +70,9 @@ def test_candidate_is_normalised_exact_and_beats_identity():
 
 
 def test_default_p():
-    assert default_p(256) == 16 and default_p(8) == 1 and default_p(1 << 16) == 256
+    # the internal nodes of the 16-ary tree: 16 + 1, 64 + 4 + 1, 256 + 16 + 1; capped
+    assert default_p(256) == 17 and default_p(1024) == 69 and default_p(4096) == 273
+    assert default_p(8) == 1 and default_p(1) == 1 and default_p(1 << 16) == 300
 
 
 @pytest.mark.parametrize("noise", ["laplace", "gaussian"])

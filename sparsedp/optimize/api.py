@@ -148,9 +148,11 @@ def optimize(
     per_node:
         Tree family: refine per node (``True``), never (``False``) or when affordable (``None``).
     p, restarts:
-        p-Identity: number of extra rows (default ``min(n // 16, 256)``; hybrid: dense rows on the
-        block sums, default ``min(nb // 8, 64)``) and of random starts
-        (default 3 for ``n <= 512``, else 1; the best is kept).  Weighted marginals (Laplace
+        p-Identity: number of extra rows (default: the internal nodes of the 16-ary tree over
+        ``n`` cells, at most 300; hybrid: dense rows on the block sums, default
+        ``min(nb // 8, 64)``) and of starts (default 3 for ``n <= 512``, else 1; the best is kept):
+        the first a tree with fitted level weights, the others random
+        (:mod:`~sparsedp.optimize.pidentity_start`).  Weighted marginals (Laplace
         marginal workloads): random starts (default 4; ``rng`` default 0).
     domain:
         Multi-dimensional workloads only (optional): the :class:`~sparsedp.marginals.Domain` the

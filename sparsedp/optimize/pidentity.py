@@ -24,8 +24,9 @@ By Woodbury ``C = I - Theta^T S^{-1} Theta`` with the small ``S = I_p + Theta Th
 using ``Theta C = S^{-1} Theta`` and ``(C X)_jj = X_jj - <A[:, j], Y[:, j]>``.  One evaluation costs
 one ``G``-product with ``p`` vectors plus ``O(p^2 n)``: no ``n x n`` matrix is formed, unlike the
 ``O(n^3)`` dense solve of the original.  The gradient is checked against finite differences in the
-tests; ``Theta`` is optimised by L-BFGS-B (bounds ``Theta >= 0`` for Laplace), from a random
-start ``U[0, 1]`` as in the paper.
+tests; ``Theta`` is optimised by L-BFGS-B (bounds ``Theta >= 0`` for Laplace).  The first start
+is an interval tree with fitted level weights (:mod:`~sparsedp.optimize.pidentity_start`; far
+fewer steps to a better optimum on range workloads), further starts ``U[0, 1]`` as in the paper.
 """
 
 from __future__ import annotations
@@ -37,16 +38,23 @@ from ..operators import SparseOperator
 from .calibrate import NoiseModel
 from .gram import Gram
 
-__all__ = ["DENSE_SCORE_MAX_N", "PIdentityObjective", "default_p", "dense_trace", "pidentity_strategy"]
+__all__ = ["DEFAULT_P_MAX", "DENSE_SCORE_MAX_N", "PIdentityObjective", "default_p", "dense_trace", "pidentity_strategy"]
 
 #: Largest ``n`` scored by the dense QR of :func:`dense_trace` (``O(n^3)``, ~1 s at 2048).
 DENSE_SCORE_MAX_N = 4096
 
 
+#: Largest default ``p`` (bounds the ``O(p^2 n)`` cost per step; 273 = the 16-ary tree over 4096 cells).
+DEFAULT_P_MAX = 300
+
+
 def default_p(n: int) -> int:
-    """HDMM's choice for 1-D workloads, ``p = n / 16`` (at least 1), capped at 256 to bound the
-    ``O(p^2 n)`` cost per step."""
-    return int(min(max(1, n // 16), 256))
+    """The internal nodes of the 16-ary interval tree over ``n`` cells (``n / 16`` blocks, HDMM's
+    ``p`` for 1-D workloads, plus the levels above them; at least 1), at most
+    :data:`DEFAULT_P_MAX`: the first start is that tree (:mod:`~sparsedp.optimize.pidentity_start`)."""
+    from .pidentity_start import internal_nodes
+
+    return int(min(max(1, internal_nodes(n, 16)), DEFAULT_P_MAX))
 
 
 class PIdentityObjective:

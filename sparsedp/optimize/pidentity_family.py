@@ -1,4 +1,5 @@
-"""Running the p-Identity family: random starts, L-BFGS-B, certified normalisation, exact score."""
+"""Running the p-Identity family: a tree start, random starts, L-BFGS-B, certified normalisation,
+exact score."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import time
 
 import numpy as np
 
+from ..errors import SparseDPError
 from ..operators import Operator
 from .calibrate import NoiseModel, integer_pidentity, unit_variance
 from .candidate import Candidate
@@ -17,6 +19,7 @@ from .pidentity import (
     dense_trace,
     pidentity_strategy,
 )
+from .pidentity_start import tree_start
 from .search import Deadline, lbfgs
 
 __all__ = ["PIDENTITY_MAX_N", "pidentity_candidates"]
@@ -35,9 +38,15 @@ def pidentity_candidates(
     maxiter: int = 1000,
     deadline: Deadline | None = None,
     rng: np.random.Generator | None = None,
+    start: str = "tree",
 ) -> list[Candidate]:
-    """Optimise ``[I; Theta] D`` from ``restarts`` random starts ``Theta ~ U[0, 1]``; one candidate
-    per start."""
+    """Optimise ``[I; Theta] D`` from ``restarts`` starts; one candidate per start.
+
+    ``start="tree"``: the first start is the interval tree of
+    :func:`~sparsedp.optimize.pidentity_start.tree_start` (internal nodes as rows, level weights
+    fitted), the others ``Theta ~ U[0, 1]``; ``start="random"``: every start ``U[0, 1]`` (HDMM's)."""
+    if start not in ("tree", "random"):
+        raise SparseDPError(f"start must be 'tree' or 'random', got {start!r}")
     gen = rng if rng is not None else np.random.default_rng(0)
     n = gram.n
     p = default_p(n) if p is None else int(p)
@@ -46,7 +55,11 @@ def pidentity_candidates(
     out = []
     for r in range(restarts):
         t0 = time.perf_counter()
-        x0 = gen.random(p * n)
+        if start == "tree" and r == 0:
+            theta0, how = tree_start(obj, gen, deadline=deadline)
+            x0 = theta0.ravel()
+        else:
+            x0, how = gen.random(p * n), "U[0, 1] start"
         res = lbfgs(obj, x0, bounds=bounds, deadline=deadline, maxiter=maxiter, ftol=1e-13, gtol=1e-12)
         theta = res.x.reshape(p, n)
         if model.p == 1:
@@ -60,7 +73,7 @@ def pidentity_candidates(
         else:  # the integer matrix is [I; B/a] diag(a)
             f, method = obj.trace(B / a[None, :], 1.0 / a)[0], "pidentity-woodbury"
         total = unit_variance(M, model) * f
-        note = f"start {r}: {res.evaluations} evaluations, {res.stopped}"
+        note = f"start {r} ({how}): {res.evaluations} evaluations, {res.stopped}"
         out.append(Candidate("pidentity", name, M, float(total), method, time.perf_counter() - t0, note))
         if deadline is not None and deadline.expired():
             break
