@@ -26,7 +26,10 @@ import scipy.sparse as sp
 
 from .operators import Operator, SparseOperator
 
-__all__ = ["WOODBURY_MAX_ROWS", "diagonal_plus_rows", "woodbury_solver"]
+__all__ = ["DENSE_FRACTION", "WOODBURY_MAX_ROWS", "diagonal_plus_rows", "woodbury_solver"]
+
+#: Fraction of non-zeros above which the extra rows are held dense (products by BLAS).
+DENSE_FRACTION = 0.1
 
 #: Most extra rows ``p`` solved by Woodbury (the ``p x p`` factorisation costs ``p^3 / 3``: ~2 s at 2048).
 WOODBURY_MAX_ROWS = 2048
@@ -62,13 +65,18 @@ def woodbury_solver(M: Operator, v: np.ndarray) -> Callable[[np.ndarray], np.nda
     v = np.asarray(v, dtype=np.float64)
     v1, v2 = v[:n], v[n:]
     e_inv = v1 / (a * a)  # E^{-1}
-    BE = B @ sp.diags(e_inv)
-    K = np.asarray((BE @ B.T).todense()) + np.diag(v2)
+    if B.nnz > DENSE_FRACTION * B.shape[0] * n:  # dense rows (optimised p-Identity): BLAS products
+        Bd = B.toarray()
+        K = (Bd * e_inv[None, :]) @ Bd.T
+        B, Bt = Bd, Bd.T
+    else:
+        K = np.asarray((B @ sp.diags(e_inv) @ B.T).todense())
+        Bt = sp.csr_matrix(B.T)
+    K[np.diag_indices_from(K)] += v2
     try:
         chol = sla.cho_factor(K, lower=True, check_finite=False)
     except np.linalg.LinAlgError:
         return None
-    Bt = sp.csr_matrix(B.T)
 
     def solve(Y: np.ndarray) -> np.ndarray:
         Y = np.asarray(Y, dtype=np.float64)

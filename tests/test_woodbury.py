@@ -9,7 +9,7 @@ from sparsedp import workloads as wl
 from sparsedp.inference import linear_estimator
 from sparsedp.operators import SparseOperator
 from sparsedp.optimize import optimize
-from sparsedp.woodbury import WOODBURY_MAX_ROWS, diagonal_plus_rows, woodbury_solver
+from sparsedp.woodbury import DENSE_FRACTION, WOODBURY_MAX_ROWS, diagonal_plus_rows, woodbury_solver
 
 RNG = np.random.default_rng(5)
 
@@ -25,9 +25,12 @@ def random_strategy(n: int, p: int, density: float = 0.5) -> np.ndarray:
     return np.vstack([np.diag(a), B])
 
 
-@pytest.mark.parametrize("n,p", [(1, 1), (7, 3), (30, 12), (40, 60)])
-def test_equals_dense_gls(n, p):
-    M = random_strategy(n, p)
+@pytest.mark.parametrize("n,p,density", [(1, 1, 0.5), (7, 3, 0.5), (30, 12, 0.5), (40, 60, 0.5), (300, 20, 0.02)])
+def test_equals_dense_gls(n, p, density):
+    """Dense extra rows (BLAS products) and sparse ones (density below DENSE_FRACTION)."""
+    M = random_strategy(n, p, density)
+    if density < DENSE_FRACTION:
+        assert 0 < np.count_nonzero(M[n:]) <= DENSE_FRACTION * p * n
     v = RNG.uniform(0.5, 4.0, n + p)
     solve = woodbury_solver(SparseOperator(M), v)
     assert solve is not None
