@@ -75,7 +75,7 @@ from .range_variance import (
     format_bytes,
     structured_covariance,
 )
-from .workloads import AllRangesWorkload, PrefixWorkload, RangeQueriesWorkload
+from .workloads import AllRangesWorkload, PrefixWorkload, RangeQueriesWorkload, WeightedUnionWorkload
 
 __all__ = [
     "DEFAULT_MEMORY_LIMIT",
@@ -218,6 +218,16 @@ def _structured(W: Operator, cov: StructuredCovariance, memory_limit: float,
     """``(total, variances)`` of a workload on a structured strategy, or ``None`` if the workload
     has no exact path here."""
     n = cov.n
+    if isinstance(W, WeightedUnionWorkload):
+        # rows sqrt(c_i) W_i: answer variances c_i Var(W_i answers), total sum_i c_i E_i
+        got = [(c, _structured(Wi, cov, memory_limit, max_variances)) for c, Wi in W.parts]
+        if any(g is None for _, g in got):
+            return None
+        total = float(sum(c * g[0] for c, g in got))  # type: ignore[index]
+        var = None
+        if all(g[1] is not None for _, g in got):  # type: ignore[index]
+            var = np.concatenate([c * g[1] for c, g in got])  # type: ignore[index]
+        return total, var
     if isinstance(W, RangeQueriesWorkload):
         check_memory(cov.memory(W.lo.size), memory_limit, "the per-query variances of these ranges")
         var = cov.ranges(W.lo, W.hi + 1)
@@ -307,7 +317,9 @@ def _per_query(W: Operator, max_variances: int, memory_limit: float) -> bool:
     """Whether the generic paths list every answer's variance (all but a huge all-range workload,
     whose rows ``W`` materialises as index pairs)."""
     q = W.shape[0]
-    return not isinstance(W, AllRangesWorkload) or (q <= max_variances and 40.0 * q <= memory_limit / 4)
+    big = isinstance(W, AllRangesWorkload) or (
+        isinstance(W, WeightedUnionWorkload) and any(isinstance(Wi, AllRangesWorkload) for _, Wi in W.parts))
+    return not big or (q <= max_variances and 40.0 * q <= memory_limit / 4)
 
 
 def _block_size(W: Operator, M: Operator, solver: str, want: int, memory_limit: float, what: str,

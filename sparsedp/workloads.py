@@ -3,7 +3,8 @@
 Small workloads are sparse matrices; the large ones (:func:`prefix`, :func:`all_ranges`,
 :func:`range_queries`) are implicit operators whose rows are never materialised: they answer
 through the prefix-sum vector ``S = [0, cumsum(x)]`` (a range ``[lo, hi]`` is ``S[hi+1] - S[lo]``)
-and give their column norms and image norms in closed form.
+and give their column norms and image norms in closed form.  :func:`weighted_union` stacks
+workloads with weights, ``[sqrt(c_1) W_1; ...]``, so that one objective is ``sum_i c_i E(W_i)``.
 
 Indices are 0-based and ranges inclusive: ``(lo, hi)`` is ``x[lo] + ... + x[hi]``.
 """
@@ -11,6 +12,8 @@ Indices are 0-based and ranges inclusive: ``(lo, hi)`` is ``x[lo] + ... + x[hi]`
 from __future__ import annotations
 
 import itertools
+import math
+import numbers
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -27,9 +30,11 @@ __all__ = [
     "range_queries",
     "marginals",
     "from_matrix",
+    "weighted_union",
     "PrefixWorkload",
     "AllRangesWorkload",
     "RangeQueriesWorkload",
+    "WeightedUnionWorkload",
 ]
 
 
@@ -309,3 +314,122 @@ def marginals(
 def from_matrix(A: Any, name: str = "workload") -> Operator:
     """Any user matrix (sparse or dense) as a workload."""
     return aslinearoperator(A, name=name)
+
+
+class WeightedUnionWorkload(Operator):
+    """A weighted union of workloads over one domain: the rows ``sqrt(c_i) W_i`` stacked,
+
+        W = [sqrt(c_1) W_1; ...; sqrt(c_k) W_k]   (shape ``(sum_i m_i, n)``),
+
+    so ``W^T W = sum_i c_i W_i^T W_i`` and, under any strategy, the total squared error of the GLS
+    answers is ``E(W) = tr((M^T V^{-1} M)^{-1} W^T W) = sum_i c_i E(W_i)``: the optimiser
+    (:func:`sparsedp.optimize.optimize`) minimises the weighted sum of the parts' errors.  E.g.
+    all ranges averaged plus ``w`` times the whole-domain query (DPBench's objective):
+    ``weighted_union([(1 / (n (n + 1) / 2), all_ranges(n)), (w, total(n))])``.
+
+    Implicit: every product goes through the parts (``W x`` stacks ``sqrt(c_i) W_i x``,
+    ``W^T y = sum_i sqrt(c_i) W_i^T y_i``); column norms and image norms combine the parts'
+    (closed forms where they have them); :meth:`tosparse` works when every part has a sparse form.
+    Build it with :func:`weighted_union`.  ``parts``: the ``(c_i, W_i)`` (nested unions flattened).
+    """
+
+    def __init__(self, parts: Sequence[tuple[float, Operator]], name: str | None = None):
+        if not parts:
+            raise SparseDPError("a weighted union needs at least one (weight, workload) part")
+        n = int(parts[0][1].shape[1])
+        self.parts: tuple[tuple[float, Operator], ...] = tuple((float(c), W) for c, W in parts)
+        rows = [int(W.shape[0]) for _, W in self.parts]
+        self.row_starts = np.concatenate(([0], np.cumsum(rows))).astype(np.int64)
+        label = name or "weighted_union(" + ", ".join(f"{c:.6g} x {W.name}" for c, W in self.parts) + ")"
+        super().__init__((int(self.row_starts[-1]), n), name=label, structure="weighted_union")
+        self.n = n
+
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
+        X = np.asarray(X, dtype=np.float64)
+        return np.vstack([math.sqrt(c) * np.asarray(W.matmat(X)).reshape(W.shape[0], -1) for c, W in self.parts])
+
+    def _matvec(self, x: np.ndarray) -> np.ndarray:
+        return self._matmat(np.ravel(x)[:, None])[:, 0]
+
+    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
+        Y = np.asarray(Y, dtype=np.float64)
+        out = np.zeros((self.n, Y.shape[1]))
+        for (c, W), lo, hi in zip(self.parts, self.row_starts[:-1], self.row_starts[1:]):
+            out += math.sqrt(c) * np.asarray(W.rmatmat(Y[lo:hi])).reshape(self.n, -1)
+        return out
+
+    def _rmatvec(self, y: np.ndarray) -> np.ndarray:
+        return self._rmatmat(np.ravel(y)[:, None])[:, 0]
+
+    def tosparse(self) -> sp.csr_matrix:
+        """``[sqrt(c_1) W_1; ...]`` as CSR (every part must have a sparse form; the all-range part
+        has ``n (n + 1) / 2`` rows: for tests and small ``n``)."""
+        blocks = []
+        for c, W in self.parts:
+            try:
+                A = W.tosparse()
+            except NotImplementedError as exc:
+                raise NotImplementedError(f"part {W.name} of the weighted union has no sparse form") from exc
+            blocks.append(math.sqrt(c) * sp.csr_matrix(A, dtype=np.float64))
+        return sp.vstack(blocks, format="csr")
+
+    def column_norms(self, p: int = 1) -> np.ndarray:
+        """``sum_i sqrt(c_i) ||W_i[:, j]||_1`` (``p = 1``) or ``sqrt(sum_i c_i ||W_i[:, j]||_2^2)``
+        (``p = 2``): the parts' rows are disjoint."""
+        if p == 1:
+            return sum(math.sqrt(c) * np.asarray(W.column_norms(1), dtype=np.float64) for c, W in self.parts)
+        if p == 2:
+            return np.sqrt(self.gram_diagonal())
+        raise SparseDPError(f"norm must be 1 or 2, got {p!r}")
+
+    def gram_diagonal(self) -> np.ndarray:
+        """``diag(W^T W) = sum_i c_i diag(W_i^T W_i)``."""
+        return sum(c * np.asarray(W.gram_diagonal(), dtype=np.float64) for c, W in self.parts)
+
+    def image_sq_norms(self, X: np.ndarray | sp.spmatrix) -> np.ndarray:
+        """``||W u||^2 = sum_i c_i ||W_i u||^2`` for every column ``u`` of ``X`` (each part's own
+        closed form: ``O(n)`` per column for all ranges)."""
+        return sum(c * np.asarray(W.image_sq_norms(X), dtype=np.float64) for c, W in self.parts)
+
+
+def _check_weight(c: Any, index: int) -> float:
+    if isinstance(c, (bool, np.bool_)) or not isinstance(c, numbers.Real):
+        raise SparseDPError(f"weight of part {index} must be a real number, got {c!r}")
+    value = float(c)
+    if not math.isfinite(value) or value <= 0.0:
+        raise SparseDPError(f"weight of part {index} must be finite and > 0, got {c!r}")
+    return value
+
+
+def weighted_union(parts: Iterable[tuple[float, Any]], name: str | None = None) -> WeightedUnionWorkload:
+    """The workload ``[sqrt(c_1) W_1; ...; sqrt(c_k) W_k]`` whose total squared error under any
+    strategy is ``sum_i c_i E(W_i)`` (Gram ``sum_i c_i W_i^T W_i``): see
+    :class:`WeightedUnionWorkload`.
+
+    ``parts``: ``(weight, workload)`` pairs, weights finite and ``> 0``, workloads over the same
+    ``n`` cells (implicit workloads such as :func:`all_ranges`, sparsedp operators, scipy sparse
+    or dense matrices).  A part that is itself a weighted union is flattened (its weights
+    multiplied by the outer weight).  Example, all ranges averaged plus 0.9 x the total::
+
+        W = weighted_union([(1 / (n * (n + 1) / 2), all_ranges(n)), (0.9, total(n))])
+    """
+    if isinstance(parts, (str, bytes)) or not isinstance(parts, Iterable):
+        raise SparseDPError(f"parts must be a sequence of (weight, workload) pairs, got {type(parts).__name__}")
+    flat: list[tuple[float, Operator]] = []
+    for i, part in enumerate(parts):
+        if not isinstance(part, (tuple, list)) or len(part) != 2:
+            raise SparseDPError(f"part {i} must be a (weight, workload) pair, got {part!r:.80}")
+        c = _check_weight(part[0], i)
+        W = aslinearoperator(part[1], name=f"part {i}")
+        if W.shape[0] < 1 or W.shape[1] < 1:
+            raise ShapeError(f"part {i} must have at least one query and one cell, got shape {W.shape}")
+        if isinstance(W, WeightedUnionWorkload):
+            flat.extend((c * ci, Wi) for ci, Wi in W.parts)
+        else:
+            flat.append((c, W))
+    if not flat:
+        raise SparseDPError("a weighted union needs at least one (weight, workload) part")
+    ns = {int(W.shape[1]) for _, W in flat}
+    if len(ns) != 1:
+        raise ShapeError(f"the parts of a weighted union must share one domain size, got n = {sorted(ns)}")
+    return WeightedUnionWorkload(flat, name=name)

@@ -10,7 +10,11 @@ formed (``L`` = lower-triangular ones, so ``S = L x`` are the prefix sums):
 * identity: ``G = I``; total: ``G = 1 1^T``;
 * range lists and other implicit operators: ``W^T (W X)`` through their own products;
 * explicit matrices: ``W^T (W X)`` on the sparse matrix, or a dense ``G`` built once when the
-  workload has more non-zeros than ``G`` has entries and ``n`` is small.
+  workload has more non-zeros than ``G`` has entries and ``n`` is small;
+* weighted unions (:func:`~sparsedp.workloads.weighted_union`, kind ``"sum"``):
+  ``G = sum_i c_i G_i``, every part with its own form (:class:`GramSum` builds one from Grams).
+  Everything the optimiser computes from ``G`` is linear in it, so each part keeps its closed form
+  (:func:`closed_parts`).
 
 :func:`block_sq_norms` gives ``sum_B ||W 1_B||^2`` over the blocks of a partition of the domain
 into consecutive blocks of one size, the workload term of the tree closed form
@@ -24,10 +28,23 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from ..errors import SparseDPError
 from ..operators import Operator, SparseOperator, aslinearoperator
-from ..workloads import AllRangesWorkload, PrefixWorkload, RangeQueriesWorkload
+from ..workloads import AllRangesWorkload, PrefixWorkload, RangeQueriesWorkload, WeightedUnionWorkload
 
-__all__ = ["Gram", "block_sq_norms", "kind_block_sq_norms", "workload_rows"]
+__all__ = [
+    "CLOSED_KINDS",
+    "Gram",
+    "GramSum",
+    "block_sq_norms",
+    "closed_parts",
+    "kind_block_sq_norms",
+    "parts_block_sq_norms",
+    "workload_rows",
+]
+
+#: Workload kinds with closed forms (Gram products, block norms, tree impulse norms).
+CLOSED_KINDS = ("prefix", "all_ranges", "identity", "total")
 
 _DENSE_GRAM_LIMIT = 4096
 
@@ -54,7 +71,14 @@ def _is_total(W: Operator) -> bool:
 
 
 class Gram:
-    """``G = W^T W`` of a workload, applied without forming it when ``W`` has structure."""
+    """``G = W^T W`` of a workload, applied without forming it when ``W`` has structure.
+
+    ``kind``: ``"prefix"``, ``"all_ranges"``, ``"identity"``, ``"total"`` (closed forms),
+    ``"sparse"``, ``"dense"``, ``"operator"``, or ``"sum"`` for a
+    :class:`~sparsedp.workloads.WeightedUnionWorkload` (then ``parts`` lists ``(c_i, Gram(W_i))``
+    and ``G = sum_i c_i G_i``)."""
+
+    parts: list[tuple[float, "Gram"]] | None = None
 
     def __init__(self, workload: Any):
         self.W = aslinearoperator(workload, name="workload")
@@ -63,7 +87,10 @@ class Gram:
         self._dense: np.ndarray | None = None
         self._sparse: sp.csr_matrix | None = None
         kind = self.W.structure
-        if isinstance(self.W, (PrefixWorkload, AllRangesWorkload)) or _is_identity(self.W) or _is_total(self.W):
+        if isinstance(self.W, WeightedUnionWorkload):
+            self.kind = "sum"
+            self.parts = [(c, Gram(Wi)) for c, Wi in self.W.parts]
+        elif isinstance(self.W, (PrefixWorkload, AllRangesWorkload)) or _is_identity(self.W) or _is_total(self.W):
             self.kind = kind
         elif isinstance(self.W, SparseOperator):
             self.kind = "sparse"
@@ -77,7 +104,10 @@ class Gram:
             self.kind = "operator"
 
     def diagonal(self) -> np.ndarray:
-        """``diag(G)``: the squared column norms of ``W`` (closed forms for implicit workloads)."""
+        """``diag(G)``: the squared column norms of ``W`` (closed forms for implicit workloads;
+        ``sum_i c_i diag(G_i)`` for a sum)."""
+        if self.parts is not None:
+            return sum(c * g.diagonal() for c, g in self.parts)
         return np.asarray(self.W.gram_diagonal(), dtype=np.float64)
 
     def trace(self) -> float:
@@ -85,8 +115,10 @@ class Gram:
         return float(self.diagonal().sum())
 
     def matmat(self, X: np.ndarray) -> np.ndarray:
-        """``G X`` for a dense ``n x k`` matrix."""
+        """``G X`` for a dense ``n x k`` matrix (``sum_i c_i G_i X`` for a sum)."""
         X = np.asarray(X, dtype=np.float64)
+        if self.parts is not None:
+            return sum(c * g.matmat(X) for c, g in self.parts)
         if self.kind == "prefix":
             return _rev_cumsum(np.cumsum(X, axis=0))
         if self.kind == "all_ranges":
@@ -107,6 +139,48 @@ class Gram:
     def quadratic(self, U: np.ndarray) -> np.ndarray:
         """``u^T G u`` for every column ``u`` of ``U`` (``= ||W u||^2``)."""
         return np.einsum("ij,ij->j", U, self.matmat(U))
+
+
+class GramSum(Gram):
+    """``G = sum_i c_i G_i`` built from Grams directly (weights ``c_i >= 0``, one domain): the Gram
+    of ``weighted_union([(c_i, G_i.W)])``, e.g. all ranges averaged plus ``w`` times the
+    whole-domain query, ``G = G_ranges / (n (n + 1) / 2) + w 1 1^T`` (issue 11).  Parts of weight
+    0 contribute nothing and are left out of ``W``."""
+
+    def __init__(self, parts: list[tuple[float, Gram]]):
+        self.parts = [(float(c), g) for c, g in parts]
+        ns = {g.n for _, g in self.parts}
+        if len(ns) != 1 or any(not np.isfinite(c) or c < 0 for c, _ in self.parts):
+            raise SparseDPError("GramSum needs Grams over one domain and finite non-negative weights")
+        self.n = ns.pop()
+        self.queries = sum(g.queries for _, g in self.parts)
+        self.kind = "sum"
+        self._dense = None
+        self._sparse = None
+        positive = [(c, g.W) for c, g in self.parts if c > 0 and g.W is not None]
+        self.W = WeightedUnionWorkload(positive) if positive else None  # type: ignore[assignment]
+
+
+def closed_parts(gram: Gram) -> list[tuple[float, str]] | None:
+    """``[(c_i, kind_i)]`` when ``G = sum_i c_i G_i`` with every ``G_i`` of a closed-form kind
+    (:data:`CLOSED_KINDS`; ``[(1, kind)]`` for one such workload), else ``None``."""
+    if gram.kind in CLOSED_KINDS:
+        return [(1.0, gram.kind)]
+    if gram.parts is None:
+        return None
+    out: list[tuple[float, str]] = []
+    for c, g in gram.parts:
+        sub = closed_parts(g)
+        if sub is None:
+            return None
+        out += [(c * ci, k) for ci, k in sub]
+    return out
+
+
+def parts_block_sq_norms(parts: list[tuple[float, str]], n: int, size: int) -> float:
+    """``sum_i c_i kind_block_sq_norms(kind_i, n, size)``: the block norms of a weighted sum of
+    closed-form workloads (``sum_B ||W 1_B||^2`` is linear in ``W^T W``)."""
+    return float(sum(c * kind_block_sq_norms(k, n, size) for c, k in parts))
 
 
 def kind_block_sq_norms(kind: str, n: int, size: int) -> float:
@@ -155,12 +229,14 @@ def block_sq_norms(W: Operator, size: int) -> float:
     """``sum_B ||W 1_B||^2`` over the blocks ``B = [i size, (i + 1) size)`` (``size`` divides ``n``).
 
     Prefix, all-range, identity and total workloads in closed form (:func:`kind_block_sq_norms`);
-    range lists use the overlaps in closed form (``O(queries)``); other workloads their image norms
+    weighted unions as the weighted sum of their parts'; range lists use the overlaps in closed form (``O(queries)``); other workloads their image norms
     of the sparse block indicators (a sparse product for explicit matrices).
     """
     n = int(W.shape[1])
     if n % size:
         raise ValueError(f"block size {size} does not divide n = {n}")
+    if isinstance(W, WeightedUnionWorkload):  # rows sqrt(c_i) W_i: sum_i c_i sum_B ||W_i 1_B||^2
+        return float(sum(c * block_sq_norms(Wi, size) for c, Wi in W.parts))
     if isinstance(W, PrefixWorkload):
         return kind_block_sq_norms("prefix", n, size)
     if isinstance(W, AllRangesWorkload):

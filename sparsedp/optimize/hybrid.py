@@ -55,7 +55,7 @@ import scipy.sparse as sp
 from ..errors import SparseDPError
 from ..strategies import TreeLayout
 from .calibrate import NoiseModel
-from .gram import Gram
+from .gram import Gram, GramSum  # GramSum re-exported: it lives in .gram now
 
 __all__ = [
     "HYBRID_DENSE_GRAM_MAX_N",
@@ -254,38 +254,9 @@ def _shape(size: int, radices: tuple[int, ...], R: tuple[float, ...], p: int) ->
     return BlockShape.build(size, radices, np.asarray(R, dtype=np.float64), p)
 
 
-class GramSum:
-    """``G = sum_i c_i G_i``: a weighted sum of workload Grams, e.g. all ranges averaged plus ``w``
-    times the whole-domain query, ``G = G_ranges / (n (n + 1) / 2) + w 1 1^T`` (issue 11).  The
-    hybrid objective's ``e`` and ``K`` are linear in ``G``, so each part keeps its closed form
-    (:func:`_workload_terms` sums them); :meth:`matmat` serves the dense final score."""
-
-    kind = "sum"
-
-    def __init__(self, parts: list[tuple[float, Gram]]):
-        self.parts = [(float(c), g) for c, g in parts]
-        ns = {g.n for _, g in self.parts}
-        if len(ns) != 1 or any(c < 0 for c, _ in self.parts):
-            raise SparseDPError("GramSum needs Grams over one domain and non-negative weights")
-        self.n = ns.pop()
-        self.queries = sum(g.queries for _, g in self.parts)
-
-    def diagonal(self) -> np.ndarray:
-        return sum(c * g.diagonal() for c, g in self.parts)
-
-    def trace(self) -> float:
-        return float(sum(c * g.trace() for c, g in self.parts))
-
-    def matmat(self, X: np.ndarray) -> np.ndarray:
-        return sum(c * g.matmat(X) for c, g in self.parts)
-
-    def quadratic(self, U: np.ndarray) -> np.ndarray:
-        return np.einsum("ij,ij->j", U, self.matmat(U))
-
-
 def _workload_terms(gram: Gram, starts: np.ndarray, shapes: list[BlockShape]) -> tuple[np.ndarray, np.ndarray]:
     """``e_j = <G_jj, A_s^{-1}>`` and ``K = H^T G H`` (module docstring)."""
-    if isinstance(gram, GramSum):  # linear in G: the parts' terms, weighted
+    if gram.parts is not None:  # a weighted sum (GramSum, weighted_union): linear in G, the parts' terms
         terms = [(c, _workload_terms(g, starts, shapes)) for c, g in gram.parts]
         return sum(c * t[0] for c, t in terms), sum(c * t[1] for c, t in terms)
     n, nb = gram.n, starts.size - 1

@@ -20,7 +20,7 @@ from scipy.optimize import minimize
 from ..operators import Operator, SparseOperator
 from .calibrate import NoiseModel
 from .candidate import Candidate
-from .gram import Gram
+from .gram import Gram, closed_parts
 from .hybrid import HYBRID_DENSE_GRAM_MAX_N, HybridLayout, HybridObjective, hybrid_matrix, integer_hybrid
 from .pidentity import DENSE_SCORE_MAX_N, dense_trace
 from .search import Deadline, lbfgs
@@ -52,17 +52,27 @@ def hybrid_configs(n: int, radices: tuple[int, ...] = HYBRID_RADICES) -> list[tu
     return out
 
 
+def _range_like(gram: Gram) -> bool:
+    """A prefix or all-range workload, or a weighted sum of closed-form workloads with at least one
+    of them (the hybrid's closed form applies, and it scores them by the Woodbury form)."""
+    parts = closed_parts(gram)
+    return parts is not None and any(k in ("prefix", "all_ranges") for _, k in parts)
+
+
 def hybrid_useful(gram: Gram) -> bool:
     """Whether ``family="auto"`` runs the hybrid family: a workload it has a closed form for (prefix,
-    all ranges) with at least :data:`HYBRID_AUTO_MIN_N` cells, or any workload with a dense Gram
-    between that and :data:`~sparsedp.optimize.hybrid.HYBRID_DENSE_GRAM_MAX_N` (on identity and
-    total workloads a tree is already optimal: nothing to gain)."""
+    all ranges, or a weighted sum of closed-form workloads with one of them) with at least
+    :data:`HYBRID_AUTO_MIN_N` cells, or any workload with a dense Gram between that and
+    :data:`~sparsedp.optimize.hybrid.HYBRID_DENSE_GRAM_MAX_N` (on identity and total workloads and
+    their sums a tree is already optimal: nothing to gain)."""
     n = gram.n
     if n < HYBRID_AUTO_MIN_N or not hybrid_configs(n):
         return False
-    if gram.kind in ("prefix", "all_ranges"):
+    if _range_like(gram):
         return True
-    return gram.kind not in ("identity", "total") and n <= HYBRID_DENSE_GRAM_MAX_N
+    if closed_parts(gram) is not None:  # identity / total only
+        return False
+    return n <= HYBRID_DENSE_GRAM_MAX_N
 
 
 def default_hybrid_p(nb: int) -> int:
@@ -76,7 +86,7 @@ def hybrid_error(layout: HybridLayout, gram: Gram, model: NoiseModel) -> float:
     (float calibration: ``2 Delta_1^2`` Laplace, ``Delta_2^2 / 2`` Gaussian, ``Delta`` the exact
     integer column norm)."""
     norm = float(layout.column_sensitivity().max())
-    if gram.n <= 2048 or (gram.kind not in ("prefix", "all_ranges") and gram.n <= DENSE_SCORE_MAX_N):
+    if gram.n <= 2048 or (not _range_like(gram) and gram.n <= DENSE_SCORE_MAX_N):
         # backward-stable dense score (the Woodbury difference loses digits when the strategy
         # answers a low-rank workload almost exactly; see pidentity.dense_trace)
         f = dense_trace(hybrid_matrix(layout).toarray() / layout.scale, gram) / layout.scale**2
@@ -147,7 +157,7 @@ def hybrid_candidates(
     gen = rng if rng is not None else np.random.default_rng(0)
     deadline = deadline if deadline is not None else Deadline(None)
     n = gram.n
-    if gram.kind not in ("prefix", "all_ranges", "identity", "total") and n > HYBRID_DENSE_GRAM_MAX_N:
+    if closed_parts(gram) is None and n > HYBRID_DENSE_GRAM_MAX_N:
         return []
     out: list[Candidate] = []
     for k, L in (hybrid_configs(n) if configs is None else configs):
@@ -161,7 +171,7 @@ def hybrid_candidates(
         M = SparseOperator(hybrid_matrix(lay), name=name, structure="general", meta={"hybrid": lay})
         total = hybrid_error(lay, gram, model)
         note = f"R = {np.round(R, 4).tolist()}, {evals} evaluations"
-        method = "hybrid-qr" if n <= 2048 or gram.kind not in ("prefix", "all_ranges") else "hybrid-woodbury"
+        method = "hybrid-qr" if n <= 2048 or not _range_like(gram) else "hybrid-woodbury"
         out.append(Candidate("hybrid", name, M, float(total), method, time.perf_counter() - t0, note))
         if deadline.expired():
             break

@@ -6,7 +6,10 @@ calibrates from the entries, so the scale does not change the error) and scored 
 error at unit budget: the sparse inverse (identity, Fenwick, Haar), the spectral closed form of complete trees
 (:mod:`~sparsedp.optimize.tree_spectral`, any workload), the ``O(n log n)`` tree closed form
 (prefix, all ranges, identity, total) or the explicit two-pass evaluation
-(:class:`~sparsedp.optimize.weighted_tree.TreeObjective`).
+(:class:`~sparsedp.optimize.weighted_tree.TreeObjective`).  A weighted union of workloads
+(:func:`~sparsedp.workloads.weighted_union`) is scored as ``sum_i c_i E_i``: every form above is
+linear in ``G = sum_i c_i G_i`` (:class:`~sparsedp.optimize.tree_spectral.BlockTraces`,
+:func:`sparsedp.expected_error` per part).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from .candidate import Candidate
 from .gram import Gram
 from .params import node_to_level
 from .tree_spectral import BlockTraces, CompleteTree, level_error
-from .weighted_tree import CLOSED_FORM_WORKLOADS, TreeObjective, row_weights
+from .weighted_tree import TreeObjective, has_closed_form, row_weights
 
 __all__ = ["TEMPLATE_BRANCHINGS", "score_template", "template_candidates", "template_strategies", "tree_error"]
 
@@ -59,7 +62,8 @@ def tree_error(
 ) -> tuple[float, str]:
     """Exact total squared error of a tree strategy with node precisions ``a`` (row order): the
     spectral form when ``tree`` (complete) is given and ``a`` is constant per level, the
-    ``O(n log n)`` closed form for prefix / all-range / identity / total workloads, otherwise
+    ``O(n log n)`` closed form for prefix / all-range / identity / total workloads (and weighted
+    unions of them: the weighted sum of the parts' forms), otherwise
     :func:`sparsedp.expected_error` (its exact tree path; the search's two-pass evaluator loses
     digits for extreme weight ratios, see :class:`~sparsedp.optimize.weighted_tree.TreeObjective`)."""
     if tree is not None:
@@ -95,7 +99,7 @@ def score_template(
         k = int(layout.child_starts[0][1] - layout.child_starts[0][0]) if layout.levels > 1 else 0
         L = _power_of(n, k) if k >= 2 else None
         tree = CompleteTree(n, (k,) * L) if L else None
-        if tree is None and gram.kind in CLOSED_FORM_WORKLOADS:
+        if tree is None and has_closed_form(gram):
             rep = expected_error(W, M, var)
             total, method = rep.total, rep.method
         else:

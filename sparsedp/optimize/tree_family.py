@@ -8,7 +8,7 @@
    templates).  Levels left with a negligible share are then removed (their children attach to
    their parents).
 2. **Near-complete k-ary trees, per-level weights** (prefix, all-range, identity and total
-   workloads): for every radix ``k`` in :data:`NEAR_RADICES` whose complete trees do not fit ``n``
+   workloads, and weighted unions of them): for every radix ``k`` in :data:`NEAR_RADICES` whose complete trees do not fit ``n``
    exactly (those are step 1's), the tree over ``n`` that groups ``k``
    nodes per parent on every level (the last group of a level smaller), i.e. the first ``n`` leaves
    of the complete tree over ``n' = k^(L-1) r >= n`` leaves.  Its levels and shares are chosen by
@@ -38,7 +38,7 @@ from ..operators import Operator
 from ..strategies import TreeLayout
 from .calibrate import NoiseModel, integer_weights, unit_variance
 from .candidate import Candidate
-from .gram import Gram, kind_block_sq_norms
+from .gram import Gram, closed_parts, parts_block_sq_norms
 from .level_search import LevelSearch
 from .params import (
     LevelShares,
@@ -76,7 +76,7 @@ NEAR_SCORED = 2
 #: ... if their proxy error is within this fraction above the best exact per-level error so far.
 NEAR_MARGIN = 0.005
 
-_PROXY_KINDS = ("prefix", "all_ranges", "identity", "total")
+_PROXY_KINDS = ("prefix", "all_ranges", "identity", "total")  # and weighted sums of them
 
 
 class EmbeddedTraces:
@@ -87,16 +87,20 @@ class EmbeddedTraces:
     workload differs from the near-complete tree over ``n`` only in the padded cells being
     unknowns rather than absent (one partial block per level), so its closed form is a close proxy
     for the error on ``n`` (measured at ``n = 2^20``, prefix, radices 2..16: 0 to 1.7% above the
-    exact per-level error on the truncated tree, 0.3% for radix 12, which both rank first)."""
+    exact per-level error on the truncated tree, 0.3% for radix 12, which both rank first).
 
-    def __init__(self, kind: str, n: int):
+    ``kind``: one closed-form kind, or the ``[(c_i, kind_i)]`` of a weighted sum of them
+    (:func:`~sparsedp.optimize.gram.closed_parts`; the block norms are ``sum_i c_i`` of the parts')."""
+
+    def __init__(self, kind: str | list[tuple[float, str]], n: int):
         self.kind, self.n = kind, int(n)
+        self.parts = [(1.0, kind)] if isinstance(kind, str) else [(float(c), str(k)) for c, k in kind]
         self._t: dict[int, float] = {}
 
     def t(self, size: int) -> float:
         size = int(size)
         if size not in self._t:
-            self._t[size] = kind_block_sq_norms(self.kind, self.n, size) / size
+            self._t[size] = parts_block_sq_norms(self.parts, self.n, size) / size
         return self._t[size]
 
     def details(self, tree: CompleteTree) -> np.ndarray:
@@ -278,10 +282,11 @@ def tree_candidates(
             break
 
     # 2. near-complete k-ary trees: levels and shares from the closed form on n' >= n leaves
-    proxy = gram.kind in _PROXY_KINDS
+    proxy_parts = closed_parts(gram)
+    proxy = proxy_parts is not None
     if proxy and n > 2 and not (deadline is not None and deadline.expired()):
         ranked = []
-        embedded = EmbeddedTraces(gram.kind, n)
+        embedded = EmbeddedTraces(proxy_parts, n)  # type: ignore[arg-type]
         for k in NEAR_RADICES:
             if k >= n or (deadline is not None and deadline.expired()):
                 break

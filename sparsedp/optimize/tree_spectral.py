@@ -72,7 +72,9 @@ class CompleteTree:
 
 class BlockTraces:
     """``t(s) = tr(Q_s W^T W) = (1 / s) sum_B ||W 1_B||^2`` per block size ``s``, computed once each
-    (the trees tried share most block sizes)."""
+    (the trees tried share most block sizes).  For a weighted union ``W^T W = sum_i c_i W_i^T W_i``
+    it is ``sum_i c_i t_i(s)``, each part in its own closed form
+    (:func:`~sparsedp.optimize.gram.block_sq_norms`)."""
 
     def __init__(self, W: Operator):
         self.W = W

@@ -18,6 +18,11 @@ gives both, exactly:
   solve of ``y = V c_q`` returns the node values ``X[:, q] = M P^{-1} w_q``, so
   ``E = sum_q w_q . X_leaves[:, q]`` and ``dE/da_u = -sum_q X[u, q]^2``.  ``O(queries x nodes)``,
   in blocks of queries.
+
+Weighted unions (:func:`~sparsedp.workloads.weighted_union`, ``G = sum_i c_i G_i``): ``E`` and
+``dE/da`` are linear in ``G``, so ``E = sum_i c_i E_i`` and ``dE/da = sum_i c_i dE_i/da`` over one
+objective per part, each closed or explicit as above (``mode`` is ``"closed"`` when every part is):
+an all-range part keeps its ``O(n log n)`` closed form and its rows are never formed.
 """
 
 from __future__ import annotations
@@ -28,12 +33,17 @@ from ..intervals import IntervalRows
 from ..operators import Operator
 from ..strategies import TreeLayout
 from ..tree_estimator import layout_plan, two_pass
-from .gram import Gram, workload_rows
+from .gram import CLOSED_KINDS, Gram, closed_parts, workload_rows
 from ..tree_estimator import ImpulseNorms
 
-__all__ = ["CLOSED_FORM_WORKLOADS", "TreeObjective", "row_weights", "tree_strategy"]
+__all__ = ["CLOSED_FORM_WORKLOADS", "TreeObjective", "has_closed_form", "row_weights", "tree_strategy"]
 
-CLOSED_FORM_WORKLOADS = ("prefix", "all_ranges", "identity", "total")
+CLOSED_FORM_WORKLOADS = CLOSED_KINDS
+
+
+def has_closed_form(gram: Gram) -> bool:
+    """A prefix, all-range, identity or total workload, or a weighted sum of them."""
+    return closed_parts(gram) is not None
 
 
 class TreeObjective:
@@ -43,14 +53,28 @@ class TreeObjective:
         self.layout = layout
         self.W = workload
         gram = gram if gram is not None else Gram(workload)
-        self.mode = "closed" if gram.kind in CLOSED_FORM_WORKLOADS else "explicit"
         self.workload_kind = gram.kind
         self.block = max(1, block_elems // max(layout.nodes, 1))
-        self._impulse = ImpulseNorms(layout, self.workload_kind) if self.mode == "closed" else None
+        self._impulse: list[tuple[float, ImpulseNorms]] | None = None
+        self._parts: list[tuple[float, TreeObjective]] | None = None
+        closed = closed_parts(gram)
+        if closed is not None:
+            self.mode = "closed"
+            merged: dict[str, float] = {}  # one impulse pass per kind: sum_i c_i norms_kind
+            for c, kind in closed:
+                merged[kind] = merged.get(kind, 0.0) + c
+            self._impulse = [(c, ImpulseNorms(layout, kind)) for kind, c in merged.items()]
+        elif gram.parts is not None:
+            self.mode = "explicit"
+            self._parts = [(c, TreeObjective(layout, g.W, g, block_elems)) for c, g in gram.parts]
+        else:
+            self.mode = "explicit"
 
     @property
     def cost(self) -> float:
         """Rough element operations of one evaluation (for time budgets)."""
+        if self._parts is not None:
+            return float(sum(obj.cost for _, obj in self._parts))
         if self.mode == "closed":
             return float(self.layout.nodes * self.layout.levels * 40)
         return float(self.layout.nodes) * float(self.W.shape[0]) * 8
@@ -59,8 +83,15 @@ class TreeObjective:
         a = np.asarray(a, dtype=np.float64)
         if self.mode == "closed":
             v = 1.0 / a
-            norms = self._impulse(v)  # type: ignore[misc]
+            norms = sum(c * imp(v) for c, imp in self._impulse)  # type: ignore[union-attr]
             return float(norms @ v), -norms * v * v
+        if self._parts is not None:
+            total, grad = 0.0, np.zeros(self.layout.nodes)
+            for c, obj in self._parts:
+                E, g = obj(a)
+                total += c * E
+                grad += c * g
+            return total, grad
         return self._explicit(a)
 
     def _solve(self, R: np.ndarray, v: np.ndarray) -> np.ndarray:
