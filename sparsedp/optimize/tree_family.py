@@ -76,7 +76,6 @@ NEAR_SCORED = 2
 #: ... if their proxy error is within this fraction above the best exact per-level error so far.
 NEAR_MARGIN = 0.005
 
-_PROXY_KINDS = ("prefix", "all_ranges", "identity", "total")  # and weighted sums of them
 
 
 class EmbeddedTraces:
