@@ -135,3 +135,35 @@ def test_optimize_a_table_of_ranges(tmp_path, capsys):
     pd.DataFrame({"lo": [0, 7, 0, 3], "hi": [6, 13, 29, 3]}).to_parquet(tmp_path / "q.parquet")
     assert main(["optimize", "--workload", str(tmp_path / "q.parquet"), "--n", "30", "--json", str(out)]) == 0
     assert json.loads(out.read_text())["chosen"]["error_total"] == pytest.approx(rep["chosen"]["error_total"], rel=1e-9)
+
+
+def test_optimize_a_weighted_union(tmp_path, capsys):
+    """Repeated --workload SPEC:WEIGHT is the weighted union (sparsedp.workloads.weighted_union):
+    'mean' weights a part by 1 / its queries (DPBench's averaged random ranges + w x whole domain)."""
+    n, out = 32, tmp_path / "o.json"
+    assert main(["optimize", "--workload", "all-ranges:mean", "--workload", "total:0.9", "--n", str(n),
+                 "--json", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    nq = n * (n + 1) // 2
+    assert rep["workload"] == f"mean x all-ranges({n}) + 0.9 x total({n})" and rep["queries"] == nq + 1
+    res = optimize(wl.weighted_union([(1.0 / nq, wl.all_ranges(n)), (0.9, wl.total(n))]), rng=0)
+    assert rep["chosen"]["error_total"] == pytest.approx(res.error.total, rel=1e-9)
+    # the union's weighted total, not a mean over its rows
+    assert rep["error_unit"] == "weighted total"
+    assert rep["chosen"]["error_per_query"] == pytest.approx(res.error.total, rel=1e-9)
+    assert "expected weighted total squared error" in capsys.readouterr().out
+    # the union's error is the weighted sum of the parts' errors under the saved strategy
+    saved = tmp_path / "m.npz"
+    assert main(["optimize", "--workload", "all-ranges:mean", "--workload", "total:0.9", "--n", str(n),
+                 "--family", "tree", "--save", str(saved)]) == 0
+    tree = optimize(wl.weighted_union([(1.0 / nq, wl.all_ranges(n)), (0.9, wl.total(n))]), family="tree", rng=0)
+    M, var = sp.load_npz(saved), 2.0 * tree.sensitivity ** 2
+    parts = expected_error(wl.all_ranges(n), M, var).total / nq + 0.9 * expected_error(wl.total(n), M, var).total
+    assert parts == pytest.approx(tree.error.total, rel=1e-9)
+    # one part with weight 1 is the plain workload
+    assert main(["optimize", "--workload", "prefix:1", "--n", "8", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["workload"] == "prefix(8)"
+    capsys.readouterr()
+    for bad in ("total:-1", "total:0", "total:nan", "total:inf"):
+        assert main(["optimize", "--workload", "prefix", "--workload", bad, "--n", "8"]) == 2
+        assert "weight must be a positive number" in capsys.readouterr().err

@@ -24,7 +24,7 @@ from ..operators import Operator, aslinearoperator
 from ..validation import check_positive
 from .api import FAMILIES, OptimizedStrategy, optimize
 
-__all__ = ["NAMED_WORKLOADS", "load_workload", "register"]
+__all__ = ["NAMED_WORKLOADS", "load_union", "load_workload", "register"]
 
 NAMED_WORKLOADS = {
     "prefix": wl.prefix,
@@ -41,7 +41,10 @@ the best template.  No data is read and no noise is drawn.
 --workload is prefix, all-ranges, identity or total over --n cells, or FILE.npz (a scipy.sparse
 matrix saved with scipy.sparse.save_npz, one row per query), FILE.npy (a dense 2-D array) or
 FILE.csv / FILE.parquet (one range query per row: the inclusive 0-based bins in the --lo and --hi
-columns, over --n cells).
+columns, over --n cells).  Repeated, each with :WEIGHT (a positive number, or mean = 1 / the part's
+number of queries), it is the weighted union sum_i WEIGHT_i x (squared errors of part i)
+(sparsedp.workloads.weighted_union): --workload all-ranges:mean --workload total:0.9 --n 4096 is
+the average random-range error plus 0.9 x the whole-domain error.
 Printed: the family and strategy chosen, the expected squared error per query at --epsilon
 (Laplace, pure DP; default 1) or --rho (Gaussian, zCDP; default 1) of the chosen strategy and of
 every candidate tried and every template (scored for comparison even when --family excludes them)
@@ -103,6 +106,45 @@ def load_workload(spec: str, n: int | None, lo: str = "lo", hi: str = "hi") -> t
     return aslinearoperator(matrix, name=path.stem), f"{path.name} ({matrix.shape[0]} x {matrix.shape[1]})"
 
 
+def _split_weight(spec: str) -> tuple[str, str | None]:
+    """``SPEC[:WEIGHT]`` -> ``(SPEC, WEIGHT)``: the text after the last ``:`` is a weight when it is
+    ``mean`` or parses as a number (so a path with a colon in it still works)."""
+    head, sep, tail = spec.rpartition(":")
+    if not sep or not head:
+        return spec, None
+    if tail == "mean":
+        return head, tail
+    try:
+        float(tail)
+    except ValueError:
+        return spec, None
+    return head, tail
+
+
+def load_union(specs: list[str], n: int | None, lo: str = "lo", hi: str = "hi") -> tuple[Operator, str]:
+    """One workload (``SPEC``, as :func:`load_workload`) or the weighted union of several
+    (``SPEC:WEIGHT``, :func:`~sparsedp.workloads.weighted_union`): ``WEIGHT`` a positive number or
+    ``mean`` (1 / the part's number of queries: its errors averaged), 1 when omitted."""
+    parts, labels, plain = [], [], []
+    for spec in specs:
+        base, weight = _split_weight(spec)
+        W, label = load_workload(base, n, lo, hi)
+        if weight is None:
+            c = 1.0
+        elif weight == "mean":
+            c = 1.0 / W.shape[0]
+        else:
+            c = float(weight)
+            if not np.isfinite(c) or c <= 0:
+                raise SparseDPError(f"--workload {spec}: the weight must be a positive number or 'mean', got {weight!r}")
+        parts.append((c, W))
+        plain.append(label)
+        labels.append(label if weight is None else f"{weight} x {label}")
+    if len(parts) == 1 and parts[0][0] == 1.0:
+        return parts[0][1], plain[0]
+    return wl.weighted_union(parts), " + ".join(labels)
+
+
 def _budget(args: argparse.Namespace) -> tuple[str, float, float]:
     """``(label, value, divisor)``: the error at the budget is the unit-budget error / divisor."""
     if args.noise == "laplace":
@@ -117,25 +159,29 @@ def _budget(args: argparse.Namespace) -> tuple[str, float, float]:
 
 
 def report(res: OptimizedStrategy, workload: str, queries: int, cells: int, budget: tuple[str, float, float],
-           family: str, templates: OptimizedStrategy | None = None) -> dict[str, Any]:
-    """The command's JSON report (errors per query at the budget); ``templates``: a separate
-    scoring of the templates, for comparison, when ``family`` did not include them."""
+           family: str, templates: OptimizedStrategy | None = None, union: bool = False) -> dict[str, Any]:
+    """The command's JSON report (errors per query at the budget; for a weighted ``union`` the
+    weighted total ``sum_i c_i E_i`` instead, in the same fields: a mean over the union's rows
+    would mix the parts' weights); ``templates``: a separate scoring of the templates, for
+    comparison, when ``family`` did not include them."""
     name, value, div = budget
-    chosen = res.error.total / div / queries
+    per = 1 if union else queries
+    chosen = res.error.total / div / per
     trials = list(res.history) + (list(templates.history) if templates is not None else [])
-    cands = [{"family": t.family, "name": t.name, "error_per_query": t.error / div / queries,
+    cands = [{"family": t.family, "name": t.name, "error_per_query": t.error / div / per,
               "ratio_to_chosen": t.error / res.error.total if res.error.total > 0 else float("nan"),
               "seconds": t.seconds, "note": t.note} for t in trials]
     best = res.best_template() or (templates.best_template() if templates is not None else None)
     out: dict[str, Any] = {
         "workload": workload, "queries": queries, "cells": cells, "noise": res.noise, name: value,
+        "error_unit": "weighted total" if union else "per query",
         "family_requested": family,
         "chosen": {"family": res.family, "name": res.name, "error_per_query": chosen,
                    "error_total": res.error.total / div, "sensitivity": res.sensitivity},
         "best_template": None, "candidates": cands, "seconds": res.seconds,
     }
     if best is not None:
-        out["best_template"] = {"name": best.name, "error_per_query": best.error / div / queries,
+        out["best_template"] = {"name": best.name, "error_per_query": best.error / div / per,
                                 "ratio_chosen_to_template": res.error.total / best.error if best.error > 0 else None}
     return out
 
@@ -146,12 +192,14 @@ def _print(rep: dict[str, Any]) -> None:
     ch = rep["chosen"]
     print(f"workload {rep['workload']}: {rep['queries']} queries over {rep['cells']} cells; {kind} calibration; "
           f"{budget} = {rep[budget]:g}")
-    print(f"chosen: {ch['family']} {ch['name']}: expected squared error per query {ch['error_per_query']:.6g}")
+    union = rep["error_unit"] == "weighted total"
+    what = "weighted total squared error (sum of weight x part's total)" if union else "squared error per query"
+    print(f"chosen: {ch['family']} {ch['name']}: expected {what} {ch['error_per_query']:.6g}")
     best = rep["best_template"]
     if best is not None and best["ratio_chosen_to_template"] is not None:
-        print(f"best template: {best['name']}: {best['error_per_query']:.6g} per query "
+        print(f"best template: {best['name']}: {best['error_per_query']:.6g}{'' if union else ' per query'} "
               f"(chosen / template = {best['ratio_chosen_to_template']:.4f})")
-    header = f"{'family':<11}{'candidate':<34}{'error/query':>14}{'x chosen':>10}{'seconds':>10}"
+    header = f"{'family':<11}{'candidate':<34}{'weighted err' if union else 'error/query':>14}{'x chosen':>10}{'seconds':>10}"
     print()
     print(header)
     print("-" * len(header))
@@ -169,12 +217,13 @@ def _optimize(args: argparse.Namespace) -> int:
     for flag, target in (("--json", args.json), ("--save", args.save)):
         if target is not None and not Path(target).resolve().parent.is_dir():
             raise SparseDPError(f"{flag}: the directory of {target} does not exist")
-    W, label = load_workload(args.workload, args.n, args.lo, args.hi)
+    W, label = load_union(args.workload, args.n, args.lo, args.hi)
     res = optimize(W, noise=args.noise, family=args.family, time_limit=args.time_limit, rng=args.seed)
     templates = None
     if args.family not in ("auto", "templates"):  # the templates are always shown, for comparison
         templates = optimize(W, noise=args.noise, family="templates")
-    rep = report(res, label, W.shape[0], W.shape[1], budget, args.family, templates)
+    rep = report(res, label, W.shape[0], W.shape[1], budget, args.family, templates,
+                 union=isinstance(W, wl.WeightedUnionWorkload))
     _print(rep)
     if args.json:
         Path(args.json).write_text(json.dumps(rep, indent=1))
@@ -188,9 +237,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``optimize`` command."""
     p = subparsers.add_parser("optimize", help="the strategy with the lowest exact error for a workload",
                               description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--workload", required=True, metavar="prefix|all-ranges|identity|total|FILE",
+    p.add_argument("--workload", required=True, action="append", metavar="prefix|all-ranges|identity|total|FILE[:W]",
                    help="a named workload over --n cells, FILE.npz (scipy.sparse) / FILE.npy (dense), one row "
-                   "per query, or FILE.csv / FILE.parquet: one range query per row (--lo, --hi columns)")
+                   "per query, or FILE.csv / FILE.parquet: one range query per row (--lo, --hi columns); "
+                   "repeat it, with :WEIGHT (a positive number, or 'mean' = 1 / its queries), to optimise a "
+                   "weighted union, e.g. --workload all-ranges:mean --workload total:0.9")
     p.add_argument("--n", type=int, default=None,
                    help="number of cells (required for a named workload and a table of ranges)")
     p.add_argument("--lo", default="lo", help="a CSV / Parquet workload: the column of each range's first bin "
@@ -201,7 +252,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="laplace (pure DP, Delta_1 = 1; default) or gaussian (zCDP, Delta_2 = 1)")
     p.add_argument("--family", choices=FAMILIES, default="auto",
                    help="strategy family: auto (all that apply, never worse than the best template; default), "
-                   "templates, tree or pidentity")
+                   "templates, tree, hybrid or pidentity")
     p.add_argument("--epsilon", type=float, default=None, help="report errors at this epsilon (Laplace; default 1)")
     p.add_argument("--rho", type=float, default=None, help="report errors at this rho (Gaussian; default 1)")
     p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
