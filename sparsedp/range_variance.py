@@ -292,6 +292,8 @@ class TreeCovariance(StructuredCovariance):
         nnz_row = np.diff(W.indptr).astype(np.float64)
         for rows in _row_blocks(W, nnz_row, float(_BATCH * 8)):
             blk = W[rows]
+            if blk.nnz == 0:  # rows without entries: exact answers, variance 0
+                continue
             qid = np.repeat(np.arange(blk.shape[0]), np.diff(blk.indptr))
             node, alpha = blk.indices.astype(np.int64), blk.data.copy()
             gamma = np.zeros(alpha.size)

@@ -79,6 +79,8 @@ def test_sparse_rows_and_dense_functionals_equal_the_dense_covariance(M):
     np.testing.assert_allclose(cov.rows(W), np.einsum("ij,jk,ik->i", Wd, C, Wd), rtol=1e-10)
     q = rng.normal(size=n)
     assert cov.functional(q) == pytest.approx(q @ C @ q, rel=1e-10)
+    # rows without entries (a whole all-zero workload among them) are answered exactly: variance 0
+    np.testing.assert_array_equal(cov.rows(sp.csr_matrix((3, n))), 0.0)
 
 
 @pytest.mark.parametrize("n,k", [(300, 3), (256, 2), (1000, 16)])

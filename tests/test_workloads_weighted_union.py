@@ -207,3 +207,13 @@ def test_hybrid_objective_of_a_union_is_its_dense_error(make):
     f, _ = obj(theta.ravel())
     M = normalised_matrix(n, 12, (12,), R, theta, obj.delta(theta), model.p)
     assert f == pytest.approx(np.trace(np.linalg.solve(M.T @ M, A.T @ A)), rel=1e-9)
+
+
+def test_optimize_refuses_an_all_zero_union():
+    zero = sp.csr_matrix((3, 8))
+    with pytest.raises(ShapeError, match="no non-zero entry"):
+        optimize(zero)
+    with pytest.raises(ShapeError, match="no non-zero entry"):
+        optimize(wl.weighted_union([(1.0, zero), (2.0, sp.csr_matrix((1, 8)))]))
+    # one non-zero part is enough
+    assert optimize(wl.weighted_union([(1.0, zero), (2.0, wl.total(8))]), family="templates").error.total > 0

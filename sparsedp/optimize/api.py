@@ -36,6 +36,7 @@ from ..errors import ShapeError, SparseDPError
 from ..measure import plan_measurement
 from ..operators import Operator, SparseOperator, aslinearoperator
 from ..validation import check_positive
+from ..workloads import WeightedUnionWorkload
 from .calibrate import noise_model
 from .candidate import Candidate, Trial
 from .gram import Gram
@@ -182,7 +183,8 @@ def optimize(
         raise SparseDPError(f"restarts must be a positive integer, got {restarts!r}")
     if m < 1 or n < 1:
         raise ShapeError(f"the workload must have at least one query and one cell, got shape {Wop.shape}")
-    if isinstance(Wop, SparseOperator) and Wop.matrix.nnz == 0:
+    parts = Wop.parts if isinstance(Wop, WeightedUnionWorkload) else ((1.0, Wop),)
+    if all(isinstance(Wi, SparseOperator) and Wi.matrix.nnz == 0 for _, Wi in parts):
         raise ShapeError("the workload has no non-zero entry: nothing to optimise")
     gen = np.random.default_rng(rng)
     deadline = Deadline(time_limit)
