@@ -78,7 +78,7 @@ def test_optimize_bad_input_exit_code_2(tmp_path, capsys):
 def test_optimize_help_documents_every_option(monkeypatch, capsys):
     out = cli_help(["optimize", "--help"], monkeypatch, capsys)
     for opt in ("--workload", "--n", "--noise", "--family", "--epsilon", "--rho", "--time-limit", "--seed", "--json",
-                "--save", "all-ranges"):
+                "--save", "all-ranges", "--p", "--restarts", "--maxiter"):
         assert opt in out
     assert "optimize" in cli_help(["--help"], monkeypatch, capsys)
 
@@ -167,3 +167,22 @@ def test_optimize_a_weighted_union(tmp_path, capsys):
     for bad in ("total:-1", "total:0", "total:nan", "total:inf"):
         assert main(["optimize", "--workload", "prefix", "--workload", bad, "--n", "8"]) == 2
         assert "weight must be a positive number" in capsys.readouterr().err
+
+
+def test_optimize_pidentity_options(tmp_path, capsys):
+    """--p, --restarts and --maxiter reach optimize: the same strategy and error as the API call."""
+    out = tmp_path / "o.json"
+    args = ["optimize", "--workload", "all-ranges", "--n", "64", "--family", "pidentity", "--p", "5", "--restarts", "2",
+            "--maxiter", "40", "--json", str(out)]
+    assert main(args) == 0
+    rep = json.loads(out.read_text())
+    res = optimize(wl.all_ranges(64), family="pidentity", p=5, restarts=2, maxiter=40, rng=0)
+    assert rep["chosen"]["name"] == res.name == "p-identity(p=5)"
+    assert rep["chosen"]["error_total"] == pytest.approx(res.error.total, rel=1e-12)
+    tried = [c for c in rep["candidates"] if c["family"] == "pidentity"]
+    # both starts stopped at the 40 iterations asked (with the default 1000 they converge first)
+    assert len(tried) == 2 and all("ITERATIONS REACHED LIMIT" in c["note"] for c in tried)
+    capsys.readouterr()
+    for bad in (["--p", "0"], ["--maxiter", "-3"], ["--restarts", "0"]):
+        assert main(["optimize", "--workload", "prefix", "--n", "8", *bad]) == 2
+        assert "must be a positive integer" in capsys.readouterr().err

@@ -218,7 +218,8 @@ def _optimize(args: argparse.Namespace) -> int:
         if target is not None and not Path(target).resolve().parent.is_dir():
             raise SparseDPError(f"{flag}: the directory of {target} does not exist")
     W, label = load_union(args.workload, args.n, args.lo, args.hi)
-    res = optimize(W, noise=args.noise, family=args.family, time_limit=args.time_limit, rng=args.seed)
+    res = optimize(W, noise=args.noise, family=args.family, time_limit=args.time_limit, rng=args.seed, p=args.p,
+                   restarts=args.restarts, maxiter=args.maxiter)
     templates = None
     if args.family not in ("auto", "templates"):  # the templates are always shown, for comparison
         templates = optimize(W, noise=args.noise, family="templates")
@@ -257,6 +258,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--rho", type=float, default=None, help="report errors at this rho (Gaussian; default 1)")
     p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
                    help="wall-clock limit of the search (the templates are always scored; default: none)")
+    p.add_argument("--p", type=int, default=None, help="p-Identity: extra rows (default: the internal nodes of the "
+                   "16-ary tree over --n cells, at most 300); hybrid: dense rows on the block sums")
+    p.add_argument("--restarts", type=int, default=None, help="p-Identity starts, the first a fitted tree "
+                   "(default 3 for n <= 512, else 1)")
+    p.add_argument("--maxiter", type=int, default=None, help="L-BFGS-B iterations per p-Identity start and of the "
+                   "hybrid's polish (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="seed of the optimiser's random starts (default 0; no "
                    "privacy noise is drawn)")
     p.add_argument("--json", default=None, metavar="OUT", help="write the report as JSON to OUT")
