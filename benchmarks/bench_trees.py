@@ -586,6 +586,30 @@ def plot(rows: list[dict], path: Path, dataset: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+def update_results(out: Path, key: str, update) -> None:
+    """Read the results file (or start one), replace its ``key`` by ``update(old value or {})`` and
+    write it back: the partial runs (``--gls-only``, ``--pidentity-whole``, ...) each own a key."""
+    result = json.loads(out.read_text()) if out.exists() else {"benchmark": "trees"}
+    result[key] = update(result.get(key, {}))
+    out.write_text(json.dumps(result, indent=1))
+    print(f"updated {out} (key {key!r})")
+
+
+def target_ratios(range_mse: float, whole: float, ref: dict) -> dict:
+    """A strategy's exact errors against the issue-11 DPBench targets: random-range MSE <= 0.9 x
+    LUE-DPTree's and whole-domain error <= 2 x the uniform 16-ary tree's (``ref``: one eps)."""
+    rr, wd = range_mse / ref["lue_range_mse"], whole / ref["boost16_whole_domain"]
+    return {"range_ratio_lue": rr, "whole_ratio_boost16": wd, "both_met": bool(rr <= 0.9 and wd <= 2.0)}
+
+
+def add_point(hw: dict, list_key: str, row: dict, fields: tuple[str, ...]) -> dict:
+    """``hw`` (the ``hybrid_whole`` key) with ``row`` in its list ``list_key``, replacing the row with
+    the same ``fields``, sorted by them."""
+    key = lambda r: tuple(r[f] for f in fields)  # noqa: E731
+    hw[list_key] = sorted([r for r in hw.get(list_key, []) if key(r) != key(row)] + [row], key=key)
+    return hw
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=50, help="noisy runs per (data set, eps, method)")
@@ -619,21 +643,17 @@ def main() -> None:
         with threadpool_limits(1):
             threads = sorted({d.get("num_threads") for d in threadpool_info()})
             row = union_optimize_point(4096, args.union_optimize, args.pidentity_p, args.seed)
-        out = Path(args.out)
-        result = json.loads(out.read_text()) if out.exists() else {"benchmark": "trees"}
-        hw = result.setdefault("hybrid_whole", {})
-        ref = hw.get("references", {}).get("1.0")
-        if ref:
-            row["range_ratio_lue"] = row["exact_range_mse_eps1"] / ref["lue_range_mse"]
-            row["whole_ratio_boost16"] = row["exact_whole_domain_eps1"] / ref["boost16_whole_domain"]
-            row["both_met"] = bool(row["range_ratio_lue"] <= 0.9 and row["whole_ratio_boost16"] <= 2.0)
-            print(f"  ratios: range {row['range_ratio_lue']:.4f} x LUE, whole {row['whole_ratio_boost16']:.4f} x 16-ary, "
-                  f"both met: {row['both_met']}")
         row.update(command=" ".join(sys.argv), blas_threads=threads)
-        pts = [r for r in hw.get("optimize_union", []) if (r["w"], r["p"]) != (row["w"], row["p"])]
-        hw["optimize_union"] = sorted(pts + [row], key=lambda r: (r["w"], r["p"]))
-        out.write_text(json.dumps(result, indent=1))
-        print(f"updated {out} (key 'hybrid_whole', 'optimize_union')")
+
+        def with_union_point(hw: dict) -> dict:
+            ref = hw.get("references", {}).get("1.0")
+            if ref:
+                row.update(target_ratios(row["exact_range_mse_eps1"], row["exact_whole_domain_eps1"], ref))
+                print(f"  ratios: range {row['range_ratio_lue']:.4f} x LUE, whole {row['whole_ratio_boost16']:.4f} "
+                      f"x 16-ary, both met: {row['both_met']}")
+            return add_point(hw, "optimize_union", row, ("w", "p"))
+
+        update_results(Path(args.out), "hybrid_whole", with_union_point)
         return
     if args.pidentity_whole is not None:
         data = ({name: load_dpbench(name).astype(np.float64) for name in dpbench_names()[: args.datasets]}
@@ -642,31 +662,22 @@ def main() -> None:
             threads = sorted({d.get("num_threads") for d in threadpool_info()})
             row = pidentity_whole_point(4096, args.pidentity_whole, args.pidentity_p, args.pidentity_maxiter, args.seed,
                                         args.pidentity_start, data, args.pidentity_reps)
-        out = Path(args.out)
-        result = json.loads(out.read_text()) if out.exists() else {"benchmark": "trees"}
-        hw = result.setdefault("hybrid_whole", {})
-        refs = hw.get("references", {})
-        if refs.get("1.0"):
-            ref = refs["1.0"]
-            row["range_ratio_lue"] = row["exact_range_mse_eps1"] / ref["lue_range_mse"]
-            row["whole_ratio_boost16"] = row["exact_whole_domain_eps1"] / ref["boost16_whole_domain"]
-            row["both_met"] = bool(row["range_ratio_lue"] <= 0.9 and row["whole_ratio_boost16"] <= 2.0)
-            # the same strategy at every eps of the references (errors scale as 1 / eps^2)
-            row["ratios_by_eps"] = {
-                e: {"range_ratio_lue": row["exact_range_mse_eps1"] / float(e) ** 2 / r["lue_range_mse"],
-                    "whole_ratio_boost16": row["exact_whole_domain_eps1"] / float(e) ** 2 / r["boost16_whole_domain"]}
-                for e, r in refs.items()}
-            for r in row["ratios_by_eps"].values():
-                r["both_met"] = bool(r["range_ratio_lue"] <= 0.9 and r["whole_ratio_boost16"] <= 2.0)
-            print(f"  ratios: {json.dumps(row['ratios_by_eps'])}")
         row.update(command=" ".join(sys.argv), blas_threads=threads)
-        key = (row["w"], row["p"], row["maxiter"], row["start"])
-        for r in hw.get("pidentity", []):
-            r.setdefault("start", "random")  # the rows measured before the tree start existed
-        pts = [r for r in hw.get("pidentity", []) if (r["w"], r["p"], r["maxiter"], r["start"]) != key]
-        hw["pidentity"] = sorted(pts + [row], key=lambda r: (r["w"], r["p"], r["maxiter"], r["start"]))
-        out.write_text(json.dumps(result, indent=1))
-        print(f"updated {out} (key 'hybrid_whole', 'pidentity')")
+
+        def with_pidentity_point(hw: dict) -> dict:
+            refs = hw.get("references", {})
+            if refs.get("1.0"):
+                row.update(target_ratios(row["exact_range_mse_eps1"], row["exact_whole_domain_eps1"], refs["1.0"]))
+                # the same strategy at every eps of the references (errors scale as 1 / eps^2)
+                row["ratios_by_eps"] = {
+                    e: target_ratios(row["exact_range_mse_eps1"] / float(e) ** 2,
+                                     row["exact_whole_domain_eps1"] / float(e) ** 2, r) for e, r in refs.items()}
+                print(f"  ratios: {json.dumps(row['ratios_by_eps'])}")
+            for r in hw.get("pidentity", []):
+                r.setdefault("start", "random")  # the rows measured before the tree start existed
+            return add_point(hw, "pidentity", row, ("w", "p", "maxiter", "start"))
+
+        update_results(Path(args.out), "hybrid_whole", with_pidentity_point)
         return
     if args.hybrid_whole_only:
         with threadpool_limits(1):
@@ -676,13 +687,10 @@ def main() -> None:
             t0 = time.perf_counter()
             res = hybrid_whole_tradeoff(data, args.hybrid_whole_reps, args.seed)
             res["seconds"] = time.perf_counter() - t0
-        out = Path(args.out)
-        result = json.loads(out.read_text()) if out.exists() else {"benchmark": "trees"}
-        result["hybrid_whole"] = {"command": " ".join(sys.argv), "blas_threads": threads, **res,
-                                  "note": "exact errors (eps = 1 computed, eps = 0.1 = x100); empirical check at the "
-                                          "closest point; shared 2-core machine"}
-        out.write_text(json.dumps(result, indent=1))
-        print(f"updated {out} (key 'hybrid_whole')")
+        update_results(Path(args.out), "hybrid_whole", lambda _: {
+            "command": " ".join(sys.argv), "blas_threads": threads, **res,
+            "note": "exact errors (eps = 1 computed, eps = 0.1 = x100); empirical check at the closest point; "
+                    "shared 2-core machine"})
         return
     if args.gls_only:
         with threadpool_limits(1):
@@ -693,25 +701,19 @@ def main() -> None:
             res = gls_compare(data, args.gls_reps, args.seed)
             res["seconds"] = time.perf_counter() - t0
         res.update(gls_summary(res))
-        out = Path(args.out)
-        result = json.loads(out.read_text()) if out.exists() else {"benchmark": "trees"}
-        result["gls"] = {"command": " ".join(sys.argv), "blas_threads": threads, **res,
-                         "note": "exact errors from each release's actual noise variances (data-independent); "
-                                 "empirical: mean squared error of --gls-reps releases; shared 2-core machine"}
-        out.write_text(json.dumps(result, indent=1))
-        print(f"updated {out} (key 'gls')")
+        update_results(Path(args.out), "gls", lambda _: {
+            "command": " ".join(sys.argv), "blas_threads": threads, **res,
+            "note": "exact errors from each release's actual noise variances (data-independent); "
+                    "empirical: mean squared error of --gls-reps releases; shared 2-core machine"})
         return
     if args.measure_only:
         with threadpool_limits(1):
             threads = sorted({d.get("num_threads") for d in threadpool_info()})
             print(f"BLAS threads: {threads}; exact (secure=True) against float (secure=False) noise")
             rows = measure_throughput(args.measure_log_n, args.measure_reps, args.seed)
-        out = Path(args.out)
-        result = json.loads(out.read_text()) if out.exists() else {"benchmark": "trees"}
-        result["measure"] = {"command": " ".join(sys.argv), "blas_threads": threads, "rows": rows,
-                             "note": "whole fit() seconds; shared 2-core machine under contention"}
-        out.write_text(json.dumps(result, indent=1))
-        print(f"updated {out} (key 'measure')")
+        update_results(Path(args.out), "measure", lambda _: {
+            "command": " ".join(sys.argv), "blas_threads": threads, "rows": rows,
+            "note": "whole fit() seconds; shared 2-core machine under contention"})
         return
     with threadpool_limits(1):
         threads = sorted({d.get("num_threads") for d in threadpool_info()})
