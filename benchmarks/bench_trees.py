@@ -687,7 +687,8 @@ def main() -> None:
             t0 = time.perf_counter()
             res = hybrid_whole_tradeoff(data, args.hybrid_whole_reps, args.seed)
             res["seconds"] = time.perf_counter() - t0
-        update_results(Path(args.out), "hybrid_whole", lambda _: {
+        update_results(Path(args.out), "hybrid_whole", lambda old: {
+            **{k: old[k] for k in ("pidentity", "optimize_union") if k in old},  # other runs' points stay
             "command": " ".join(sys.argv), "blas_threads": threads, **res,
             "note": "exact errors (eps = 1 computed, eps = 0.1 = x100); empirical check at the closest point; "
                     "shared 2-core machine"})
