@@ -234,7 +234,11 @@ def test_accelerated_tol_1e10_on_large_counts_is_honoured_or_refused():
     assert getattr(res, "tolerance", None) == 1e-10
     # the finishing step corrected the iterate as a whole (was 5.3e-9 from the optimum, bound 1.2e-10)
     ref = Reference(x0, prob.C, prob.b, v)
-    assert ref.error(res.x) <= res.error_estimate <= 10 * ref.error(res.x) <= 1e-10
+    # (no bound below on 10 x the error: the error itself sits near 1e-11 and its last bits differ
+    # between machines; the estimate must bound it and stay within a factor 10 of it)
+    err_x = ref.error(res.x)
+    assert err_x <= 1e-10
+    assert err_x <= res.error_estimate <= 10 * err_x
 
 
 @pytest.mark.parametrize("method", ["accelerated", "alternating", "direct", "generic", "auto+certify"])

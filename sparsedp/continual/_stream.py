@@ -498,6 +498,25 @@ class StreamingCounter:
         clone._noise = _GivenNoise(np.asarray(z, dtype=np.float64), self._noise)
         return clone.run(np.zeros(self.horizon))
 
+    def _release_for(self, increments: Any, z: np.ndarray) -> np.ndarray:
+        """Test hook: what this counter releases for the stream ``increments`` when its plan's noise
+        is ``z`` (one value per row, data units, in the plan's row order): this counter's own code
+        run on a copy made before its first step, fed ``z`` instead of its noise stream.  Nothing is
+        drawn or charged.  The privacy tests use it for the post-processing rule: with ``y = M x + z``
+        (``M`` = :meth:`measured_strategy`), two (stream, noise) pairs with the same ``y`` must give
+        the same release, bit for bit."""
+        if self.t:
+            raise SparseDPError("_release_for needs a counter before its first step")
+        assert self.plan is not None
+        clone = copy.deepcopy(self, {id(self.plan): self.plan, id(self._noise): None})
+        clone._noise = _GivenNoise(np.asarray(z, dtype=np.float64), self._noise)
+        clone._given_noise()
+        return clone.run(increments)
+
+    def _given_noise(self) -> None:
+        """Called on a test-hook clone after its noise was replaced (:meth:`_release_for`): counters
+        that compute from the noise at creation recompute here."""
+
     def _offset_matrix(self) -> np.ndarray:
         """Test hook: ``B`` (``horizon x rows``) with offsets ``e = B z`` for the plan's noise ``z``:
         column ``j`` is :meth:`_offsets_for` the ``j``-th unit vector (the offsets are linear in the
@@ -558,12 +577,20 @@ class OffsetCounter(StreamingCounter):
     """Base of the counters that release ``s~_t = s_t + e_t`` with every offset ``e = B z`` computed
     at creation from noise drawn ahead (the GLS tree, optimised strategies): ``O(1)`` per step.
 
-    Subclasses set ``self._offsets`` (a list of ``horizon`` floats, after :meth:`_open` charged) and
-    implement :meth:`_all_step_variances` (``Var(e_t)`` for every step, exact, from the plan's
+    With exact noise (``secure=True``) the offsets are exact rationals
+    (:class:`~sparsedp.continual.exact_tree.ExactOffsets`) and each step releases the correctly
+    rounded float of the exact ``s_t + e_t = (B y)_t``: a function of the measurement ``y = M x + z``
+    alone (the post-processing rule; a float ``s_t + e_t`` would reveal ``s_t``, see
+    :mod:`.exact_tree`).  With float noise (``secure=False``, an opt-out that leaks anyway) the
+    offsets are floats.
+
+    Subclasses implement :meth:`_offsets_from` (exact noise: returns an ``ExactOffsets``; float
+    noise: an array of ``horizon`` floats), call :meth:`_set_offsets` after :meth:`_open` charged,
+    and implement :meth:`_all_step_variances` (``Var(e_t)`` for every step, exact, from the plan's
     per-row variances); :meth:`step_variances` computes it once, on first use.
     """
 
-    _offsets: list[float]
+    _offsets: Any = None
     _s: float = 0.0
     _var: np.ndarray | None = None
 
@@ -585,18 +612,31 @@ class OffsetCounter(StreamingCounter):
     def last_variance(self, value: float) -> None:  # the base class initialises it; derived here
         pass
 
+    def _set_offsets(self, z: np.ndarray) -> None:
+        """The offsets of the plan's noise ``z`` (all rows, data units), as the steps will use them."""
+        e = self._offsets_from(np.asarray(z, dtype=np.float64))
+        self._offsets = e if hasattr(e, "release") else np.asarray(e, dtype=np.float64).tolist()
+
+    def _given_noise(self) -> None:
+        assert self._noise is not None
+        self._set_offsets(self._noise.all())
+
     def _step(self, a: float) -> float:
         self._s += a
+        if hasattr(self._offsets, "release"):  # exact: fl(s_t + e_t), a function of y alone
+            return self._offsets.release(self.t, self._s)
         return self._s + self._offsets[self.t]
 
-    def _offsets_from(self, z: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
+    def _offsets_from(self, z: np.ndarray) -> Any:  # pragma: no cover - abstract
         """The offsets ``e`` for the plan's noise ``z`` (what the constructor computes)."""
         raise NotImplementedError
 
     def _offsets_for(self, z: np.ndarray) -> np.ndarray:
         """Test hook (see :meth:`StreamingCounter._offsets_for`): the constructor's own offsets
-        computation (:meth:`_offsets_from`) applied to ``z``."""
-        return np.asarray(self._offsets_from(np.asarray(z, dtype=np.float64)), dtype=np.float64)
+        computation (:meth:`_offsets_from`) applied to ``z``, as floats (exact offsets correctly
+        rounded)."""
+        e = self._offsets_from(np.asarray(z, dtype=np.float64))
+        return e.floats() if hasattr(e, "release") else np.asarray(e, dtype=np.float64)
 
 
 def fenwick_rows(N: int, name: str = "fenwick") -> IntervalRows:

@@ -26,8 +26,23 @@ otherwise -- with ``z_i ~ Lap(b_i)`` (exact discrete Laplace on the data's latti
 stream, and also for adaptively chosen streams by :mod:`.adaptive` with ``B = W G`` (the offsets
 are a fixed linear map of noise drawn independently of the data; here all of it is drawn ahead).
 With ``rho`` instead: Gaussian noise, ``Delta_2``, ``rho``-zCDP (adaptive streams: Denisov et al.
-2022).  As for :class:`~sparsedp.continual.GLSTreeCounter`, ``e`` is evaluated in floating point
-from the exact ``z``; the float rounding of ``e`` depends on ``z`` only.
+2022).
+
+Exact release (``secure=True``, the default).  ``s_t + e_t`` evaluated in float64 would reveal
+``s_t`` (``e_t`` lies on a countable set fixed by the public estimator and the noise lattice; see
+:mod:`.exact_tree`), so with exact noise the release is the correctly rounded float of the *exact*
+rational ``s_t + e_t = (W G y)_t``, a function of the measurement alone.  That exact evaluation
+exists for tree strategies (:func:`~.exact_tree.exact_tree_offsets`: the two-pass GLS with dyadic
+coefficients, ``O(nodes)`` big-integer operations), so with exact noise:
+
+* a weighted tree (integer node weights ``w_u``, ``Delta_1 = max_j sum_{u covers j} w_u``) is
+  measured as its 0/1 rows with per-row scales ``b / w_u`` (``b`` the scale of the weighted strategy;
+  the same loss ``max_j sum w_u / b``, certified by the plan), so that every node's noise lies on the
+  data's lattice;
+* the default strategy is the weighted-tree family's (``family="tree"``);
+* other strategies (p-Identity, hybrid) are refused with exact noise: no exact evaluation of their
+  GLS exists here (``secure=False`` runs them with float noise, an opt-out that leaks through the
+  noise's low bits).
 
 Error.  ``Var(s~_t) = [W (M^T V^{-1} M)^{-1} W^T]_tt`` (:meth:`OptimizedCounter.step_variances`):
 trees by :func:`~sparsedp.continual.path_variances` (``O(N L^2)``), dense strategies from ``R^{-1}``
@@ -54,8 +69,9 @@ from ..privacy import Accountant
 from ..strategies import TreeLayout
 from ..tree_estimator import tree_gls
 from ..validation import check_epsilon, check_positive, check_rho
-from ._stream import OffsetCounter, check_accountant, plan_rows, row_variances
+from ._stream import OffsetCounter, check_accountant, plan_rows, row_variances, weighted_scales
 from .error import ContinualError, noise_calibration
+from .exact_tree import exact_tree_offsets
 from .fenwick import check_horizon
 from .glstree import path_variances
 
@@ -185,6 +201,12 @@ class _Solver:
         xz = sla.solve_triangular(self._R, self._Q.T @ (z * self._s), lower=False, check_finite=False)
         return np.cumsum(xz)
 
+    def exact_offsets(self, z: np.ndarray, grid: float) -> Any:
+        """Exact offsets of a tree of 0/1 rows (per-row noise on the lattice ``grid``)."""
+        if self.layout is None or not np.all(self._w == 1.0):
+            raise SparseDPError("exact offsets need a tree strategy measured as 0/1 rows")
+        return exact_tree_offsets(self.layout, z, self.v_sum, grid)
+
     def step_variances(self) -> np.ndarray:
         if self._hybrid is not None:
             return self._v0 * self._hybrid.prefix_variances()
@@ -231,25 +253,53 @@ class OptimizedCounter(OffsetCounter):
         self.kind = _noise_kind(epsilon, rho)
         self.epsilon = None if epsilon is None else check_epsilon(epsilon, "epsilon")
         self.rho = None if rho is None else check_rho(rho, "rho")
+        if self.secure and strategy is None and family is None:
+            family = "tree"  # the family with an exact release (module docstring)
         self.strategy = _resolve_strategy(strategy, self.horizon, self.kind, family, time_limit)
+        measured_rows: list[Any] = []
 
         def build(grid: float) -> MeasurementPlan:
-            return plan_rows(self.strategy, epsilon=self.epsilon, rho=self.rho, secure=self.secure, grid=grid)
+            measured_rows[:] = _measurement(self.strategy, self.epsilon, self.rho, self.secure, grid)
+            return measured_rows[2]
 
         self._make_plan(build)
         assert self.plan is not None
-        self._solver = _Solver(self.strategy, row_variances(self.plan))  # rank checked before the charge
-        self.sensitivity = float(self.plan.data_sensitivity)
+        self._measured_op = measured_rows[0]
+        self._solver = _Solver(self._measured_op, row_variances(self.plan))  # rank checked before the charge
+        self.sensitivity = float(measured_rows[1].data_sensitivity)
         self._open(accountant, rng)  # charges, before the noise of every row is drawn, below
-        self._offsets = self._offsets_from(self._noise.all()).tolist()
+        self._set_offsets(self._noise.all())
 
-    def _offsets_from(self, z: np.ndarray) -> np.ndarray:
-        """The offsets for the plan's noise ``z`` (what the constructor computes; test hooks)."""
+    def _offsets_from(self, z: np.ndarray) -> Any:
+        """The offsets for the plan's noise ``z`` (what the constructor computes; test hooks): exact
+        (:class:`~.exact_tree.ExactOffsets`) with exact noise."""
+        if self.secure:
+            return self._solver.exact_offsets(z, self.plan.grid)
         return self._solver.offsets(z)
 
     def _all_step_variances(self) -> np.ndarray:
         """``Var(s~_t)`` for every step (exact, from the plan's per-row variances)."""
         return self._solver.step_variances()
+
+
+def _measurement(op: Operator, epsilon: float | None, rho: float | None, secure: bool,
+                 grid: float = 1.0) -> tuple[Operator, MeasurementPlan, MeasurementPlan]:
+    """``(rows measured, plan of the strategy as given, plan measured)``.  Float noise: the strategy
+    as given, one plan.  Exact noise: a tree strategy (else :class:`SparseDPError`, module
+    docstring), measured as its 0/1 rows with per-row scales ``b / w_u``, ``b`` the scale of the
+    weighted strategy's plan (the same certified loss ``max_j sum w_u / b``)."""
+    plan = plan_rows(op, epsilon=epsilon, rho=rho, secure=secure, grid=grid)
+    if not secure:
+        return op, plan, plan
+    layout = _tree_layout(op)
+    if layout is None:
+        raise SparseDPError(
+            "with exact noise (secure=True) an optimised counter needs a weighted-tree strategy (family='tree'): "
+            "its release s_t + e_t is evaluated exactly only for trees, and a float evaluation would reveal the "
+            "running sums; use family='tree', or secure=False (float noise, not private against float channels)")
+    rows = IntervalRows(op.shape[1], op.lo, op.hi, name=op.name + ", per-row scales", meta={"layout": layout})
+    scales = weighted_scales(float(plan.scales[0]), np.abs(np.asarray(op.weights, dtype=np.float64)))
+    return rows, plan, plan_rows(rows, epsilon=epsilon, rho=rho, scales=scales, secure=True, grid=grid)
 
 
 def optimized_counter_error(N: int, epsilon: float | None = None, strategy: Any = None, rho: float | None = None,
@@ -261,10 +311,12 @@ def optimized_counter_error(N: int, epsilon: float | None = None, strategy: Any 
     kind = _noise_kind(epsilon, rho)
     eps = None if epsilon is None else check_epsilon(epsilon, "epsilon")
     r = None if rho is None else check_rho(rho, "rho")
+    if secure and strategy is None and family is None:
+        family = "tree"  # as OptimizedCounter: the family with an exact release
     op = _resolve_strategy(strategy, N, kind, family, time_limit)
-    plan = plan_rows(op, epsilon=eps, rho=r, secure=bool(secure))
-    var = row_variances(plan)
-    steps = _Solver(op, var).step_variances()
+    rows, plan, measured = _measurement(op, eps, r, bool(secure))
+    var = row_variances(measured)
+    steps = _Solver(rows, var).step_variances()
     total = float(steps.sum())
     return ContinualError(steps, total, total / N, float(plan.data_sensitivity), float(var.max()),
                           f"optimized [{op.name}], {kind}")
