@@ -143,8 +143,8 @@ def optimized_rows(runs: int, time_limit: float | None, horizons=OPT_HORIZONS) -
         err = optimized_counter_error(N, EPS, res)  # float Laplace calibration, 2 b^2
         gls = gls_tree_error(N, EPS, radices=default_radices(N, 12), per_step=False)
         t0 = time.perf_counter()
-        # exact noise (the default) has an exact release for trees only; other families run with float noise
-        exact_release = res.family == "tree"
+        # exact noise (the default) has an exact release for trees and p-Identity; others run with float noise
+        exact_release = res.family in ("tree", "pidentity")
         counter = OptimizedCounter(N, EPS, res, rng=0, secure=exact_release)
         build = time.perf_counter() - t0
         t0 = time.perf_counter()

@@ -35,10 +35,6 @@ def dense_gls(M, v):
 def test_brute_force_sensitivity_and_batch_equivalence(strategies, fam, secure):
     N, strat = strategies
     eps, seed = 0.7, 11
-    if secure and fam == "pidentity":  # no exact evaluation of s_t + e_t: refused (the exact-release tests)
-        with pytest.raises(SparseDPError, match="weighted-tree"):
-            OptimizedCounter(N, eps, strat[fam], rng=seed, secure=secure)
-        return
     c = OptimizedCounter(N, eps, strat[fam], rng=seed, secure=secure)
     M = c.measured_strategy().toarray()
     assert M.shape == (strat[fam].strategy.shape[0], N)
@@ -46,8 +42,14 @@ def test_brute_force_sensitivity_and_batch_equivalence(strategies, fam, secure):
     assert np.array_equal(M, np.round(M))
     given = strat[fam].strategy.tosparse().toarray()
     assert np.abs(given).sum(axis=0).max() == c.sensitivity == strat[fam].sensitivity
-    # exact noise measures a tree as its 0/1 rows with per-row scales b / w_u; float noise as given
-    assert np.array_equal(M, (given != 0).astype(float) if secure else given)
+    # exact noise measures a tree as its 0/1 rows with per-row scales b / w_u, p-Identity [diag(a); B]
+    # as [I; B] with scales b / a_j on the identity; float noise the strategy as given
+    if not secure:
+        assert np.array_equal(M, given)
+    elif fam == "tree":
+        assert np.array_equal(M, (given != 0).astype(float))
+    else:
+        assert np.array_equal(M[:N], np.eye(N)) and np.array_equal(M[N:], given[N:])
     # the certified loss of the plan's scales on the measured rows is within the budget
     b = c.noise_scales()
     assert (np.abs(M) / b[:, None]).sum(axis=0).max() <= eps * (1 + 1e-12)
@@ -83,8 +85,6 @@ def test_step_variances_equal_dense_formula_and_optimiser_error(strategies, fam)
 @pytest.mark.parametrize("secure", [True, False])
 def test_empirical_variance_matches_formula(strategies, fam, secure):
     N, strat = strategies
-    if secure and fam == "pidentity":
-        pytest.skip("refused with exact noise (test_brute_force_sensitivity_and_batch_equivalence)")
     R = 6000
     x = np.ones(N)
     # R releases of one counter's plan (tests/_counter_draws.py: the noise in one call through the plan's
@@ -97,7 +97,7 @@ def test_empirical_variance_matches_formula(strategies, fam, secure):
     assert abs(emp.mean() / exact.mean() - 1) < 0.03
     formula = optimized_counter_error(N, 1.0, strat[fam], secure=secure).per_step
     np.testing.assert_allclose(exact, formula, rtol=1e-12)
-    if not secure and fam == "tree":  # float Laplace: 2 b^2; exact discrete variances are a little smaller
+    if not secure:  # float Laplace: 2 b^2; exact discrete variances are a little smaller
         assert np.all(optimized_counter_error(N, 1.0, strat[fam], secure=True).per_step <= exact * (1 + 1e-12))
     assert np.isnan(c.last_variance)
     c.run(x[:5])
@@ -115,8 +115,7 @@ def test_offsets_do_not_depend_on_an_adaptive_stream(strategies, fam):
             if t == 12:
                 return 1.0 + delta  # the challenge step
             return float(past[-1] > past[-2]) if t > 2 else 0.0  # reacts to the released values
-        # (p-Identity runs with float noise: exact noise refuses it)
-        return adaptive_run(OptimizedCounter(N, 1.0, strat[fam], rng=seed, secure=fam == "tree"), choose)
+        return adaptive_run(OptimizedCounter(N, 1.0, strat[fam], rng=seed), choose)
 
     (o0, a0), (o1, a1) = world(0.0), world(1.0)
     assert not np.array_equal(a0, a1)
@@ -153,10 +152,7 @@ def test_bad_input_refused_before_noise_or_charge(strategies):
     with pytest.raises(SparseDPError, match="weighted-tree"):  # not a tree: no exact release
         OptimizedCounter(N, 1.0, rank_deficient, accountant=acct)
     assert acct.spent == 0 and not acct.ledger
-    with pytest.raises(SparseDPError, match="weighted-tree"):  # no exact release of a p-Identity strategy
-        OptimizedCounter(N, 1.0, strat["pidentity"], rng=0, accountant=acct)
-    assert acct.spent == 0 and not acct.ledger
-    c = OptimizedCounter(N, 1.0, strat["tree"], rng=0, accountant=acct)
+    c = OptimizedCounter(N, 1.0, strat["pidentity"], rng=0, accountant=acct)
     assert acct.spent == 1.0 and len(acct.ledger) == 1
     for bad in (float("nan"), -1.0, 0.5, "3"):
         with pytest.raises(SparseDPError):
@@ -167,7 +163,7 @@ def test_bad_input_refused_before_noise_or_charge(strategies):
     assert len(acct.ledger) == 1
 
 
-@pytest.mark.parametrize("fam", ["tree"])
+@pytest.mark.parametrize("fam", ["tree", "pidentity"])
 def test_unit_increments_measure_on_the_quantum_lattice(strategies, fam):
     N, strat = strategies
     c = OptimizedCounter(N, 1.0, strat[fam], increments="unit", rng=4)

@@ -578,10 +578,10 @@ class OffsetCounter(StreamingCounter):
     at creation from noise drawn ahead (the GLS tree, optimised strategies): ``O(1)`` per step.
 
     With exact noise (``secure=True``) the offsets are exact rationals
-    (:class:`~sparsedp.continual.exact_tree.ExactOffsets`) and each step releases the correctly
+    (:class:`~sparsedp.continual.exact_offsets.ExactOffsets`) and each step releases the correctly
     rounded float of the exact ``s_t + e_t = (B y)_t``: a function of the measurement ``y = M x + z``
     alone (the post-processing rule; a float ``s_t + e_t`` would reveal ``s_t``, see
-    :mod:`.exact_tree`).  With float noise (``secure=False``, an opt-out that leaks anyway) the
+    :mod:`.exact_offsets`).  With float noise (``secure=False``, an opt-out that leaks anyway) the
     offsets are floats.
 
     Subclasses implement :meth:`_offsets_from` (exact noise: returns an ``ExactOffsets``; float

@@ -44,7 +44,7 @@ the noise lattice: measured at ``N = 13``, ``epsilon = 1``, an audited lower bou
 claim of 1.0).  So the offsets are computed exactly, in integers, for the two-pass GLS with its
 coefficients rounded to 64-bit dyadic rationals (still exactly unbiased), and each step releases the
 correctly rounded float of the exact rational ``s_t + e_t``, a function of ``y`` alone
-(:mod:`.exact_tree`; the variance moves by a relative ``O(2^-128)`` from the optimal GLS's, which
+(:mod:`.exact_offsets`; the variance moves by a relative ``O(2^-128)`` from the optimal GLS's, which
 :func:`path_variances` reports).  ``secure=False`` (float noise, an opt-out that leaks through the
 noise's low bits anyway) keeps the float offsets.
 """
@@ -79,7 +79,7 @@ from ._stream import (
     weighted_scales,
 )
 from .error import ContinualError, noise_calibration
-from .exact_tree import exact_tree_offsets
+from .exact_offsets import exact_tree_offsets
 from .fenwick import check_horizon
 
 __all__ = [
@@ -364,7 +364,7 @@ def gls_plan(layout: TreeLayout, lam: np.ndarray, epsilon: float | None = None, 
 def _offsets(layout: TreeLayout, measured: np.ndarray, plan: MeasurementPlan,
              z_measured: np.ndarray) -> tuple[np.ndarray, np.ndarray, Any]:
     """``(z, v, e)``: per-node noise (sum units; 0 unmeasured), variances (``inf`` unmeasured) and
-    the running-sum offsets ``e = W G z``: exact (:class:`~.exact_tree.ExactOffsets`, the dyadic
+    the running-sum offsets ``e = W G z``: exact (:class:`~.exact_offsets.ExactOffsets`, the dyadic
     two-pass GLS) with exact noise, float64 otherwise."""
     z = np.zeros(layout.nodes)
     z[measured] = z_measured

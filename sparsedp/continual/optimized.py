@@ -30,19 +30,22 @@ With ``rho`` instead: Gaussian noise, ``Delta_2``, ``rho``-zCDP (adaptive stream
 
 Exact release (``secure=True``, the default).  ``s_t + e_t`` evaluated in float64 would reveal
 ``s_t`` (``e_t`` lies on a countable set fixed by the public estimator and the noise lattice; see
-:mod:`.exact_tree`), so with exact noise the release is the correctly rounded float of the *exact*
+:mod:`.exact_offsets`), so with exact noise the release is the correctly rounded float of the *exact*
 rational ``s_t + e_t = (W G y)_t``, a function of the measurement alone.  That exact evaluation
-exists for tree strategies (:func:`~.exact_tree.exact_tree_offsets`: the two-pass GLS with dyadic
-coefficients, ``O(nodes)`` big-integer operations), so with exact noise:
+(:mod:`.exact_offsets`) exists for two families, so with exact noise:
 
 * a weighted tree (integer node weights ``w_u``, ``Delta_1 = max_j sum_{u covers j} w_u``) is
   measured as its 0/1 rows with per-row scales ``b / w_u`` (``b`` the scale of the weighted strategy;
   the same loss ``max_j sum w_u / b``, certified by the plan), so that every node's noise lies on the
-  data's lattice;
-* the default strategy is the weighted-tree family's (``family="tree"``);
-* other strategies (p-Identity, hybrid) are refused with exact noise: no exact evaluation of their
-  GLS exists here (``secure=False`` runs them with float noise, an opt-out that leaks through the
-  noise's low bits).
+  data's lattice; the offsets are the two-pass GLS with dyadic coefficients;
+* a p-Identity strategy ``[diag(a); B]`` (integer ``a``, ``B``) is measured as ``[I; B]`` with per-row
+  scales ``b / |a_j|`` on the identity rows and ``b`` on ``B`` (the same loss); the offsets are
+  ``cumsum(z_1 + K (z_2 - B z_1))`` with the GLS gain ``K`` in dyadic rationals;
+* the default strategy is the better of the two families for ``N <= PIDENTITY_MAX_HORIZON``, the
+  weighted-tree family's beyond (:func:`exact_default_family`);
+* other strategies (hybrid, general matrices) are refused with exact noise: no exact evaluation of
+  their GLS exists here (``secure=False`` runs them with float noise, an opt-out that leaks through
+  the noise's low bits).
 
 Error.  ``Var(s~_t) = [W (M^T V^{-1} M)^{-1} W^T]_tt`` (:meth:`OptimizedCounter.step_variances`):
 trees by :func:`~sparsedp.continual.path_variances` (``O(N L^2)``), dense strategies from ``R^{-1}``
@@ -64,14 +67,15 @@ import scipy.sparse as sp
 from ..errors import ShapeError, SparseDPError
 from ..intervals import IntervalRows
 from ..measure import MeasurementPlan
-from ..operators import Operator, aslinearoperator
+from ..operators import Operator, SparseOperator, aslinearoperator
+from ..woodbury import diagonal_plus_rows
 from ..privacy import Accountant
 from ..strategies import TreeLayout
 from ..tree_estimator import tree_gls
 from ..validation import check_epsilon, check_positive, check_rho
 from ._stream import OffsetCounter, check_accountant, plan_rows, row_variances, weighted_scales
 from .error import ContinualError, noise_calibration
-from .exact_tree import exact_tree_offsets
+from .exact_offsets import DiagonalPlusRows, exact_tree_offsets
 from .fenwick import check_horizon
 from .glstree import path_variances
 
@@ -93,17 +97,25 @@ def _optimized(N: int, noise: str, family: str, time_limit: float | None) -> Any
     from .. import workloads
     from ..optimize import optimize
 
-    if family != "tree+hybrid":
+    if "+" not in family:
         return optimize(workloads.prefix(N), noise=noise, family=family, time_limit=time_limit, rng=0)
+    first, second = family.split("+")
     half = None if time_limit is None else time_limit / 2.0
-    tree = optimize(workloads.prefix(N), noise=noise, family="tree", time_limit=half, rng=0)
+    tree = optimize(workloads.prefix(N), noise=noise, family=first, time_limit=half, rng=0)
     try:
-        hybrid = optimize(workloads.prefix(N), noise=noise, family="hybrid", time_limit=half, rng=0)
-    except ShapeError:  # no block size fits this N
+        other = optimize(workloads.prefix(N), noise=noise, family=second, time_limit=half, rng=0)
+    except ShapeError:  # e.g. no block size of the hybrid fits this N
         return tree
-    best = min((tree, hybrid), key=lambda r: r.error.total)
-    return dataclasses.replace(best, history=tree.history + hybrid.history,
-                               seconds=tree.seconds + hybrid.seconds)
+    best = min((tree, other), key=lambda r: r.error.total)
+    return dataclasses.replace(best, history=tree.history + other.history,
+                               seconds=tree.seconds + other.seconds)
+
+
+def exact_default_family(N: int) -> str:
+    """The default family of an exact-noise counter: the families whose release is evaluated
+    exactly (:mod:`.exact_offsets`), the better of weighted trees and p-Identity for
+    ``N <= PIDENTITY_MAX_HORIZON``, weighted trees beyond."""
+    return "tree+pidentity" if check_horizon(N) <= PIDENTITY_MAX_HORIZON else "tree"
 
 
 def optimized_prefix_strategy(N: int, noise: str = "laplace", family: str | None = None,
@@ -170,6 +182,7 @@ class _Solver:
     def __init__(self, op: Operator, variances: np.ndarray):
         self.layout = _tree_layout(op)
         v = np.asarray(variances, dtype=np.float64)
+        self._op, self._v, self._exact = op, v, None
         self._hybrid = _hybrid_solver(op, v)
         if self._hybrid is not None:
             self._v0 = float(v[0])
@@ -202,10 +215,19 @@ class _Solver:
         return np.cumsum(xz)
 
     def exact_offsets(self, z: np.ndarray, grid: float) -> Any:
-        """Exact offsets of a tree of 0/1 rows (per-row noise on the lattice ``grid``)."""
-        if self.layout is None or not np.all(self._w == 1.0):
-            raise SparseDPError("exact offsets need a tree strategy measured as 0/1 rows")
-        return exact_tree_offsets(self.layout, z, self.v_sum, grid)
+        """Exact offsets (:mod:`.exact_offsets`) of a tree of 0/1 rows or of ``[I; B]`` rows, the
+        per-row noise ``z`` on the lattice ``grid``."""
+        if self.layout is not None:
+            if not np.all(self._w == 1.0):
+                raise SparseDPError("exact offsets need a tree strategy measured as 0/1 rows")
+            return exact_tree_offsets(self.layout, z, self.v_sum, grid)
+        if self._exact is None:
+            form = diagonal_plus_rows(self._op) if self._hybrid is None else None
+            if form is None or not np.all(form[0] == 1.0):
+                raise SparseDPError("exact offsets need a tree strategy or identity rows plus integer rows")
+            N = self._op.shape[1]
+            self._exact = DiagonalPlusRows(form[1], self._v[:N], self._v[N:])
+        return self._exact.offsets(z, grid)
 
     def step_variances(self) -> np.ndarray:
         if self._hybrid is not None:
@@ -254,7 +276,7 @@ class OptimizedCounter(OffsetCounter):
         self.epsilon = None if epsilon is None else check_epsilon(epsilon, "epsilon")
         self.rho = None if rho is None else check_rho(rho, "rho")
         if self.secure and strategy is None and family is None:
-            family = "tree"  # the family with an exact release (module docstring)
+            family = exact_default_family(self.horizon)
         self.strategy = _resolve_strategy(strategy, self.horizon, self.kind, family, time_limit)
         measured_rows: list[Any] = []
 
@@ -272,7 +294,7 @@ class OptimizedCounter(OffsetCounter):
 
     def _offsets_from(self, z: np.ndarray) -> Any:
         """The offsets for the plan's noise ``z`` (what the constructor computes; test hooks): exact
-        (:class:`~.exact_tree.ExactOffsets`) with exact noise."""
+        (:class:`~.exact_offsets.ExactOffsets`) with exact noise."""
         if self.secure:
             return self._solver.exact_offsets(z, self.plan.grid)
         return self._solver.offsets(z)
@@ -291,14 +313,26 @@ def _measurement(op: Operator, epsilon: float | None, rho: float | None, secure:
     plan = plan_rows(op, epsilon=epsilon, rho=rho, secure=secure, grid=grid)
     if not secure:
         return op, plan, plan
+    b = float(plan.scales[0])
     layout = _tree_layout(op)
-    if layout is None:
+    if layout is not None:
+        rows: Operator = IntervalRows(op.shape[1], op.lo, op.hi, name=op.name + ", per-row scales",
+                                      meta={"layout": layout})
+        scales = weighted_scales(b, np.abs(np.asarray(op.weights, dtype=np.float64)))
+        return rows, plan, plan_rows(rows, epsilon=epsilon, rho=rho, scales=scales, secure=True, grid=grid)
+    form = diagonal_plus_rows(op) if np.unique(plan.scales).size == 1 else None
+    if form is None or not np.array_equal(form[1].data, np.round(form[1].data)) \
+            or np.abs(form[1].data).max(initial=0.0) >= 2.0**31:
         raise SparseDPError(
-            "with exact noise (secure=True) an optimised counter needs a weighted-tree strategy (family='tree'): "
-            "its release s_t + e_t is evaluated exactly only for trees, and a float evaluation would reveal the "
-            "running sums; use family='tree', or secure=False (float noise, not private against float channels)")
-    rows = IntervalRows(op.shape[1], op.lo, op.hi, name=op.name + ", per-row scales", meta={"layout": layout})
-    scales = weighted_scales(float(plan.scales[0]), np.abs(np.asarray(op.weights, dtype=np.float64)))
+            "with exact noise (secure=True) an optimised counter needs a weighted-tree or an integer p-Identity "
+            "strategy [diag(a); B]: its release s_t + e_t is evaluated exactly only for those, and a float evaluation "
+            "would reveal the running sums; use family='tree' or 'pidentity', or secure=False (float noise, not "
+            "private against float channels)")
+    a, B = form
+    N = op.shape[1]
+    rows = SparseOperator(sp.vstack([sp.identity(N, format="csr"), B], format="csr"),
+                          name=op.name + ", identity rows with per-row scales", structure="general")
+    scales = np.concatenate([weighted_scales(b, np.abs(a)), np.full(B.shape[0], weighted_scales(b, np.ones(1))[0])])
     return rows, plan, plan_rows(rows, epsilon=epsilon, rho=rho, scales=scales, secure=True, grid=grid)
 
 
@@ -312,7 +346,7 @@ def optimized_counter_error(N: int, epsilon: float | None = None, strategy: Any 
     eps = None if epsilon is None else check_epsilon(epsilon, "epsilon")
     r = None if rho is None else check_rho(rho, "rho")
     if secure and strategy is None and family is None:
-        family = "tree"  # as OptimizedCounter: the family with an exact release
+        family = exact_default_family(N)  # as OptimizedCounter
     op = _resolve_strategy(strategy, N, kind, family, time_limit)
     rows, plan, measured = _measurement(op, eps, r, bool(secure))
     var = row_variances(measured)

@@ -1,5 +1,5 @@
-"""Exact running-sum offsets of a tree's GLS estimate: the release ``s~_t = s_t + e_t`` as an exact
-function of the noisy measurement.
+"""Exact running-sum offsets ``e = W G z``: the release ``s~_t = s_t + e_t`` as an exact function of
+the noisy measurement, for tree strategies and for ``[I; B]`` (p-Identity) strategies.
 
 Why.  A tree counter that measures every node -- the root and the upper nodes hold *future* steps --
 cannot wait for ``y = M x + z`` to release step ``t``.  It uses the identity ``W G y = s + W G z``
@@ -30,7 +30,14 @@ the same quantity, so ``G M = I`` holds in exact arithmetic.  Rounding the optim
 ``P = 64`` bits moves the variance by a relative ``O(2^-128)`` (second order at the optimum); the
 variances reported (:func:`sparsedp.continual.path_variances`) are those of the optimal GLS.
 
-In integers: with ``g`` the noise lattice (``z_u = g Z_u``), the upward estimate of a level-``l``
+**``[I; B]`` strategies** (:class:`DiagonalPlusRows`; HDMM's p-Identity measured with per-row
+scales on its identity block).  With ``y_1 = x + z_1`` and ``y_2 = B x + z_2`` (integer ``B``), every
+estimate ``x^ = y_1 + K (y_2 - B y_1)`` is exactly unbiased, whatever ``K``; the GLS (BLUE) is
+``K = V_1 B^T (B V_1 B^T + V_2)^{-1}`` (the update form of ``(M^T V^{-1} M)^{-1} M^T V^{-1} y``).
+``K`` is rounded to ``P = 64``-bit dyadic entries and ``e = cumsum(z_1 + K (z_2 - B z_1))`` is computed
+in integers: ``O(N p)`` big-integer operations.
+
+In integers (trees): with ``g`` the noise lattice (``z_u = g Z_u``), the upward estimate of a level-``l``
 node is ``Ybar_u g 2^{-P l}`` and the downward estimate ``Xhat_u g 2^{-P (2 L - 2 - l)}``
 (``L`` levels), both with integer ``Ybar``, ``Xhat``; the leaves' running sums have the common
 denominator ``2^T``, ``T = 2 P (L - 1)``.  Integers grow to about ``T + 60`` bits (Python integers,
@@ -41,13 +48,14 @@ levels): see ``docs/continual.md``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ..errors import SparseDPError
 from ..strategies import TreeLayout
 
-__all__ = ["COEFFICIENT_BITS", "ExactOffsets", "exact_tree_offsets"]
+__all__ = ["COEFFICIENT_BITS", "DiagonalPlusRows", "ExactOffsets", "exact_tree_offsets"]
 
 #: Bits of the estimator's dyadic coefficients (module docstring).
 COEFFICIENT_BITS = 64
@@ -146,3 +154,64 @@ def exact_tree_offsets(layout: TreeLayout, z: np.ndarray, variances: np.ndarray,
         D = _shares(vbar[lev], starts, P)
         xhat = ybar[lev] * (1 << E) + D * np.repeat(resid, np.diff(starts))
     return ExactOffsets(tuple(np.cumsum(xhat).tolist()), 2 * P * (L - 1), float(grid))
+
+
+def _int_matvec(B: "sp.csr_matrix", u: np.ndarray) -> np.ndarray:
+    """``B u`` exactly, for an integer sparse ``B`` (entries below ``2^31``) and Python-integer ``u``:
+    int64 products on 21-bit limbs of ``u`` (no partial sum can overflow below ``2^62``), combined
+    in Python integers."""
+    Bi = B.astype(np.int64)
+    u = np.asarray(u, dtype=object)
+    width = int(np.asarray(abs(Bi).sum(axis=1)).max(initial=0)) if Bi.nnz else 0
+    limb = max(1, 62 - max(1, width.bit_length()) - 1)  # |B| row sums * 2^limb < 2^62
+    mask = (1 << limb) - 1
+    out = np.zeros(B.shape[0], dtype=object)
+    rest = u.copy()
+    shift = 0
+    while np.any(rest != 0):
+        sign = np.where(rest < 0, -1, 1)
+        mag = rest * sign
+        low = np.array([int(v) & mask for v in mag.tolist()], dtype=np.int64) * sign.astype(np.int64)
+        part = Bi @ low
+        out = out + np.array([int(v) << shift for v in part.tolist()], dtype=object)
+        rest = np.array([(int(m) >> limb) * int(sg) for m, sg in zip(mag.tolist(), sign.tolist())], dtype=object)
+        shift += limb
+    return out
+
+
+class DiagonalPlusRows:
+    """Exact offsets of ``[I; B]`` strategies (module docstring): ``e = cumsum(z_1 + K (z_2 - B z_1))``
+    with the GLS gain ``K`` rounded to dyadic rationals (exactly unbiased for any ``K``).
+
+    ``B``: the extra rows (integer, ``p x N``); ``v1``, ``v2``: the noise variances of the identity
+    rows and of the extra rows (data units).  The gain is computed once (``O(N p^2 + p^3)``)."""
+
+    def __init__(self, B: Any, v1: np.ndarray, v2: np.ndarray, bits: int = COEFFICIENT_BITS) -> None:
+        import scipy.linalg as sla
+        import scipy.sparse as sp
+
+        self.B = sp.csr_matrix(B)
+        if not np.array_equal(self.B.data, np.round(self.B.data)) or np.abs(self.B.data).max(initial=0) >= 2.0**31:
+            raise SparseDPError("exact offsets need integer extra rows (entries below 2^31)")
+        v1 = np.asarray(v1, dtype=np.float64)
+        v2 = np.asarray(v2, dtype=np.float64)
+        p, N = self.B.shape
+        if v1.shape != (N,) or v2.shape != (p,):
+            raise SparseDPError("need one variance per identity row and per extra row")
+        BV = (self.B @ sp.diags(v1)).toarray()  # B V_1, p x N
+        S = BV @ self.B.T.toarray() + np.diag(v2)
+        K = sla.solve(S, BV, assume_a="pos").T  # V_1 B^T S^-1, N x p
+        self.bits = int(bits)
+        self.K = _dyadic(K.ravel(), self.bits).reshape(K.shape)
+        self.N, self.p = N, p
+
+    def offsets(self, z: np.ndarray, grid: float) -> ExactOffsets:
+        """The exact offsets for the noise ``z`` (identity rows first, then the extra rows; data units,
+        on the lattice ``grid``)."""
+        Z = _as_units(np.asarray(z, dtype=np.float64), grid)
+        if Z.size != self.N + self.p:
+            raise SparseDPError(f"need {self.N + self.p} noise values")
+        z1, z2 = Z[: self.N], Z[self.N:]
+        r = z2 - _int_matvec(self.B, z1)
+        num = z1 * (1 << self.bits) + self.K.dot(r)
+        return ExactOffsets(tuple(np.cumsum(num).tolist()), self.bits, float(grid))

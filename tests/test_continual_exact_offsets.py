@@ -1,4 +1,4 @@
-"""Exact running-sum offsets of the tree counters (sparsedp/continual/exact_tree.py): the dyadic
+"""Exact running-sum offsets of the tree counters (sparsedp/continual/exact_offsets.py): the dyadic
 two-pass GLS is exactly unbiased, agrees with the float GLS, and makes every tree counter's release a
 function of the measurement alone (bit for bit)."""
 
@@ -9,8 +9,9 @@ from sparsedp import SparseDPError
 from sparsedp import workloads as wl
 from sparsedp.audit import plan_release
 from sparsedp.continual import GLSTreeCounter, OptimizedCounter
-from sparsedp.continual.exact_tree import exact_tree_offsets
+from sparsedp.continual.exact_offsets import exact_tree_offsets
 from sparsedp.optimize import optimize
+from sparsedp.privacy import Accountant
 from sparsedp.strategies import TreeLayout
 from sparsedp.tree_estimator import tree_gls
 
@@ -71,12 +72,16 @@ def test_release_is_the_correctly_rounded_exact_sum():
 
 def _counters():
     tree = optimize(wl.prefix(20), family="tree", rng=0)
+    pid = optimize(wl.prefix(20), family="pidentity", rng=0)
+    pid_g = optimize(wl.prefix(20), family="pidentity", noise="gaussian", rng=0)
     return {
         "gls-tree": lambda: GLSTreeCounter(20, epsilon=1.0, rng=1),
         "gls-tree-gaussian": lambda: GLSTreeCounter(20, rho=0.5, rng=1),
         "gls-tree-unit": lambda: GLSTreeCounter(20, epsilon=1.0, rng=1, increments="unit"),
         "optimized-tree": lambda: OptimizedCounter(20, 1.0, tree, rng=1),
         "optimized-default": lambda: OptimizedCounter(20, 1.0, rng=1),
+        "optimized-pidentity": lambda: OptimizedCounter(20, 1.0, pid, rng=1),
+        "optimized-pidentity-gaussian": lambda: OptimizedCounter(20, rho=0.5, strategy=pid_g, rng=1),
     }
 
 
@@ -101,8 +106,31 @@ def test_tree_counter_release_depends_on_the_measurement_only(name):
 
 
 def test_optimized_counter_refuses_strategies_without_an_exact_release():
-    pid = optimize(wl.prefix(20), family="pidentity", rng=0)
-    with pytest.raises(SparseDPError, match="weighted-tree"):
-        OptimizedCounter(20, 1.0, pid, rng=0)
-    c = OptimizedCounter(20, 1.0, pid, rng=0, secure=False)  # float noise: an explicit opt-out
+    # a full-rank integer strategy that is neither a tree nor [diag(a); B]: lower-triangular ones
+    prefix = np.tril(np.ones((20, 20)))
+    acct = Accountant(epsilon=1.0)
+    with pytest.raises(SparseDPError, match="weighted-tree or an integer p-Identity"):
+        OptimizedCounter(20, 1.0, prefix, rng=0, accountant=acct)
+    assert acct.spent == 0
+    c = OptimizedCounter(20, 1.0, prefix, rng=0, secure=False)  # float noise: an explicit opt-out
     assert np.all(np.isfinite(c.run(np.ones(20))))
+
+
+def test_pidentity_exact_offsets_agree_with_the_dense_gls():
+    from sparsedp.continual.exact_offsets import DiagonalPlusRows
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(2)
+    N, p = 40, 6
+    B = sp.csr_matrix(rng.integers(0, 4, (p, N)))
+    v1, v2 = rng.uniform(1, 9, N), rng.uniform(1, 9, p)
+    z = rng.integers(-10**5, 10**5, N + p).astype(float)
+    e = DiagonalPlusRows(B, v1, v2).offsets(z, 1.0).floats()
+    M = np.vstack([np.eye(N), B.toarray()])
+    V = np.concatenate([v1, v2])
+    G = np.linalg.solve(M.T @ (M / V[:, None]), (M / V[:, None]).T)
+    ref = np.cumsum(G @ z)
+    np.testing.assert_allclose(e, ref, rtol=1e-9, atol=1e-9 * np.abs(ref).max())
+    x = rng.integers(0, 50, N)  # exactly unbiased: noise-free measurements give the exact sums
+    ex = DiagonalPlusRows(B, v1, v2).offsets(M @ x, 1.0)
+    assert list(ex.num) == [int(s) << ex.shift for s in np.cumsum(x)]
