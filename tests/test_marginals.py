@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from itertools import combinations
 
@@ -150,7 +151,7 @@ def test_selection_max_objective_not_worse_than_sum_on_max():
     from scipy.optimize import minimize
 
     def f(z):  # max variance x budget used: scale invariant
-        s = s_max.__class__(**{**s_max.__dict__, "sigma2": np.exp(z)})
+        s = dataclasses.replace(s_max, sigma2=np.exp(z))
         return math.log(s.max_variance()) + math.log(float(np.sum(s.p / (2 * np.exp(z)))) / 0.5)
 
     r = minimize(f, np.log(s_max.sigma2), method="Powell", options={"maxiter": 3000})
@@ -471,3 +472,18 @@ def test_nonnegative_marginals_consistent_and_closer():
     big = release_marginals(synthetic_records(dom, 20000, rng=0), dom, [(0, 1)], 10.0, rng=1)
     same = nonnegative_marginals(big)
     assert same.iterations == 0 and np.array_equal(same.marginals[("a0", "a1")], big.marginals[("a0", "a1")])
+
+
+def test_cell_variances_of_many_marginals_equal_one_at_a_time():
+    """The vectorised per-marginal variances (one pass, one residual index) equal the one-marginal
+    formula, and the sum / max over the workload use them."""
+    dom = Domain([f"a{i}" for i in range(6)], [2, 3, 4, 2, 5, 3])
+    ms = marginals_up_to(dom, 3, exact=False)
+    sel = select_residuals(dom, ms, 0.7)
+    many = sel.cell_variances(ms)
+    one = np.array([sel.cell_variance(S) for S in ms])
+    np.testing.assert_allclose(many, one, rtol=1e-14)
+    cells = np.array([math.prod(dom.sizes[i] for i in S) for S in ms])
+    assert sel.sum_of_variances() == pytest.approx(float(np.dot(one, cells)), rel=1e-13)
+    assert sel.max_variance() == float(one.max())
+    assert sel.index() == {A: i for i, A in enumerate(sel.residuals)}

@@ -26,6 +26,7 @@ convex program in the precisions ``1 / sigma_A^2`` (:func:`_max_variance`, SLSQP
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from itertools import combinations
@@ -74,23 +75,33 @@ class ResidualSelection:
     value: float  # the objective's value (weighted sum of all cells' variances, or max weighted cell variance)
     seconds: float = 0.0  # time to select
 
-    def index(self) -> dict[tuple[int, ...], int]:
-        """``{residual: position}``."""
+    @functools.cached_property
+    def _index(self) -> dict[tuple[int, ...], int]:
         return {A: i for i, A in enumerate(self.residuals)}
+
+    def index(self) -> dict[tuple[int, ...], int]:
+        """``{residual: position}`` (built once per selection)."""
+        return dict(self._index)
+
+    def cell_variances(self, marginals: Iterable[Sequence[int]]) -> np.ndarray:
+        """Per-cell variance of each reconstructed marginal (every cell of a marginal has the same):
+        one pass over the marginals, ``O(sum of their residual counts)``."""
+        factors = _cell_factors(self.domain, [tuple(S) for S in marginals], self._index)
+        return np.array([float(np.sum(self.sigma2[js] * fs)) for js, fs in factors], dtype=np.float64)
 
     def cell_variance(self, S: Sequence[int]) -> float:
         """Per-cell variance of the reconstructed marginal ``S`` (every cell has the same)."""
-        js, fs = _cell_factors(self.domain, [tuple(S)], self.index())[0]
-        return float(np.sum(self.sigma2[js] * fs))
+        return float(self.cell_variances([S])[0])
 
     def sum_of_variances(self, marginals: Iterable[Sequence[int]] | None = None) -> float:
         """``sum_S sum_cells Var``: unweighted, over the workload (or the marginals given)."""
-        ms = self.marginals if marginals is None else [tuple(m) for m in marginals]
-        return float(sum(self.cell_variance(S) * math.prod(self.domain.sizes[i] for i in S) for S in ms))
+        ms = list(self.marginals) if marginals is None else [tuple(m) for m in marginals]
+        cells = np.array([math.prod(self.domain.sizes[i] for i in S) for S in ms], dtype=np.float64)
+        return float(np.dot(self.cell_variances(ms), cells)) if ms else 0.0
 
     def max_variance(self) -> float:
         """Largest per-cell variance over the workload (unweighted)."""
-        return float(max(self.cell_variance(S) for S in self.marginals))
+        return float(self.cell_variances(self.marginals).max())
 
 
 def _normalise(domain: Domain, marginals: Any) -> list[tuple[int, ...]]:
@@ -237,7 +248,7 @@ def select_residuals(domain: Domain, marginals: Any, rho: float, *, weights: Any
     if objective == "sum":
         value = float(root.sum()) ** 2 / (2.0 * r)
     else:
-        value = max(w[k] * sel.cell_variance(S) for k, S in enumerate(ms))
+        value = float(np.max(w * sel.cell_variances(ms)))
     return ResidualSelection(domain=domain, marginals=tuple(ms), weights=w, residuals=tuple(residuals),
                              sigma2=sigma2, p=pv, rho=r, objective=objective, value=value,
                              seconds=time.perf_counter() - t0)
