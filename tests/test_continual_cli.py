@@ -140,3 +140,147 @@ def test_continual_help_documents_the_file_input(monkeypatch, capsys):
     out = cli_help(["continual", "--help"], monkeypatch, capsys)
     for word in ("data", "--column", "CSV", "Parquet", ".npy", "--horizon", "stdin"):
         assert word in out
+
+
+# ---- issue 26, finding 3: a step is saved (durably) before it is printed, and never re-released ----
+
+def _published(out):
+    return [float(line.split("\t")[0]) for line in out.splitlines() if line.strip()]
+
+
+def test_a_failed_save_publishes_nothing_for_that_step(tmp_path, monkeypatch, capsys):
+    import json
+
+    state = tmp_path / "s.json"
+    argv = ["--horizon", "8", "--state", str(state)]
+    first = _published(_stdin_run(monkeypatch, capsys, argv, [1, 1]))
+    assert len(first) == 2
+
+    def full_disk(self, path):
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(ccli.ContinualCounter, "save", full_disk)
+        m.setattr(sys, "stdin", io.StringIO("1\n1\n"))
+        assert main(["continual", *argv]) == 2
+        captured = capsys.readouterr()
+    assert captured.out == ""  # nothing of step 3 was published
+    assert "cannot save" in captured.err and "step 3" in captured.err
+    assert json.loads(state.read_text())["t"] == 2
+    # the resume releases step 3 for the first time: one value per step over all the runs
+    again = _published(_stdin_run(monkeypatch, capsys, argv, [1]))
+    assert len(first) + len(again) == 3 and json.loads(state.read_text())["t"] == 3
+
+
+def test_the_state_is_saved_and_synced_before_a_step_is_printed(tmp_path, monkeypatch):
+    import os
+    import stat
+
+    events = []
+    save = ccli.ContinualCounter.save
+    fsync = os.fsync
+
+    def logged_save(self, path):
+        save(self, path)
+        events.append(("save", self.t))
+
+    def logged_fsync(fd):
+        fsync(fd)
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            events.append(("dir", None))
+
+    class Out(io.StringIO):
+        def write(self, text):
+            events.append(("print", text))
+            return super().write(text)
+
+    monkeypatch.setattr(ccli.ContinualCounter, "save", logged_save)
+    monkeypatch.setattr(os, "fsync", logged_fsync)
+    monkeypatch.setattr(sys, "stdout", Out())
+    monkeypatch.setattr(sys, "stdin", io.StringIO("1\n0\n2\n"))
+    assert main(["continual", "--horizon", "8", "--state", str(tmp_path / "s.json")]) == 0
+    prints = [i for i, e in enumerate(events) if e[0] == "print"]
+    assert len(prints) == 3
+    for step, i in enumerate(prints, start=1):
+        saves = [j for j in range(i) if events[j] == ("save", step)]
+        assert saves, f"step {step} was printed before it was saved"
+        assert any(events[j][0] == "dir" for j in range(saves[-1], i)), f"step {step}: directory not synced"
+
+
+def test_a_restored_older_state_is_refused_not_re_released(tmp_path, monkeypatch, capsys):
+    state = tmp_path / "s.json"
+    argv = ["--horizon", "8", "--state", str(state)]
+    _stdin_run(monkeypatch, capsys, argv, [1, 1])
+    older = state.read_bytes()
+    _stdin_run(monkeypatch, capsys, argv, [1, 1])
+    latest = state.read_bytes()
+    for _ in range(3):  # "restore the state" again and again: never a fresh draw of steps 3 and 4
+        state.write_bytes(older)
+        monkeypatch.setattr(sys, "stdin", io.StringIO("1\n"))
+        assert main(["continual", *argv]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert "4 steps were published" in captured.err and "holds 2" in captured.err
+        assert state.read_bytes() == older  # untouched
+    state.unlink()  # a lost state is no licence to start the same release again
+    monkeypatch.setattr(sys, "stdin", io.StringIO("1\n"))
+    assert main(["continual", *argv]) == 2
+    assert capsys.readouterr().out == ""
+    state.write_bytes(latest)  # the latest state resumes
+    state.chmod(0o600)
+    assert len(_published(_stdin_run(monkeypatch, capsys, argv, [1]))) == 1
+
+
+def test_a_resume_reprints_the_saved_step_instead_of_drawing_it_again(tmp_path, monkeypatch, capsys):
+    state = tmp_path / "s.json"
+    argv = ["--horizon", "8", "--state", str(state), "--std"]
+    out = _stdin_run(monkeypatch, capsys, argv, [1, 1])
+    last = out.splitlines()[-1].split("\t")
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    assert main(["continual", *argv]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "" and "after step 2" in captured.err
+    assert last[0] in captured.err and last[1] in captured.err  # the value published, not a new one
+
+    class Died(BaseException):
+        pass
+
+    class Dying(io.StringIO):  # the process dies between the save of step 3 and its line
+        def write(self, text):
+            raise Died
+
+    monkeypatch.setattr(sys, "stdout", Dying())
+    monkeypatch.setattr(sys, "stdin", io.StringIO("1\n"))
+    with pytest.raises(Died):
+        main(["continual", *argv])
+    monkeypatch.undo()
+    capsys.readouterr()
+    notes = []
+    for _ in range(2):
+        monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+        assert main(["continual", *argv]) == 0
+        captured = capsys.readouterr()
+        assert captured.out == "" and "after step 3" in captured.err
+        notes.append(captured.err)
+    assert notes[0] == notes[1]  # step 3 is re-printed from the state, never drawn again
+    assert len(_published(_stdin_run(monkeypatch, capsys, argv, [1]))) == 1  # step 4
+
+
+def test_two_runs_on_one_state_file_are_refused_not_both_released(tmp_path, monkeypatch, capsys):
+    """Two concurrent runs on one --state would each pass the resume check and release the same next
+    step twice; the second is refused while the first holds the state's lock."""
+    import fcntl
+    import os
+
+    state = tmp_path / "s.json"
+    fd = os.open(tmp_path / "s.json.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # a first run in progress
+    try:
+        monkeypatch.setattr(sys, "stdin", io.StringIO("1\n"))
+        assert main(["continual", "--horizon", "8", "--state", str(state)]) == 2
+        assert "another sparsedp continual run" in capsys.readouterr().err
+        assert not state.exists()  # nothing drawn, nothing saved
+    finally:
+        os.close(fd)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("1\n"))
+    assert main(["continual", "--horizon", "8", "--state", str(state)]) == 0  # free again

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
+import json
 import math
+import os
 import sys
+import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
@@ -71,6 +76,148 @@ def _stdin_values(stdin: TextIO) -> Iterator[float]:
         yield value
 
 
+# ---- the --state file: saved before a step is printed, never resumed behind what was published ----
+#
+# A step is *committed* before anything of it is printed: the counter state including the step is
+# written (ContinualCounter.save: temporary file, fsync, rename), then the publication record
+# ``<state>.published`` (the number of steps committed, written the same way), then the directory
+# is fsynced so that both renames survive a crash; only then is the step's line printed.  So the
+# state on disk is never behind what was published, and a failed save stops the run with nothing
+# of that step printed.  A resume whose state holds fewer steps than the record (an older copy
+# restored over the latest one, or a lost state) is refused: continuing from it would release the
+# steps in between again with fresh noise, uncharged.  A resume whose state is ahead of the record
+# (the run died after the save) brings the record up first; it re-prints the last committed step
+# (on stderr, from the state: never drawn again), so a value that was saved but never printed is
+# not lost.
+
+_RECORD_VERSION = 1
+
+
+def _record_path(state: Path) -> Path:
+    """The publication record of the state file ``state``: ``<state>.published``."""
+    return state.with_name(state.name + ".published")
+
+
+def _read_record(path: Path) -> int | None:
+    """How many steps were committed (saved, then printed) from the state file the record ``path``
+    belongs to; ``None`` when there is no record (a new state file)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise SparseDPError(f"cannot read the publication record {path}: {exc}") from exc
+    try:
+        data = json.loads(text)
+        steps = data["published"]
+        if data.get("version") != _RECORD_VERSION or isinstance(steps, bool) or not isinstance(steps, int) \
+                or steps < 0:
+            raise ValueError(steps)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise SparseDPError(f"{path} is not a publication record of sparsedp continual: refusing to resume "
+                            f"(it says how many steps of the --state file were published)") from exc
+    return steps
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` as :meth:`ContinualCounter.save` writes the state: a temporary
+    owner-only (``0600``) file in the same directory, flushed and fsynced, renamed over ``path``."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), 0o600)
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _sync_directory(directory: Path) -> None:
+    """fsync ``directory``, so that the renames of the state and of its record are on disk (POSIX;
+    a file system that cannot sync a directory is left as it is)."""
+    if os.name == "nt":  # pragma: no cover - no directory handles to sync
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise
+    finally:
+        os.close(fd)
+
+
+def _commit(counter: ContinualCounter, state: Path, record: Path, before: str) -> None:
+    """Make the counter's state after its step ``t`` durable, and record ``t`` steps as published,
+    before anything of step ``t`` is printed (``before`` names what would be printed).  Any
+    failure raises :class:`SparseDPError`: nothing of the step is printed."""
+    t = counter.t
+    try:
+        counter.save(state)
+        _write_atomic(record, json.dumps({"version": _RECORD_VERSION, "published": t}).encode())
+        _sync_directory(state.parent)
+    except OSError as exc:
+        raise SparseDPError(f"cannot save the counter state {state} after step {t} ({exc}); {before} was not "
+                            f"printed. The state file is not behind anything published: resume from it") from exc
+
+
+def _check_resume(state: Path, record: Path, t: int) -> None:
+    """Refuse a state file that holds fewer steps (``t``) than its record says were published."""
+    published = _read_record(record)
+    if published is not None and published > t:
+        held = f"holds {t} step(s)" if state.exists() else "is missing (0 steps)"
+        raise SparseDPError(
+            f"{published} steps were published from the counter state {state} (record {record.name}), but it "
+            f"{held}: it is not the latest state (an older copy?). Resuming would release step(s) {t + 1}.."
+            f"{published} again with fresh noise, beyond the budget. Restore the latest state; to start a new "
+            f"release of new data (a new budget), use a new --state file")
+
+
+def _resume_note(counter: ContinualCounter, state: Path, record: Path, std: bool, stderr: TextIO) -> None:
+    """On a resume after step ``t >= 1``: bring the record up to ``t`` (the step may have been saved
+    but never printed), then re-print step ``t``'s released value from the state on stderr."""
+    t = counter.t
+    if t == 0:
+        return
+    if (_read_record(record) or 0) < t:
+        _commit(counter, state, record, f"the note re-printing step {t}")
+    value = float(counter.state()["stack"][-1][2])  # the noisy running sum released at step t
+    shown = f"{value:.6f}" + (f" (standard deviation {counter.last_variance ** 0.5:.6f})" if std else "")
+    stderr.write(f"sparsedp: resuming {state.name} after step {t} of {counter.horizon}; step {t} was released "
+                 f"as {shown}\n")
+    stderr.flush()
+
+
+@contextlib.contextmanager
+def _state_lock(state: Path | None) -> Iterator[None]:
+    """Hold an exclusive lock on ``<state>.lock`` for the whole run: two runs on one state file would
+    each pass the resume check and release the same next step twice (with independent noise).  A
+    second run is refused at once (:class:`SparseDPError`), before anything is read or drawn."""
+    if state is None:
+        yield
+        return
+    import fcntl
+
+    lock = state.with_name(state.name + ".lock")
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise SparseDPError(f"cannot create the lock file {lock}: {exc}") from exc
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            raise SparseDPError(f"another sparsedp continual run is using the counter state {state} (lock {lock.name}); "
+                                "two runs on one state would release the same step twice") from exc
+        yield
+    finally:
+        os.close(fd)
+
+
 def _stream(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
     if args.horizon is None:
         raise SparseDPError("--horizon is required (or use --report N)")
@@ -84,6 +231,9 @@ def _stream(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: Tex
         raise SparseDPError("--method gls-tree is pure DP (--epsilon) and has no --state (its noise is drawn ahead)")
     counter: ContinualCounter | GLSTreeCounter
     secure = not args.float_noise
+    record = _record_path(state) if state is not None else None
+    if state is not None and not state.exists():
+        _check_resume(state, _record_path(state), 0)  # a lost state with steps published: not a new run
     if args.method == "gls-tree":
         counter = GLSTreeCounter(args.horizon, args.epsilon, weights=args.weights, rng=args.seed,
                                  increments=args.increments, secure=secure)
@@ -92,6 +242,7 @@ def _stream(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: Tex
         counter = ContinualCounter.load(state, rng=args.seed, horizon=args.horizon, epsilon=args.epsilon,
                                         rho=args.rho, weights=args.weights, increments=args.increments,
                                         secure=secure)
+        _check_resume(state, _record_path(state), counter.t)  # before any step is drawn
     else:
         kw: dict[str, Any] = {"rho": args.rho} if args.rho is not None else {"epsilon": args.epsilon}
         counter = ContinualCounter(args.horizon, weights=args.weights, rng=args.seed, increments=args.increments,
@@ -104,6 +255,8 @@ def _stream(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: Tex
         stderr.write("sparsedp: warning: --seed makes the noise reproducible by anyone who knows the seed: "
                      "these outputs are NOT private (omit --seed for fresh operating-system entropy)\n")
         stderr.flush()
+    if state is not None and record is not None and isinstance(counter, ContinualCounter):
+        _resume_note(counter, state, record, args.std, stderr)
     values: Iterable[float]
     if file_values is None:
         values = _stdin_values(stdin)
@@ -115,13 +268,11 @@ def _stream(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: Tex
         values = progress_bar(file_values.tolist(), desc="continual", unit="step", disable=None)
     for value in values:
         noisy = counter.update(value)
-        if args.std:
-            stdout.write(f"{noisy:.6f}\t{counter.last_variance ** 0.5:.6f}\n")
-        else:
-            stdout.write(f"{noisy:.6f}\n")
+        line = f"{noisy:.6f}\t{counter.last_variance ** 0.5:.6f}\n" if args.std else f"{noisy:.6f}\n"
+        if state is not None and record is not None and isinstance(counter, ContinualCounter):
+            _commit(counter, state, record, f"step {counter.t}")  # durable before anything is printed
+        stdout.write(line)
         stdout.flush()
-        if state is not None and isinstance(counter, ContinualCounter):
-            counter.save(state)
     return 0
 
 
@@ -136,7 +287,8 @@ def _run(args: argparse.Namespace) -> int:
         raise SparseDPError("give --epsilon (Laplace) or --rho (Gaussian, zCDP), not both")
     if args.epsilon is None and args.rho is None:
         args.epsilon = 1.0
-    return _stream(args, sys.stdin, sys.stdout, sys.stderr)
+    with _state_lock(Path(args.state) if args.state else None):
+        return _stream(args, sys.stdin, sys.stdout, sys.stderr)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -189,8 +341,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "(fenwick: = binary mechanism)")
     p.add_argument("--std", action="store_true", help="also print the exact standard deviation of each output")
     p.add_argument("--state", default=None,
-                   help="JSON file to resume from and to save to after every step. It holds the exact running "
-                   "sums, so it is secret: it is written atomically with mode 0600 (owner only). A resume must "
+                   help="JSON file to resume from and to save to after every step, before the step is printed "
+                   "(a failed save stops the run with nothing of that step printed). It holds the exact running "
+                   "sums, so it is secret: it is written atomically with mode 0600 (owner only). Beside it, "
+                   "STATE.published records how many steps were published: a resume from an older copy of the "
+                   "state (or after the state was lost) is refused, since it would release published steps again "
+                   "with fresh noise; a resume re-prints the last saved step on stderr. A resume must "
                    "give the same --horizon, --epsilon/--rho, --weights, --increments and --float-noise as the run "
                    "that wrote it, or it is refused")
     p.add_argument("--report", type=int, metavar="N", default=None,
