@@ -6,6 +6,13 @@
 
 Subsystems add their own commands: every module named in ``COMMAND_MODULES`` that exists defines
 ``register(subparsers)``, which adds sub-parsers whose ``func(args) -> int`` runs the command.
+
+Files written (issue 26): before a command runs, the files it would write (``FILE_OPTIONS``) are
+checked by :func:`sparsedp._cli_util.check_output_paths`: no output may be one of the command's
+input files (after resolving symlinks and ``..``), two outputs may not be one file, every output's
+directory must exist, and an existing release file is replaced only with ``--force`` (added to every
+command that writes one).  So a bad path stops the command with ``sparsedp: error: ...`` before any
+data are read, any budget is charged or any noise is drawn.
 """
 
 from __future__ import annotations
@@ -15,12 +22,14 @@ import importlib
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
 from . import strategies as st
 from . import workloads as wl
+from ._cli_util import OutputFile, check_output_paths
 from .datasets import DEFAULT_DPBENCH, demo_histogram
 from .errors import SparseDPError
 from .mechanism import MatrixMechanism
@@ -88,7 +97,7 @@ def _release(args: argparse.Namespace) -> int:
 
     if args.seed is not None:
         print("WARNING: --seed makes the noise reproducible: this release is NOT private", file=sys.stderr)
-    res = run_spec(args.spec, rng=args.seed)
+    res = run_spec(args.spec, rng=args.seed, force=args.force)
     m = res.release.measurement
     cost = f"epsilon {m.cost.epsilon:g}" if m.cost.epsilon else f"rho {m.cost.rho:g}"
     print(f"released {res.answers.size} answers ({cost}, {'exact' if m.secure else 'float'} noise)")
@@ -113,6 +122,73 @@ COMMAND_MODULES = (
     "sparsedp.optimize.cli",
     "sparsedp.marginals.cli",
 )
+
+
+def _scaleout_side(out: str | None, chunked: bool) -> list[OutputFile]:
+    """The ledger ``OUT.release.json`` a chunked release writes next to its ``.npy`` / ``.zarr`` output."""
+    return [OutputFile("the ledger of --out", f"{out}.release.json", release=True)] if out and chunked else []
+
+
+def _histogram_files(a: argparse.Namespace) -> tuple[list, list[OutputFile]]:
+    return [a.data], [OutputFile("--out", a.out, release=True), *_scaleout_side(a.out, a.executor is not None)]
+
+
+def _restaurant_files(a: argparse.Namespace) -> tuple[list, list[OutputFile]]:
+    chunked = a.chunk is not None or (a.out is not None and Path(a.out).suffix in (".npy", ".zarr"))
+    outs = [OutputFile("--out", a.out, release=True), *_scaleout_side(a.out, chunked),
+            OutputFile("--json", a.json), OutputFile("--plot", a.plot)]
+    return [a.data], outs
+
+
+def _flows_files(a: argparse.Namespace) -> tuple[list, list[OutputFile]]:
+    return [a.trips_file], [OutputFile("--out", a.out, release=True), OutputFile("--json", a.json),
+                            OutputFile("--write-network", a.write_network)]
+
+
+def _complete_files(a: argparse.Namespace) -> tuple[list, list[OutputFile]]:
+    return [a.data], [OutputFile("--save", a.save, release=True), OutputFile("--json", a.json)]
+
+
+def _marginals_files(a: argparse.Namespace) -> tuple[list, list[OutputFile]]:
+    return [a.data, a.categories], [OutputFile("--out", a.out, release=True)]
+
+
+def _optimize_files(a: argparse.Namespace) -> tuple[list, list[OutputFile]]:
+    # a workload is NAME, FILE or FILE:WEIGHT; only names of existing files can be overwritten
+    candidates = [w for spec in a.workload for w in (spec, spec.rpartition(":")[0]) if w]
+    return [w for w in candidates if Path(w).exists()], [OutputFile("--json", a.json), OutputFile("--save", a.save)]
+
+
+#: Per command: a function of its parsed arguments giving the files it reads and the files it
+#: writes (:class:`~sparsedp._cli_util.OutputFile`; ``release=True`` for release files, which get
+#: ``--force``).  ``continual`` is absent: its ``--state`` file is read and rewritten by design.
+FILE_OPTIONS: dict[str, tuple[Callable[[argparse.Namespace], tuple[list, list[OutputFile]]], bool]] = {
+    "histogram": (_histogram_files, True),
+    "restaurant": (_restaurant_files, True),
+    "flows": (_flows_files, True),
+    "complete": (_complete_files, True),
+    "marginals": (_marginals_files, True),
+    "optimize": (_optimize_files, False),
+}
+
+
+def _add_force_options(sub: argparse._SubParsersAction) -> None:
+    """``--force`` on every command of ``FILE_OPTIONS`` that writes a release file."""
+    for name, (_, writes_release) in FILE_OPTIONS.items():
+        parser = sub.choices.get(name)
+        if parser is not None and writes_release:
+            parser.add_argument("--force", action="store_true",
+                                help="replace the release file (--out / --save) if it exists (default: refuse); "
+                                "an output never replaces an input file")
+
+
+def _check_files(args: argparse.Namespace) -> None:
+    """The checks of :func:`~sparsedp._cli_util.check_output_paths` on the command's files."""
+    entry = FILE_OPTIONS.get(args.command)
+    if entry is None:
+        return
+    inputs, outputs = entry[0](args)
+    check_output_paths([o for o in outputs if o.path is not None], inputs, force=bool(getattr(args, "force", False)))
 
 
 def _register_subsystems(sub: argparse._SubParsersAction) -> None:
@@ -161,6 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
     rel.add_argument("spec", help="the spec file (.toml)")
     rel.add_argument("--seed", type=int, default=None,
                      help="seed the noise (reproducible, and then NOT private); default: OS entropy")
+    rel.add_argument("--force", action="store_true",
+                     help="replace the spec's release file if it exists (as 'overwrite = true' in [output]); "
+                     "outputs never replace the spec or its data, and stay in the spec's directory")
     rel.set_defaults(func=_release)
     led = sub.add_parser("ledger", help="print the privacy ledger of a release file",
                          description="Print what a sparsedp release file says was measured: every "
@@ -168,6 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     led.add_argument("file", help="a release file (.npz) written by sparsedp")
     led.set_defaults(func=_ledger)
     _register_subsystems(sub)
+    _add_force_options(sub)
     return parser
 
 
@@ -178,6 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
+        _check_files(args)  # before the command reads its data, charges or draws
         with command_progress():  # long library loops may draw tqdm bars (on a terminal only)
             return int(args.func(args))
     except SparseDPError as exc:

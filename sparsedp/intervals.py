@@ -91,6 +91,17 @@ class IntervalRows(Operator):
         self.lo, self.hi, self.weights = lo_a, hi_a, w
         self.meta = dict(meta or {})
 
+    def frozen_copy(self) -> "IntervalRows":
+        """An :class:`IntervalRows` (this exact class) with read-only copies of ``lo``, ``hi`` and
+        ``weights`` (``meta`` is copied shallowly: it only guides estimators).  ``O(rows)``.  What
+        :func:`~sparsedp.measure.plan_measurement` measures, so that editing the caller's operator
+        after planning (``M.weights[:] = 1e6``) changes nothing measured."""
+        lo, hi, w = (np.array(a, copy=True) for a in (self.lo, self.hi, self.weights))
+        out = IntervalRows(self.shape[1], lo, hi, w, name=self.name, structure=self.structure, meta=self.meta)
+        for arr in (out.lo, out.hi, out.weights):  # fresh arrays (the copies, or the constructor's)
+            arr.flags.writeable = False
+        return out
+
     # -- products ------------------------------------------------------------------------------
     def _matvec(self, x: np.ndarray) -> np.ndarray:
         v = np.ravel(x)

@@ -1,7 +1,8 @@
 """Reading data: a histogram from ``.npy``, CSV or Parquet, directly or by binning records.
 
-* ``.npy``: a 1-D array.  Without ``bins`` it *is* the histogram (non-negative integer counts);
-  with ``bins`` it holds one value per record, binned.
+* ``.npy``: a 1-D array of real numbers (an integer or floating dtype: complex, bool, text,
+  dates and objects are refused, never cast).  Without ``bins`` it *is* the histogram
+  (non-negative integer counts); with ``bins`` it holds one value per record, binned.
 * ``.csv``: a header row; ``column`` names the column.  Without ``bins`` the column is the
   histogram (one count per row); with ``bins`` it holds one value per record.  Parsed by pandas
   when it is installed (fast), else by the standard library's ``csv`` (same results and errors).
@@ -11,6 +12,8 @@
 ``bins = Bins(start, stop, width)`` maps a record value ``v`` to bin ``floor((v - start) / width)``
 over ``[start, stop)``; records outside are refused unless ``clip=True`` puts them in the end
 bins.  The domain (``start``, ``stop``, ``width``) is public: it must not be derived from the data.
+It has at most :data:`MAX_BINS` ``= 2^31`` bins (more raise
+:class:`~sparsedp.errors.InputBoundError` before anything is allocated).
 Every failure is a :class:`~sparsedp.errors.SparseDPError` that names the problem (missing file or
 column, non-numeric or empty data, values outside the domain).
 
@@ -32,10 +35,15 @@ from typing import Any, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from .errors import NonFiniteInputError, ShapeError, SparseDPError
+from .errors import InputBoundError, NonFiniteInputError, ShapeError, SparseDPError
 from .validation import check_counts
 
 __all__ = ["Bins", "load_npy", "read_values", "read_columns", "load_histogram", "load_entries", "bin_records", "bin_indices"]
+
+#: Largest number of bins of a public domain (:class:`Bins`).  A histogram of ``2^31`` bins already
+#: takes 16 GiB of float64; a larger count (``--bins 0 1e13 1``) is a mistake, refused with
+#: :class:`~sparsedp.errors.InputBoundError` instead of failing in the allocation.
+MAX_BINS: int = 2**31
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,11 @@ class Bins:
                 raise SparseDPError(f"bins.{name} must be a finite number, got {v!r}")
         if self.width <= 0 or self.stop <= self.start:
             raise SparseDPError(f"bins need stop > start and width > 0, got {self}")
+        ratio = (self.stop - self.start) / self.width  # float: inf for a domain wider than 10^308
+        if not ratio <= MAX_BINS:  # checked before any histogram of that many bins is allocated
+            many = f"{math.ceil(ratio)}" if math.isfinite(ratio) else "more than 10^308"
+            raise InputBoundError(f"bins [{self.start}, {self.stop}) of width {self.width} make {many} bins; at most "
+                                  f"{MAX_BINS} (2^31) bins are supported")
 
     @property
     def count(self) -> int:
@@ -92,6 +105,15 @@ def load_npy(path: str | Path) -> np.ndarray:
         raise SparseDPError(f"cannot read {p}: {exc}") from exc
 
 
+def check_real_dtype(arr: np.ndarray, path: str | Path, what: str = "values are not real numbers") -> np.ndarray:
+    """``arr`` if its dtype is an integer or floating one; else :class:`SparseDPError` naming
+    ``path``, ``what`` and the dtype (a complex array is never cast: that would drop its imaginary
+    part; bool, text, bytes, dates, time spans and objects are not counts or record values)."""
+    if arr.dtype.kind not in "iuf":  # signed, unsigned integers, floats (timedelta64 is an integer subclass: 'm')
+        raise SparseDPError(f"{path}: {what} (dtype {arr.dtype}; integer or floating values are needed)")
+    return arr
+
+
 def load_npy_table(path: str | Path, ncols: int, need: str, what: str) -> np.ndarray:
     """A 2-D ``.npy`` array with ``ncols`` columns of real numbers (integer or floating; no bool,
     no complex), as :func:`load_npy` reads it.  A wrong shape raises :class:`ShapeError` saying
@@ -101,9 +123,7 @@ def load_npy_table(path: str | Path, ncols: int, need: str, what: str) -> np.nda
     arr = load_npy(p)
     if arr.ndim != 2 or arr.shape[1] != ncols:
         raise ShapeError(f"{p} holds an array of shape {arr.shape}; {need} is needed")
-    if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
-        raise SparseDPError(f"{p}: {what} (dtype {arr.dtype})")
-    return arr
+    return check_real_dtype(arr, p, what)
 
 
 def read_values(path: str | Path, column: str | None = None) -> np.ndarray:
@@ -116,7 +136,7 @@ def read_values(path: str | Path, column: str | None = None) -> np.ndarray:
         arr = load_npy(p)
         if arr.ndim != 1:
             raise ShapeError(f"{p} holds an array of shape {arr.shape}; a 1-D array is needed")
-        values = arr
+        values = check_real_dtype(arr, p)
     elif suffix == ".csv":
         values = _csv_column(p, column)
     elif suffix in (".parquet", ".pq"):
@@ -198,7 +218,8 @@ def _parquet_columns(p: Path, columns: Sequence[str]) -> dict[str, np.ndarray]:
     out = {}
     for column in columns:
         series = frame[column]
-        if not pd.api.types.is_numeric_dtype(series):
+        if (not pd.api.types.is_numeric_dtype(series) or pd.api.types.is_bool_dtype(series)
+                or pd.api.types.is_complex_dtype(series)):
             raise SparseDPError(f"{p}: column {column!r} is not numeric (dtype {series.dtype})")
         out[column] = series.to_numpy(dtype=np.float64, na_value=np.nan)
     return out

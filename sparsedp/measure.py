@@ -13,7 +13,10 @@ is where privacy noise is drawn for a measurement:
 
    Given ``epsilon`` (or ``rho``) alone, the scales are homoscedastic, ``b = Delta_1(A) / epsilon``
    (``sigma = Delta_2(A) / sqrt(2 rho)``), rounded up.  Given ``scales``, the loss of those scales
-   is computed; a stated ``epsilon`` must cover it.
+   is computed; a stated ``epsilon`` must cover it.  The plan owns what it calibrated: read-only
+   copies (``O(nnz)``, never densified) of the interval rows, sparse matrices, Kronecker factors or
+   explicit entries it measures, so editing the caller's operator afterwards changes nothing
+   measured (issue 26).
 2. :meth:`MeasurementPlan.measure` validates the data (shape, finite, counts, the input bound
    ``2^50`` on ``x`` and on ``A x``), the generator and the budget, **then** charges the
    accountant (with a :class:`~sparsedp.privacy.LedgerEntry`), **then** draws the noise.
@@ -31,7 +34,6 @@ grid unit, and the loss is computed for ``ceil(|A_ij| / g) + 1`` grid units per 
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -49,8 +51,8 @@ from .errors import (
     UnsupportedStructureError,
 )
 from .intervals import IntervalRows
-from .operators import Operator, SparseOperator, aslinearoperator
-from .privacy import Accountant, LedgerEntry, PrivacyCost, rho_for_approx_dp
+from .operators import Operator, SparseOperator, aslinearoperator, frozen_csr
+from .privacy import Accountant, LedgerEntry, PrivacyCost, ledger_time, rho_for_approx_dp
 from .validation import (
     MAX_MAGNITUDE,
     check_counts,
@@ -98,6 +100,13 @@ class MeasurementPlan:
     cost: PrivacyCost  # what is charged: the stated budget, which covers ``loss``
     row_factors: np.ndarray | None = None  # integer-row form: y = f * (integer rows x + noise)
     identity: bool = False  # the measured matrix is the identity (checked entry by entry): y = x + z
+
+    def __post_init__(self) -> None:
+        # The plan's own arrays (never the caller's: plan_measurement copies what it calibrates)
+        # are made read-only, like the operator measured: a plan is fixed once calibrated.
+        for arr in (self.scales, self.unit_scales, self.row_factors):
+            if isinstance(arr, np.ndarray):
+                arr.flags.writeable = False
 
     @property
     def rows(self) -> int:
@@ -157,7 +166,7 @@ class MeasurementPlan:
             sensitivity=self.data_sensitivity,
             scale_min=float(self.scales.min()),
             scale_max=float(self.scales.max()),
-            time=time.time(),
+            time=ledger_time(),
         )
         if accountant is not None:
             accountant.spend(self.cost, label=entry.label, entry=entry)
@@ -417,6 +426,21 @@ def _is_identity(A: sp.csr_matrix) -> bool:
             and bool(np.all(A.data == 1.0)))
 
 
+def _owned(op: Operator) -> Operator:
+    """The operator a plan keeps: for the kinds whose arrays the plan measures directly
+    (:class:`IntervalRows`, :class:`SparseOperator` and :class:`~sparsedp.marginals.KronOperator`,
+    exact types) a copy with read-only arrays (``frozen_copy``, ``O(nnz)``), so that editing the
+    caller's operator after planning (``M.weights[:] = 1e6``) changes neither what is measured nor
+    what it was calibrated for.  Any other operator is returned as is: it is calibrated and
+    measured through a read-only copy of its explicit entries (:func:`_explicit_calibration`,
+    :func:`_integer_form`)."""
+    from .marginals.kron import KronOperator  # local: marginals imports this module
+
+    if type(op) in (IntervalRows, SparseOperator, KronOperator):
+        return op.frozen_copy()  # type: ignore[attr-defined]
+    return op
+
+
 def _explicit_calibration(
     op: Operator, secure: bool, g: float, p: int, unit_scales: np.ndarray | None
 ) -> tuple[Operator, bool, float, float, float, bool]:
@@ -425,6 +449,8 @@ def _explicit_calibration(
     entries: every column holds one 1, so ``Delta_1 = Delta_2 = 1`` exactly, the grid is exact,
     and :meth:`MeasurementPlan.measure` skips the product (``y = x + z``)."""
     A = sp.csr_matrix(op.tosparse(), dtype=np.float64)
+    if type(op) is not SparseOperator:  # a SparseOperator here is the plan's frozen copy (_owned)
+        A = frozen_csr(A)  # the operator may hand out a matrix it keeps (and its caller may edit)
     if A.shape != op.shape:
         raise ShapeError(f"the strategy's explicit form has shape {A.shape}, not {op.shape}")
     if (not secure or g == 1.0) and _is_identity(A):
@@ -517,22 +543,24 @@ def _integer_form(op: Operator) -> tuple[Operator, np.ndarray] | None:
     """``(H, f)`` with ``op = diag(f) H`` and ``H`` integer, when the operator says so: a Haar-like
     ``integer_rows`` form, a weighted strategy over an integer base, or interval rows with
     non-integer weights.  ``None`` when ``op`` is already integer or has no such form."""
-    if type(op) is IntervalRows:
+    if type(op) is IntervalRows:  # the plan's frozen copy (_owned): its weights are read-only
         w = op.weights
         if np.all(w == np.round(w)):
             return None
-        return IntervalRows(op.shape[1], op.lo, op.hi, name=f"{op.name} (unit rows)"), w
+        return IntervalRows(op.shape[1], op.lo, op.hi, name=f"{op.name} (unit rows)").frozen_copy(), w
     if not isinstance(op, SparseOperator):
         return None
+    if type(op) is not SparseOperator:  # a subclass is not copied by _owned: copy what is measured
+        op = op.frozen_copy()
     form = op.meta.get("integer_rows") if op.base is None else None
     if form is not None:
-        H, f = form
-        return SparseOperator(sp.csr_matrix(H, dtype=np.float64), name=f"{op.name} (integer rows)"), np.asarray(f, float)
+        H, f = form  # frozen by SparseOperator.frozen_copy
+        return SparseOperator(H, name=f"{op.name} (integer rows)"), f
     if op.base is not None and op.row_weights is not None:
         base = op.base
         if isinstance(base, SparseOperator) and base.matrix.nnz and np.all(base.matrix.data == np.round(base.matrix.data)):
             if not np.all(op.row_weights == np.round(op.row_weights)):
-                return base, np.asarray(op.row_weights, dtype=np.float64)
+                return base, op.row_weights
     return None
 
 
@@ -599,7 +627,7 @@ def plan_measurement(
     more scales are given, each is rounded *up* to the grid ``2^(k/64)`` (at most 1.1% more noise
     standard deviation; the loss is computed after rounding, so it only falls).
     """
-    op = aslinearoperator(M, name="strategy")
+    op = _owned(aslinearoperator(M, name="strategy"))  # read-only copies: later edits of M change nothing
     eps, r = _budget(noise, epsilon, rho, delta)
     m = op.shape[0]
     g = check_positive(grid, "grid")

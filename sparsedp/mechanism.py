@@ -32,6 +32,7 @@ import numpy as np
 
 from .accuracy import ErrorReport, expected_error
 from .errors import InvalidPrivacyParameterError, ShapeError, SparseDPError
+from .inference import _METHODS as RECONSTRUCTION_METHODS
 from .inference import Reconstruction, reconstruct
 from .calibration import gaussian_sigma, laplace_scale
 from .measure import Measurement, plan_measurement
@@ -195,6 +196,9 @@ class MatrixMechanism:
         # from the same entries (never from a structure tag or a closed form it claims).
         self._plan = plan_measurement(self.M, epsilon=epsilon, rho=rho, delta=delta, noise=noise,
                                       secure=self.secure, grid=grid)
+        # the plan's read-only copy of the strategy (interval rows, sparse and Kronecker operators):
+        # editing the caller's M later changes neither the measurement nor its reconstruction
+        self.M = self._plan.strategy
         self.grid = self._plan.grid
         self.cost = self._plan.cost
         if noise == "laplace":
@@ -244,6 +248,9 @@ class MatrixMechanism:
             chunk: int | None = None, out: Any = None, scratch: Any = None, progress: bool | None = None) -> Any:
         """Measure, reconstruct (``ls``, ``nnls`` or ``l1``) and answer the workload.
 
+        Another ``method`` raises :class:`~sparsedp.errors.SparseDPError` before anything is
+        charged or drawn (as does bad input, in :meth:`measure`).
+
         Partitioned data (issue 14): when ``x`` is a ``.npy`` / ``.zarr`` path or a ``dask.array``, or
         ``executor`` / ``out`` is given, a hierarchical strategy (``hierarchical(n, k)``) is measured
         chunk by chunk through :func:`sparsedp.scaleout.release_hierarchical` (``executor``:
@@ -253,6 +260,8 @@ class MatrixMechanism:
         for the same noise, one ledger entry; see :mod:`sparsedp.scaleout.matrix` for what differs."""
         from .scaleout.matrix import is_partitioned, run_scaleout
 
+        if not isinstance(method, str) or method not in RECONSTRUCTION_METHODS:  # before anything is charged
+            raise SparseDPError(f"method must be one of {sorted(RECONSTRUCTION_METHODS)}, got {method!r}")
         if executor is not None or out is not None or chunk is not None or scratch is not None or is_partitioned(x):
             return run_scaleout(self, x, rng=rng, method=method, counts=counts, executor=executor, chunk=chunk,
                                 out=out, scratch=scratch, progress=progress)

@@ -36,6 +36,29 @@ __all__ = [
 ]
 
 
+def readonly_copy(a: Any, dtype: Any = None) -> np.ndarray:
+    """A copy of the array ``a`` that cannot be written to (``flags.writeable = False``).
+
+    What a measurement plan keeps of the arrays it calibrated: the caller's own array stays
+    writeable, and editing it later changes nothing the plan measures."""
+    out = np.array(a, dtype=dtype, copy=True)
+    out.flags.writeable = False
+    return out
+
+
+def frozen_csr(A: Any) -> sp.csr_matrix:
+    """A float64 CSR copy of the sparse (or dense) matrix ``A`` whose ``data``, ``indices`` and
+    ``indptr`` are fresh read-only arrays, in canonical form (sorted indices, duplicates summed, so
+    that no scipy routine needs to sort it in place later).  ``O(nnz)`` for a sparse ``A``: never
+    densified."""
+    M = sp.csr_matrix(A, dtype=np.float64, copy=True)
+    if not M.has_canonical_format:
+        M.sum_duplicates()
+    for arr in (M.data, M.indices, M.indptr):
+        arr.flags.writeable = False
+    return M
+
+
 class Operator(LinearOperator):
     """Base class of sparsedp operators (a :class:`LinearOperator` with sparse extras).
 
@@ -135,6 +158,31 @@ class SparseOperator(Operator):
 
     def tosparse(self) -> sp.csr_matrix:
         return self.matrix
+
+    def frozen_copy(self) -> "SparseOperator":
+        """A :class:`SparseOperator` (this exact class) with read-only copies of this operator's
+        arrays: the matrix (:func:`frozen_csr`), ``row_weights``, the ``base`` of a weighted operator
+        (its own frozen copy) and the ``integer_rows`` form of ``meta`` (the other ``meta`` entries
+        are shared: they only guide estimators).  ``O(nnz)``.  What
+        :func:`~sparsedp.measure.plan_measurement` measures, so that editing the caller's operator
+        after planning changes nothing measured."""
+        meta = dict(self.meta)
+        form = meta.get("integer_rows")
+        if form is not None:
+            H, f = form
+            meta["integer_rows"] = (frozen_csr(H), readonly_copy(f, np.float64))
+        base = self.base.frozen_copy() if isinstance(self.base, SparseOperator) else self.base
+        out = SparseOperator(
+            frozen_csr(self.matrix),
+            name=self.name,
+            structure=self.structure,
+            meta=meta,
+            base=base,
+            row_weights=None if self.row_weights is None else readonly_copy(self.row_weights, np.float64),
+        )
+        for arr in (out.matrix.data, out.matrix.indices, out.matrix.indptr):
+            arr.flags.writeable = False  # the constructor shares the frozen arrays; this makes sure
+        return out
 
 
 def aslinearoperator(A: Any, name: str = "matrix") -> Operator:

@@ -36,6 +36,20 @@ __all__ = [
     "parallel",
 ]
 
+#: Seconds to which a ledger entry's charge time is rounded down (one hour).
+LEDGER_TIME_RESOLUTION = 3600
+
+
+def ledger_time(now: float | None = None) -> float:
+    """The time a ledger records for a charge made ``now`` (default: the clock), rounded down to
+    :data:`LEDGER_TIME_RESOLUTION`: precise enough to order and audit releases, too coarse to time
+    the reading of the data that came before the charge."""
+    import time as _time
+
+    t = _time.time() if now is None else float(now)
+    return float(int(t // LEDGER_TIME_RESOLUTION) * LEDGER_TIME_RESOLUTION)
+
+
 @dataclass(frozen=True)
 class PrivacyCost:
     """The privacy loss of one release: pure ``epsilon``, or ``rho``-zCDP.  Exactly one is > 0."""
@@ -85,7 +99,9 @@ class LedgerEntry:
     sensitivity: float | None = None  # Delta_p of the measured matrix (sampler units)
     scale_min: float | None = None  # smallest and largest per-row noise scale
     scale_max: float | None = None
-    time: float | None = None  # UNIX time of the charge
+    #: UNIX time of the charge, rounded down to the hour (:data:`LEDGER_TIME_RESOLUTION`): the charge
+    #: comes after the data are read and checked, so a finer clock would show how long that took
+    time: float | None = None
 
     def as_dict(self) -> dict:
         """A JSON-ready dict (the cost as ``epsilon`` / ``rho``)."""
@@ -142,7 +158,8 @@ class Accountant:
     * Thread-safe: the check and the record happen under one lock, so concurrent spends can never
       together exceed the budget.
     * Tamper-evident: the budget cannot be changed after construction (``acc.epsilon = 100``
-      raises), and :attr:`history` is a tuple copy: the ledger is append-only through
+      raises, and so does calling ``__init__`` again, which would reset :attr:`spent`), and
+      :attr:`history` is a tuple copy: the ledger is append-only through
       :meth:`spend`.  (This protects against mistakes and careless callers, not against code
       running in the same interpreter that means harm.)
     """
@@ -150,6 +167,14 @@ class Accountant:
     __slots__ = ("_epsilon", "_rho", "_total", "_spent", "_history", "_lock")
 
     def __init__(self, epsilon: float | None = None, rho: float | None = None) -> None:
+        try:  # __init__ runs once per object: calling it again would reset what was spent
+            object.__getattribute__(self, "_lock")
+        except AttributeError:
+            pass
+        else:
+            raise InvalidPrivacyParameterError(
+                "this Accountant is already initialised: its budget and what it has spent cannot be reset "
+                "(create a new Accountant for a new budget)")
         if (epsilon is None) == (rho is None):
             raise InvalidPrivacyParameterError("give exactly one total budget: epsilon= or rho=")
         eps = None if epsilon is None else check_positive(epsilon, "epsilon")

@@ -28,11 +28,17 @@
     release = "release.npz"      # release file: answers, estimate, ledger (sparsedp ledger FILE)
     report = "report.md"         # markdown report (released values and their accuracy only)
     plot = "report.png"          # released histogram (needs matplotlib)
+    overwrite = false            # replace an existing release file (the CLI's --force)
 
-The data are checked, the budget charged once (one measurement through the measurement path),
-the estimate reconstructed by GLS (NNLS with ``nonnegative``), then made consistent with the
-public total by post-processing.  Nothing computed from the raw data other than the release is
-written.
+Everything is checked before the budget is charged: unknown sections and keys, the data, the
+workload, the strategy, the budget, ``total`` (a real number in ``[0, 2^50]``: the counts are
+non-negative, so no release adds up to a negative total) and the outputs.  Outputs are written in
+the spec's directory only (a path whose ``..``, absolute form or symlinks lead out of it is
+refused), never over the spec or its data file, each to its own file, and an existing release file
+is replaced only with ``overwrite = true`` or ``force=True`` (``sparsedp release --force``).  Then
+the budget is charged once (one measurement through the measurement path), the estimate
+reconstructed by GLS (NNLS with ``nonnegative``), then made consistent with the public total by
+post-processing.  Nothing computed from the raw data other than the release is written.
 """
 
 from __future__ import annotations
@@ -46,15 +52,26 @@ import numpy as np
 
 from . import strategies as st
 from . import workloads as wl
-from .errors import SparseDPError
+from ._cli_util import OutputFile, check_output_paths
+from .errors import InfeasibleConstraintsError, InputBoundError, SparseDPError
 from .io import as_bins, load_histogram
 from .mechanism import MatrixMechanism, Release
 from .privacy import Accountant
 from .release_file import save_release
+from .validation import MAX_MAGNITUDE
 
 __all__ = ["SpecResult", "load_spec", "run_spec"]
 
-_SECTIONS = {"data", "workload", "strategy", "privacy", "consistency", "output"}
+#: The keys each section may hold (anything else is refused: a misspelt key must not be ignored).
+_KEYS: dict[str, frozenset[str]] = {
+    "data": frozenset({"path", "column", "bins", "clip"}),
+    "workload": frozenset({"kind", "ranges"}),
+    "strategy": frozenset({"kind", "branching", "time_limit"}),
+    "privacy": frozenset({"epsilon", "rho", "delta", "noise", "secure"}),
+    "consistency": frozenset({"nonnegative", "total"}),
+    "output": frozenset({"release", "report", "plot", "overwrite"}),
+}
+_SECTIONS = set(_KEYS)
 
 
 @dataclass(frozen=True)
@@ -80,6 +97,12 @@ def load_spec(path: str | Path) -> dict[str, Any]:
     unknown = set(spec) - _SECTIONS
     if unknown:
         raise SparseDPError(f"{p}: unknown section(s) {sorted(unknown)}; known: {sorted(_SECTIONS)}")
+    for name, section in spec.items():
+        if not isinstance(section, dict):
+            raise SparseDPError(f"{p}: {name} must be a section [{name}], got a {type(section).__name__}")
+        extra = set(section) - _KEYS[name]
+        if extra:
+            raise SparseDPError(f"{p}: unknown key(s) {sorted(extra)} in [{name}]; known: {sorted(_KEYS[name])}")
     for needed in ("data", "privacy"):
         if needed not in spec:
             raise SparseDPError(f"{p}: the [{needed}] section is required")
@@ -87,10 +110,60 @@ def load_spec(path: str | Path) -> dict[str, Any]:
     return spec
 
 
+def _flag(section: dict[str, Any], key: str, where: str, default: bool = False) -> bool:
+    """A true / false key of a section (a string or a number is refused, not read as a truth value)."""
+    value = section.get(key, default)
+    if not isinstance(value, bool):
+        raise SparseDPError(f"{where}.{key} must be true or false, got {value!r}")
+    return value
+
+
+def _total(value: Any) -> float | None:
+    """The public total: ``None``, or a real number in ``[0, 2^50]`` (checked before any charge: the
+    counts are non-negative integers, so a negative total has no consistent release)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SparseDPError(f"consistency.total must be a number, got {value!r}")
+    total = float(value)
+    if not np.isfinite(total):
+        raise SparseDPError(f"consistency.total must be finite, got {value!r}")
+    if total < 0:
+        raise InfeasibleConstraintsError(f"consistency.total = {value!r}: counts are non-negative, so no release "
+                                         "adds up to a negative total")
+    if total > MAX_MAGNITUDE:
+        raise InputBoundError(f"consistency.total = {value!r} is above the supported bound 2^50")
+    return total
+
+
+def _outputs(spec: dict[str, Any], spec_path: Path, data_path: Path, force: bool) -> dict[str, Path]:
+    """The output files of a spec, checked (:func:`~sparsedp._cli_util.check_output_paths`): in the
+    spec's directory, never the spec or its data, distinct, in an existing directory, and an
+    existing release file only with ``overwrite = true`` / ``force``."""
+    out = spec.get("output", {})
+    base: Path = spec["_base"]
+    wanted: list[OutputFile] = []
+    for key in ("release", "report", "plot"):
+        if key in out:
+            if not isinstance(out[key], str) or not out[key]:
+                raise SparseDPError(f"output.{key} must be a file name, got {out[key]!r}")
+            wanted.append(OutputFile(f"output.{key}", base / out[key], release=key == "release"))
+    force = force or _flag(out, "overwrite", "output")
+    check_output_paths(wanted, [spec_path, data_path], force=force, within=base,
+                       force_hint="'overwrite = true' in [output] (or sparsedp release --force)")
+    if "plot" in out:
+        _matplotlib()  # a missing extra is found before the charge, not after it
+    return {o.name.removeprefix("output."): Path(o.path) for o in wanted}
+
+
 def _workload(section: dict[str, Any], n: int) -> Any:
     kind = section.get("kind", "identity")
     if kind == "ranges":
-        ranges = np.asarray(section.get("ranges", []), dtype=np.int64)
+        raw = section.get("ranges", [])
+        if not isinstance(raw, list) or not all(
+                isinstance(r, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in r) for r in raw):
+            raise SparseDPError(f"workload.ranges must be a list of [lo, hi] pairs of integers, got {raw!r}")
+        ranges = np.asarray(raw, dtype=np.int64) if raw and len({len(r) for r in raw}) == 1 else np.zeros((0, 0))
         if ranges.ndim != 2 or ranges.shape[1] != 2 or ranges.shape[0] == 0:
             raise SparseDPError("workload.ranges must be a list of [lo, hi] pairs (inclusive bins)")
         if ranges.min() < 0 or ranges.max() >= n or np.any(ranges[:, 1] < ranges[:, 0]):
@@ -107,7 +180,10 @@ def _strategy(section: dict[str, Any], n: int) -> Any:
     if kind == "optimized":  # MatrixMechanism runs sparsedp.optimize on the workload (never the data)
         return "optimized"
     if kind == "hierarchical":
-        return st.hierarchical(n, int(section.get("branching", 16)))
+        branching = section.get("branching", 16)
+        if isinstance(branching, bool) or not isinstance(branching, int):
+            raise SparseDPError(f"strategy.branching must be an integer >= 2, got {branching!r}")
+        return st.hierarchical(n, branching)
     builders = {"identity": st.identity, "haar": st.haar, "fenwick": st.fenwick}
     if kind not in builders:
         raise SparseDPError(f"strategy.kind must be one of {sorted(builders) + ['hierarchical', 'optimized']}, "
@@ -125,23 +201,33 @@ def _consistent(x_hat: np.ndarray, total: float | None, nonnegative: bool) -> np
     return solve(x_hat, LinearConstraints(row, [float(total)], name="public total"), nonnegative=nonnegative).x
 
 
-def run_spec(path: str | Path, *, rng: Any = None, accountant: Accountant | None = None) -> SpecResult:
-    """Run the release a spec file describes (see the module docstring)."""
+def run_spec(path: str | Path, *, rng: Any = None, accountant: Accountant | None = None,
+             force: bool = False) -> SpecResult:
+    """Run the release a spec file describes (see the module docstring).  ``force`` replaces an
+    existing release file (as ``overwrite = true`` in ``[output]``).  Every check, the outputs'
+    included, comes before the budget is charged."""
     spec = load_spec(path)
     base: Path = spec["_base"]
     data = spec["data"]
     if "path" not in data:
         raise SparseDPError("data.path is required")
-    x = load_histogram(base / data["path"], data.get("column"), as_bins(data.get("bins")), bool(data.get("clip", False)))
+    if not isinstance(data["path"], str) or not data["path"]:
+        raise SparseDPError(f"data.path must be a file name, got {data['path']!r}")
+    if not isinstance(data.get("column", ""), str):
+        raise SparseDPError(f"data.column must be a column name, got {data['column']!r}")
+    cons = spec.get("consistency", {})
+    nonneg = _flag(cons, "nonnegative", "consistency")
+    total = _total(cons.get("total"))
+    priv = spec["privacy"]
+    secure = _flag(priv, "secure", "privacy", default=True)
+    files_out = _outputs(spec, Path(path), base / data["path"], force)
+    x = load_histogram(base / data["path"], data.get("column"), as_bins(data.get("bins")),
+                       _flag(data, "clip", "data"))
     n = x.size
     W = _workload(spec.get("workload", {}), n)
     M = _strategy(spec.get("strategy", {}), n)
-    priv = spec["privacy"]
     noise = priv.get("noise", "laplace")
     budget = {k: priv[k] for k in ("epsilon", "rho", "delta") if k in priv}
-    cons = spec.get("consistency", {})
-    nonneg = bool(cons.get("nonnegative", False))
-    total = cons.get("total")
     if accountant is None and "epsilon" in budget and "delta" not in budget:
         accountant = Accountant(epsilon=budget["epsilon"])
     elif accountant is None and "rho" in budget:
@@ -149,25 +235,24 @@ def run_spec(path: str | Path, *, rng: Any = None, accountant: Accountant | None
     options = None
     if isinstance(M, str):  # "optimized"; seeded random starts: the same spec gives the same strategy
         options = {"rng": 0, "time_limit": spec.get("strategy", {}).get("time_limit")}
-    mech = MatrixMechanism(W, M, noise=noise, secure=bool(priv.get("secure", True)), accountant=accountant,
+    mech = MatrixMechanism(W, M, noise=noise, secure=secure, accountant=accountant,
                            optimize_options=options, **budget)
     release = mech.run(x, rng=rng, method="nnls" if nonneg and total is None else "ls")
     estimate = _consistent(release.x_hat, total, nonneg)
     answers = W.matvec(estimate)
     files: dict[str, Path] = {}
-    out = spec.get("output", {})
     description = {"spec": str(Path(path).name), "workload": W.name, "strategy": mech.M.name, "bins": n,
                    "nonnegative": nonneg, "public_total": total,
                    "expected_error_per_query": mech.error_report().per_query}
-    if "release" in out:
+    if "release" in files_out:
         arrays = {"answers": answers, "estimate": estimate}
         entries = [release.measurement.entry] if release.measurement.entry else []
-        files["release"] = save_release(base / out["release"], "spec", arrays, ledger=entries,
+        files["release"] = save_release(files_out["release"], "spec", arrays, ledger=entries,
                                         description=description, private=release.private)
-    if "report" in out:
-        files["report"] = _report(base / out["report"], description, answers, release)
-    if "plot" in out:
-        files["plot"] = _plot(base / out["plot"], estimate, W.name)
+    if "report" in files_out:
+        files["report"] = _report(files_out["report"], description, answers, release)
+    if "plot" in files_out:
+        files["plot"] = _plot(files_out["plot"], estimate, W.name)
     return SpecResult(answers, estimate, release, accountant, files)
 
 
@@ -197,7 +282,8 @@ def _report(path: Path, desc: dict[str, Any], answers: np.ndarray, release: Rele
     return path
 
 
-def _plot(path: Path, estimate: np.ndarray, workload: str) -> Path:
+def _matplotlib() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend, or :class:`SparseDPError` without the plot extra."""
     try:
         import matplotlib
 
@@ -205,6 +291,11 @@ def _plot(path: Path, estimate: np.ndarray, workload: str) -> Path:
         import matplotlib.pyplot as plt
     except ImportError as exc:  # pragma: no cover - the plot extra
         raise SparseDPError("the plot needs matplotlib: pip install 'sparsedp[plot]'") from exc
+    return plt
+
+
+def _plot(path: Path, estimate: np.ndarray, workload: str) -> Path:
+    plt = _matplotlib()
     fig, ax = plt.subplots(figsize=(8, 3))
     ax.bar(np.arange(estimate.size), estimate, width=1.0)
     ax.set_xlabel("bin")

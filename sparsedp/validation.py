@@ -55,6 +55,10 @@ def check_vector(x: Any, length: int | None = None, name: str = "x") -> np.ndarr
     Raises :class:`ShapeError` if ``x`` is not 1-D or not of ``length``, and
     :class:`NonFiniteInputError` if it holds NaN or infinity.
     """
+    kind = getattr(getattr(x, "dtype", None), "kind", None)
+    if kind in ("c", "S", "U", "O", "V", "m", "M") and not (kind == "O" and _all_real(x)):
+        raise ShapeError(f"{name} must hold real numbers, got dtype {x.dtype} (a complex value would lose its "
+                         "imaginary part)")
     try:
         arr = np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -67,6 +71,11 @@ def check_vector(x: Any, length: int | None = None, name: str = "x") -> np.ndarr
         bad = int(np.count_nonzero(~np.isfinite(arr)))
         raise NonFiniteInputError(f"{name} contains {bad} NaN or infinite value(s)")
     return arr
+
+
+def _all_real(x: Any) -> bool:
+    """An object array whose entries are all real numbers (Python ints of any size included)."""
+    return all(isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) for v in np.ravel(x))
 
 
 def check_counts(x: Any, length: int | None = None, name: str = "x") -> np.ndarray:

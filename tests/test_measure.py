@@ -93,7 +93,9 @@ def test_interval_rows_are_calibrated_like_their_explicit_matrix(noise, secure):
     assert implicit.loss >= explicit.loss * (1 - 1e-12) and implicit.loss <= explicit.loss * (1 + 1e-9)
     assert implicit.sensitivity == pytest.approx(explicit.sensitivity, rel=1e-12)
     x = rng.integers(0, 9, size=25)
-    assert implicit.measured is op  # measured without forming the matrix
+    # measured without forming the matrix, through the plan's own read-only copy of the rows
+    assert type(implicit.measured) is IntervalRows and implicit.measured is not op
+    assert not implicit.measured.weights.flags.writeable and op.weights.flags.writeable
     if noise == "laplace":
         h = plan_measurement(op, epsilon=0.7, secure=secure)
         assert h.sensitivity == explicit.sensitivity

@@ -131,3 +131,37 @@ def test_budgets_must_be_real_numbers(bad):
 def test_sequential_never_understates():
     total = sequential(*[PrivacyCost(epsilon=0.1)] * 10)
     assert Fraction(total.epsilon) >= 10 * Fraction(0.1)
+
+
+@pytest.mark.parametrize("again", [dict(epsilon=1.0), dict(epsilon=100.0), dict(rho=5.0)])
+def test_reinitialising_a_spent_accountant_is_refused(again):
+    from sparsedp.errors import SparseDPError
+
+    acc = Accountant(epsilon=1.0)
+    acc.spend(PrivacyCost(epsilon=0.75), "first")
+    with pytest.raises(SparseDPError, match="already"):
+        Accountant.__init__(acc, **again)
+    assert acc.spent == 0.75 and acc.total == 1.0 and acc.is_pure and len(acc.ledger) == 1
+    with pytest.raises(BudgetExceededError):
+        acc.spend(PrivacyCost(epsilon=0.5))
+    fresh = Accountant(rho=0.5)  # an unspent one is refused too: __init__ runs once per object
+    with pytest.raises(SparseDPError, match="already"):
+        fresh.__init__(rho=0.5)
+    assert fresh.rho == 0.5 and fresh.spent == 0.0
+
+
+def test_ledger_time_is_rounded_to_the_hour_so_it_cannot_time_the_data_read():
+    """The charge comes after the data are read: a precise clock time minus a known start would show
+    how long reading took (it grows with the data).  The ledger keeps the hour only."""
+    import time
+
+    import numpy as np
+
+    from sparsedp.measure import plan_measurement
+    from sparsedp.privacy import LEDGER_TIME_RESOLUTION, ledger_time
+
+    assert ledger_time(7199.9) == 3600.0 and ledger_time(7200.0) == 7200.0
+    meas = plan_measurement(np.eye(4), epsilon=1.0).measure(np.arange(4.0), rng=0)
+    after = time.time()
+    t = meas.entry.time
+    assert t % LEDGER_TIME_RESOLUTION == 0 and after - LEDGER_TIME_RESOLUTION < t <= after

@@ -195,7 +195,7 @@ def test_cli_method_lue_executor(tmp_path, capsys):
     np.save(tmp_path / "x.npy", x)
     out = tmp_path / "out.npy"
     args = ["histogram", str(tmp_path / "x.npy"), "--epsilon", "1", "--method", "lue", "--executor", "inprocess",
-            "--chunk", "400"]
+            "--chunk", "400", "--force"]
     assert main(args + ["--seed", "3", "--out", str(out)]) == 0
     assert "NOT private" in capsys.readouterr().out
     np.testing.assert_array_equal(np.load(out), release_lue(x, 1.0, chunk=400, rng=3).estimate)

@@ -151,7 +151,7 @@ def test_cli_histogram_records_with_executor(records, tmp_path, capsys):
     root, v = records
     out = tmp_path / "out.npy"
     args = ["histogram", str(root / "a.parquet"), "--epsilon", "1", "--executor", "threads", "--workers", "2",
-            "--k", "4", "--chunk", "64", "--seed", "5"]
+            "--k", "4", "--chunk", "64", "--seed", "5", "--force"]
     assert main(args + ["--column", "x", "--bins", "0", "1000", "2.5", "--out", str(out)]) == 0
     x = np.histogram(v[:5000], bins=_edges(BINS))[0]
     np.testing.assert_array_equal(np.load(out), release_hierarchical(x, 1.0, k=4, chunk=64, rng=5).estimate)

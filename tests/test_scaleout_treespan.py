@@ -288,5 +288,5 @@ def test_cli_chunked_release(tmp_path, capsys, monkeypatch):
                  ["--data", str(tmp_path / "s.npy"), "--out", str(out), "--chunk", "48"],  # not a power of 2
                  ["--data", str(tmp_path / "s.npy"), "--out", str(out), "--days", "301"],
                  ["--data", str(tmp_path / "s.npy"), "--workers", "2"]):
-        assert main(["restaurant", *argv]) == 2
+        assert main(["restaurant", *argv, "--force"]) == 2  # --force: refused for the reason named, not "exists"
     assert calls == []

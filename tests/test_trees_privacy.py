@@ -643,7 +643,7 @@ def test_issue13_cli_defaults_to_exact_noise(tmp_path, capsys):
     assert rel.secure and rel.private and rel.ledger.secure and np.array_equal(rel.estimate, np.round(rel.estimate))
     assert "exact discrete Laplace" in capsys.readouterr().out
     assert main(["histogram", str(data), "--epsilon", "1", "--method", "dwork", "--float-noise", "--out",
-                 str(out)]) == 0
+                 str(out), "--force"]) == 0
     rel = load_release(out)
     assert not rel.secure and not rel.ledger.secure and rel.ledger.cost.epsilon == 1.0
     assert main(["query", str(out), "0", "3"]) == 0
@@ -687,13 +687,13 @@ def test_histogram_cli_reads_csv_and_parquet_records(tmp_path, capsys):
                  "--epsilon", "1", "--out", str(out)]) == 0
     assert out.exists()
     assert main(["histogram", str(tmp_path / "r.csv"), "--column", "height", "--bins", "0", "8", "1",
-                 "--epsilon", "1", "--out", str(out)]) == 2
+                 "--epsilon", "1", "--out", str(out), "--force"]) == 2
     assert "no column 'height'" in capsys.readouterr().err
     assert main(["histogram", str(tmp_path / "r.csv"), "--column", "age", "--bins", "0", "4", "1",
-                 "--epsilon", "1", "--out", str(out)]) == 2
+                 "--epsilon", "1", "--out", str(out), "--force"]) == 2
     assert "outside" in capsys.readouterr().err
     pd = pytest.importorskip("pandas")
     pytest.importorskip("pyarrow")
     pd.DataFrame({"age": ages}).to_parquet(tmp_path / "r.parquet")
     assert main(["histogram", str(tmp_path / "r.parquet"), "--column", "age", "--bins", "0", "8", "1",
-                 "--epsilon", "1", "--out", str(out)]) == 0
+                 "--epsilon", "1", "--out", str(out), "--force"]) == 0

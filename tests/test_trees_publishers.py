@@ -148,7 +148,8 @@ def test_cli_histogram_and_query(tmp_path, capsys):
     np.save(data, X)
     out = tmp_path / "rel.npz"
     for method in ("lue", "boost", "boost-un", "privelet", "dwork"):
-        args = ["histogram", str(data), "--epsilon", "1", "--method", method, "--out", str(out), "--seed", "1"]
+        args = ["histogram", str(data), "--epsilon", "1", "--method", method, "--out", str(out), "--seed", "1",
+                "--force"]
         assert main(args) == 0
         assert main(["query", str(out), "3", "10"]) == 0
         printed = float(capsys.readouterr().out.strip().splitlines()[-1])

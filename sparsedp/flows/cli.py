@@ -15,6 +15,9 @@ so the trip is a walk on the network (one row alone: a trip that goes nowhere). 
 node ``r * COLS + c`` is the intersection in row ``r``, column ``c``; ``--write-network FILE.csv``
 writes the street segments (``tail, head, length``) to plan trips on.  Everything is checked
 (:func:`~sparsedp.flows.trips.check_trips` too) before the budget is charged or any noise drawn.
+The number of trips in the file is private (a neighbouring file has one trip more): it is neither
+printed nor written to the JSON or the release file, and neither is the time taken to read them
+(the keys ``trips`` and ``generate_seconds`` appear for synthetic trips only).
 """
 
 from __future__ import annotations
@@ -110,7 +113,8 @@ def _flows(args: argparse.Namespace) -> int:
     else:
         trips = random_trips(road, args.trips, seed=args.data_seed + 1, max_edges=args.max_trip_edges,
                              origins=args.origins, radius=args.radius)
-    generated = time.perf_counter() - t0
+    generated = time.perf_counter() - t0  # reading a trips file takes time that grows with the (private) trip count
+    synthetic = args.trips_file is None
     rel = release_flows(road, trips, epsilon=args.epsilon, method=args.method, fixed_endpoints=args.fixed_endpoints,
                         rng=args.seed, tol=args.tol, keep_truth=args.evaluate, max_edges=args.max_trip_edges,
                         secure=not args.float_noise)
@@ -120,11 +124,11 @@ def _flows(args: argparse.Namespace) -> int:
         "noise": "exact discrete Laplace" if rel.secure else "float Laplace (--float-noise)",
         "noise_seed": args.seed,
         "data_seed": args.data_seed,
-        "trips_source": "file" if args.trips_file is not None else "synthetic",
+        "trips_source": "synthetic" if synthetic else "file",
         "nodes": road.nodes,
         "edges": road.edges,
         "variables": int(rel.noisy.size),
-        "trips": trips.count,
+        **({"trips": trips.count} if synthetic else {}),  # a file's exact trip count is private: never published
         "epsilon": rel.epsilon,
         "max_trip_edges": rel.max_edges,
         "sensitivity": rel.sensitivity,
@@ -134,12 +138,13 @@ def _flows(args: argparse.Namespace) -> int:
         "solver": rel.solve.solver,
         "reason": rel.solve.reason,
         "iterations": rel.solve.iterations,
-        "seconds": rel.solve.seconds,
-        "generate_seconds": generated,
+        "seconds": rel.solve.seconds,  # the projection of the noisy counts (post-processing)
+        **({"generate_seconds": generated} if synthetic else {}),
         "residual": rel.solve.residual,
     }
     city = "Helsinki (OpenStreetMap, ODbL)" if args.network == "helsinki" else f"grid {args.grid[0]}x{args.grid[1]}"
-    print(f"city {city}: {road.nodes} intersections, {road.edges} street segments, {trips.count} trips"
+    source = f"{trips.count} random trips" if synthetic else f"the trips of {args.trips_file}"
+    print(f"city {city}: {road.nodes} intersections, {road.edges} street segments, {source}"
           f" (cut to <= {rel.max_edges} edges each by the release)")
     print(f"epsilon {rel.epsilon}: one trip changes the counts by <= {rel.sensitivity} in L1, Laplace scale {rel.scale:g} "
           f"({out['noise']})")

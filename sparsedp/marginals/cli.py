@@ -129,13 +129,14 @@ def _run(args: argparse.Namespace) -> int:
     if sizes is None and Path(args.data).suffix.lower() == ".npy":
         raise SparseDPError("a .npy array holds codes: give the public domain with --sizes")
     private = warn_not_private(args.seed, False)
-    # a bar of the command's stages, drawn only on a terminal inside the sparsedp command (loop_disable)
+    # a bar of the command's stages, drawn only on a terminal inside the sparsedp command (loop_disable);
+    # it shows neither the number of records nor times (reading and encoding take data-dependent time)
     with progress_bar(total=4, desc="marginals", unit="stage", disable=loop_disable(),
-                      bar_format="{desc}: {n_fmt}/{total_fmt} stages |{bar}| {postfix} [{elapsed}]") as bar:
+                      bar_format="{desc}: {n_fmt}/{total_fmt} stages |{bar}| {postfix}") as bar:
         bar.set_postfix_str(f"reading {Path(args.data).name}")
         df = _read_table(args.data, columns)
         bar.update(1)
-        bar.set_postfix_str(f"encoding {len(df)} records")
+        bar.set_postfix_str("encoding the records")  # not how many: the record count is private (issue 26)
         dom, X = _encode(df, columns, sizes, categories)
         del df
         bar.update(1)

@@ -23,7 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import ShapeError
-from ..operators import Operator
+from ..operators import Operator, frozen_csr, readonly_copy
 from .domain import Domain
 
 __all__ = ["KronOperator", "KronStack", "marginal_operator", "apply_factors"]
@@ -69,6 +69,18 @@ class KronOperator(Operator):
         self.in_shape = tuple(int(F.shape[1]) for F in fs)
         self.out_shape = tuple(int(F.shape[0]) for F in fs)
         super().__init__((math.prod(self.out_shape), math.prod(self.in_shape)), name=name, structure="kron")
+
+    def frozen_copy(self) -> "KronOperator":
+        """A :class:`KronOperator` (this exact class) over read-only copies of the factors (dense
+        factors stay dense, sparse ones CSR: :func:`~sparsedp.operators.frozen_csr`), ``O(sum of the
+        factors' sizes)``.  What :func:`~sparsedp.measure.plan_measurement` measures, so that editing
+        a factor after planning changes nothing measured."""
+        out = KronOperator([frozen_csr(F) if sp.issparse(F) else readonly_copy(F, np.float64) for F in self.factors],
+                           name=self.name)
+        for F in out.factors:  # the constructor keeps the given (frozen) arrays; this makes sure
+            for arr in ((F.data, F.indices, F.indptr) if sp.issparse(F) else (F,)):
+                arr.flags.writeable = False
+        return out
 
     def _matvec(self, x: np.ndarray) -> np.ndarray:
         return apply_factors(self.factors, np.asarray(x, dtype=np.float64).reshape(self.in_shape)).ravel()

@@ -96,7 +96,7 @@ def _histogram_scaleout(args: argparse.Namespace) -> int:
     side.write_text(json.dumps(meta, indent=1))
     noise = "exact discrete Laplace" if r.secure else "float Laplace (--float-noise)"
     print(f"{method}: published {r.n} bins at epsilon {r.epsilon} on {r.executor} ({r.chunks} chunks of {r.chunk} "
-          f"leaves, k = {r.k}), {noise} noise in {r.timings['total']:.1f} s -> {args.out} (ledger: {side})")
+          f"leaves, k = {r.k}), {noise} noise -> {args.out} (ledger: {side})")
     if args.seed is not None:
         print("WARNING: NOT private: --seed makes the noise reproducible (the ledger records private=False); "
               "omit it for a real release.")
@@ -127,8 +127,8 @@ def _histogram_scaleout_lue(args: argparse.Namespace) -> int:
     side.write_text(json.dumps(meta, indent=1))
     noise = "exact discrete Laplace" if r.secure else "float Laplace (--float-noise)"
     print(f"lue: published {r.n} bins at epsilon {r.epsilon} on {r.executor} ({r.chunks} chunks of at most "
-          f"{meta['largest_chunk']} leaves, {r.tree} tree, k = {r.k}), {noise} noise in {r.timings['total']:.1f} s "
-          f"-> {args.out} (ledger: {side})")
+          f"{meta['largest_chunk']} leaves, {r.tree} tree, k = {r.k}), {noise} noise -> {args.out} "
+          f"(ledger: {side})")
     if args.seed is not None:
         print("WARNING: NOT private: --seed makes the noise reproducible (the ledger records private=False); "
               "omit it for a real release.")
