@@ -26,10 +26,11 @@ from .errors import (
 )
 from . import marginals
 from .marginals import Domain
+from .marginals.kron import kron  # implicit KronOperator (operators.kron is the explicit product)
 from .inference import Reconstruction, l1_fit, least_squares, nnls, reconstruct
 from .mechanism import MatrixMechanism, Release
 from .measure import Measurement, MeasurementPlan, measure, plan_measurement
-from .operators import Operator, SparseOperator, aslinearoperator, kron, scale_rows, sensitivity, vstack
+from .operators import Operator, SparseOperator, aslinearoperator, scale_rows, sensitivity, vstack
 from .optimize import OptimizedStrategy, optimize  # sparsedp.optimize(W) is the function (issue 11)
 from .privacy import Accountant, PrivacyCost
 

@@ -308,7 +308,10 @@ def marginals(
             factor = sp.identity(d, format="csr") if i in subset else sp.csr_matrix(np.ones((1, d)))
             block = sp.kron(block, factor, format="csr")
         blocks.append(block)
-    return SparseOperator(sp.vstack(blocks, format="csr"), name=f"marginals({dims}, {chosen})")
+    # the structure, for sparsedp.optimize: the marginal families optimise this workload exactly
+    # (ResidualPlanner / weighted marginals) instead of treating it as a flat matrix
+    return SparseOperator(sp.vstack(blocks, format="csr"), name=f"marginals({dims}, {chosen})",
+                          meta={"marginals": (tuple(dims), tuple(tuple(c) for c in chosen))})
 
 
 def from_matrix(A: Any, name: str = "workload") -> Operator:

@@ -179,6 +179,21 @@ class KronStack(Operator):
         return float(sum(t.sensitivity(p) ** p for t in self.terms) ** (1.0 / p))
 
 
+def kron(A: Any, B: Any, *more: Any, name: str | None = None) -> KronOperator:
+    """``A (x) B (x) ...``: queries (or a strategy) on a product domain as an implicit
+    :class:`KronOperator` -- never formed: matrix-vector products cost ``O(sum of the factors'
+    work)`` per cell, and :func:`sparsedp.optimize` and :func:`sparsedp.measure.plan_measurement`
+    use the factors (the Kronecker family; sensitivity as the product of the factors').  ``tosparse``
+    forms the product for small domains.  (:func:`sparsedp.operators.kron` is the explicit sparse
+    product.)"""
+    factors = (A, B) + tuple(more)
+    names = [getattr(F, "name", type(F).__name__) for F in factors]
+    flat: list[Any] = []
+    for F in factors:  # a Kronecker factor that is itself a Kronecker product contributes its factors
+        flat.extend(F.factors if isinstance(F, KronOperator) else [F])
+    return KronOperator(flat, name=name or f"kron({', '.join(names)})")
+
+
 def marginal_operator(domain: Domain, attrs: Any) -> KronOperator:
     """The marginal on ``attrs`` as a Kronecker product: identity on each attribute kept, a row of
     ones (the sum) on each other: ``W_S = (x)_i (I if i in S else 1^T)``.  ``W_S x`` is the marginal

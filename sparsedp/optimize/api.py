@@ -25,6 +25,7 @@ Multi-dimensional workloads (issue 18, :mod:`sparsedp.optimize.multidim`): a
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,7 @@ from ..operators import Operator, SparseOperator, aslinearoperator
 from ..validation import check_positive
 from ..workloads import WeightedUnionWorkload
 from .calibrate import noise_model
+from .exact_score import error_under_noise, noise_factor
 from .candidate import Candidate, Trial
 from .gram import Gram
 from .hybrid_family import hybrid_candidates, hybrid_useful
@@ -51,6 +53,11 @@ from .tree_spectral import BlockTraces
 __all__ = ["FAMILIES", "OptimizedStrategy", "optimize"]
 
 FAMILIES = ("auto", "templates", "tree", "pidentity", "hybrid")
+#: Seconds :func:`optimize` takes by default (measured, one BLAS thread: ``prefix(2^20)`` 51-59 s at
+#: 0.74x the best template; ``all_ranges(1024)`` finishes in 6 s, below HDMM's error).
+DEFAULT_TIME_LIMIT = 52.0
+#: The share of ``time_limit`` the families search for (the rest: scoring under the noise that runs).
+SEARCH_SHARE = 0.85
 
 
 @dataclass(frozen=True)
@@ -82,21 +89,65 @@ class OptimizedStrategy:
     sensitivity: float
     history: tuple[Trial, ...]
     seconds: float
+    budget: float = 1.0  # the epsilon (Laplace) / rho (Gaussian) the error is at
+    secure: bool = True  # scored with the exact discrete noise the mechanism draws by default
 
     def error_at(self, *, epsilon: float | None = None, rho: float | None = None) -> float:
-        """Expected total squared error at another budget (``E / epsilon^2`` or ``E / rho``)."""
+        """Expected total squared error at another budget, under the same noise: float noise
+        scales as ``1 / epsilon^2`` (``1 / rho``); exact discrete noise is rescored with the
+        variances of the plan at that budget (:mod:`~sparsedp.optimize.exact_score`)."""
         if self.noise == "laplace":
             if epsilon is None or rho is not None:
                 raise SparseDPError("Laplace strategies take epsilon")
-            return self.error.total / check_positive(epsilon, "epsilon") ** 2
-        if rho is None or epsilon is not None:
-            raise SparseDPError("Gaussian strategies take rho")
-        return self.error.total / check_positive(rho, "rho")
+            budget = check_positive(epsilon, "epsilon")
+        else:
+            if rho is None or epsilon is not None:
+                raise SparseDPError("Gaussian strategies take rho")
+            budget = check_positive(rho, "rho")
+        if not isinstance(self.strategy, Operator):  # marginal strategies: continuous scaling
+            return self.error.total * (self.budget / budget) ** (2 if self.noise == "laplace" else 1)
+        model = noise_model(self.noise)
+        here, _ = noise_factor(self.strategy, model, self.budget, self.secure)
+        there, _ = noise_factor(self.strategy, model, budget, self.secure)
+        return self.error.total * there / here
 
     def best_template(self) -> Trial | None:
         """The best template in the history (``None`` if none was scored)."""
         temps = [t for t in self.history if t.family == "templates"]
         return min(temps, key=lambda t: t.error) if temps else None
+
+
+def recognise(W: Any) -> Any:
+    """A workload's structure, whichever builder made it: the flattened marginals of
+    :func:`sparsedp.workloads.marginals` become the :class:`~sparsedp.marginals.MarginalWorkload`
+    they are (so the marginal families optimise them, not the 1-D ones on a flat matrix); anything
+    else is returned as it is.  The recognised structure must match the operator's shape; marginals
+    that a marginal workload cannot hold (repeated ones) stay flat."""
+    meta = getattr(W, "meta", None)
+    if not isinstance(W, SparseOperator) or not isinstance(meta, dict) or "marginals" not in meta:
+        return W
+    from ..marginals import Domain
+    from ..marginals.workload import marginal_workload
+
+    sizes, subsets = meta["marginals"]
+    try:
+        mw = marginal_workload(Domain([f"a{i}" for i in range(len(sizes))], list(sizes)), [list(S) for S in subsets])
+    except SparseDPError:
+        return W
+    if (mw.cells, int(np.prod(sizes))) != W.shape:
+        return W
+    return mw
+
+
+def _budget(kind: str, epsilon: Any, rho: Any) -> float:
+    """The budget the strategy is scored at: ``epsilon`` (Laplace) or ``rho`` (Gaussian), default 1."""
+    if kind == "laplace":
+        if rho is not None:
+            raise SparseDPError("Laplace noise takes epsilon=, not rho=")
+        return 1.0 if epsilon is None else check_positive(epsilon, "epsilon")
+    if epsilon is not None:
+        raise SparseDPError("Gaussian noise takes rho=, not epsilon=")
+    return 1.0 if rho is None else check_positive(rho, "rho")
 
 
 def _sensitivity(strategy: Operator, noise: str) -> float:
@@ -117,13 +168,16 @@ def optimize(
     *,
     noise: str = "laplace",
     family: str = "auto",
-    time_limit: float | None = None,
-    rng: Any = None,
+    time_limit: float | None = DEFAULT_TIME_LIMIT,
+    rng: Any = 0,
     per_node: bool | None = None,
     p: int | None = None,
     restarts: int | None = None,
     domain: Any = None,
     maxiter: int | None = None,
+    epsilon: float | None = None,
+    rho: float | None = None,
+    secure: bool = True,
 ) -> OptimizedStrategy:
     """The strategy with the lowest exact expected GLS error for workload ``W`` among the families
     tried (see the module docstring).
@@ -143,10 +197,14 @@ def optimize(
     family:
         ``"auto"``, ``"templates"``, ``"tree"``, ``"pidentity"`` or ``"hybrid"``.
     time_limit:
-        Seconds for the whole search (the templates are always scored); ``None``: iteration caps
-        only.  Families stop at the limit and return the best point reached.
+        Seconds for the whole search (default :data:`DEFAULT_TIME_LIMIT` = 52 s: 85% for the
+        families, the rest for scoring under the noise that runs; the templates are always scored);
+        ``None``: iteration caps only (can run for many minutes at ``n = 2^20``).
+        Families stop at the limit and return the best point reached, so a search the limit cuts
+        short can differ between machines; one that finishes within it does not.
     rng:
-        Seed or generator of the random starts (results are reproducible for a fixed seed).
+        Seed or generator of the random starts (default 0: the same call gives the same strategy
+        every time; pass another seed for other starts).
     per_node:
         Tree family: refine per node (``True``), never (``False``) or when affordable (``None``).
     p, restarts:
@@ -162,9 +220,20 @@ def optimize(
     maxiter:
         L-BFGS-B iterations of each p-Identity start and of the hybrid's final polish (default
         1000); more iterations can only lower the error reached, at ``O(p^2 n)`` each (p-Identity).
+    epsilon, rho, secure:
+        The noise the strategy will be measured with: the budget (``epsilon`` for Laplace, ``rho``
+        for Gaussian; default 1, the unit budget) and exact discrete noise (``secure=True``, the
+        mechanism's default) or float noise.  Every candidate is scored, and the winner chosen,
+        with the variances of that noise (:mod:`~sparsedp.optimize.exact_score`): ``error`` is the
+        expected total squared error of the GLS answers at that budget under that noise, so the
+        result is never worse than a template under the noise that runs.
     """
     t_start = time.perf_counter()
     model = noise_model(noise)
+    budget = _budget(model.kind, epsilon, rho)
+    if not isinstance(secure, (bool, np.bool_)):
+        raise SparseDPError(f"secure must be True (exact noise) or False (float noise), got {secure!r}")
+    W = recognise(W)
     if is_multidim(W):
         if time_limit is not None:
             time_limit = check_positive(time_limit, "time_limit")
@@ -193,7 +262,9 @@ def optimize(
     if all(isinstance(Wi, SparseOperator) and Wi.matrix.nnz == 0 for _, Wi in parts):
         raise ShapeError("the workload has no non-zero entry: nothing to optimise")
     gen = np.random.default_rng(rng)
-    deadline = Deadline(time_limit)
+    # the families search for SEARCH_SHARE of the limit; scoring the candidates under the noise that
+    # runs (a measurement plan each: 7.4 s for the 13 candidates at n = 2^20) takes the rest
+    deadline = Deadline(None if time_limit is None else time_limit * SEARCH_SHARE)
     gram = Gram(Wop)
     traces = BlockTraces(Wop)
 
@@ -211,8 +282,10 @@ def optimize(
                                       maxiter=iters)
     if not cands:
         raise ShapeError(f"family {fam!r} has no strategy for this workload (n = {n}, kind {gram.kind!r})")
-    best = min(cands, key=lambda c: c.total)
-    report = ErrorReport(best.total, best.total / m, best.method)
+    # score every candidate under the noise that runs (exact discrete variances by default), at the budget
+    scored = [_under_noise(Wop, c, model, budget, bool(secure)) for c in cands]
+    best = min(scored, key=lambda c: c.total)
+    report = ErrorReport(best.total, best.total / m, best.method, noise=model.kind, secure=bool(secure))
     return OptimizedStrategy(
         strategy=best.strategy,
         family=best.family,
@@ -220,6 +293,15 @@ def optimize(
         error=report,
         noise=model.kind,
         sensitivity=_sensitivity(best.strategy, model.kind),
-        history=tuple(c.trial() for c in cands),
+        history=tuple(c.trial() for c in scored),
         seconds=time.perf_counter() - t_start,
+        budget=budget,
+        secure=bool(secure),
     )
+
+
+def _under_noise(W: Operator, c: Candidate, model: Any, budget: float, secure: bool) -> Candidate:
+    """``c`` with its total rescored under the noise that runs (:func:`error_under_noise`)."""
+    total, how = error_under_noise(W, c.strategy, c.total, model, budget, secure)
+    return dataclasses.replace(c, total=total, method=f"{c.method}; {how} at {model.kind} budget {budget:g}",
+                               note=(c.note + "; " if c.note else "") + f"continuous unit error {c.total:.6g}")

@@ -22,7 +22,7 @@ from ..errors import ShapeError, SparseDPError
 from ..io import read_columns
 from ..operators import Operator, aslinearoperator
 from ..validation import check_positive
-from .api import FAMILIES, OptimizedStrategy, optimize
+from .api import DEFAULT_TIME_LIMIT, FAMILIES, OptimizedStrategy, optimize
 
 __all__ = ["NAMED_WORKLOADS", "load_union", "load_workload", "register"]
 
@@ -218,12 +218,14 @@ def _optimize(args: argparse.Namespace) -> int:
         if target is not None and not Path(target).resolve().parent.is_dir():
             raise SparseDPError(f"{flag}: the directory of {target} does not exist")
     W, label = load_union(args.workload, args.n, args.lo, args.hi)
+    # scored at the budget, under the noise the mechanism draws (exact discrete noise unless --float-noise)
+    at = {budget[0]: budget[1], "secure": not args.float_noise}
     res = optimize(W, noise=args.noise, family=args.family, time_limit=args.time_limit, rng=args.seed, p=args.p,
-                   restarts=args.restarts, maxiter=args.maxiter)
+                   restarts=args.restarts, maxiter=args.maxiter, **at)
     templates = None
     if args.family not in ("auto", "templates"):  # the templates are always shown, for comparison
-        templates = optimize(W, noise=args.noise, family="templates")
-    rep = report(res, label, W.shape[0], W.shape[1], budget, args.family, templates,
+        templates = optimize(W, noise=args.noise, family="templates", **at)
+    rep = report(res, label, W.shape[0], W.shape[1], (budget[0], budget[1], 1.0), args.family, templates,
                  union=isinstance(W, wl.WeightedUnionWorkload))
     _print(rep)
     if args.json:
@@ -254,10 +256,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--family", choices=FAMILIES, default="auto",
                    help="strategy family: auto (all that apply, never worse than the best template; default), "
                    "templates, tree, hybrid or pidentity")
-    p.add_argument("--epsilon", type=float, default=None, help="report errors at this epsilon (Laplace; default 1)")
-    p.add_argument("--rho", type=float, default=None, help="report errors at this rho (Gaussian; default 1)")
-    p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
-                   help="wall-clock limit of the search (the templates are always scored; default: none)")
+    p.add_argument("--epsilon", type=float, default=None, help="score and report errors at this epsilon (Laplace; "
+                   "default 1)")
+    p.add_argument("--float-noise", action="store_true", help="score with float noise (the mechanism's "
+                   "secure=False) instead of the exact discrete noise it draws by default")
+    p.add_argument("--rho", type=float, default=None, help="score and report errors at this rho (Gaussian; "
+                   "default 1)")
+    p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT, metavar="SECONDS",
+                   help=f"wall-clock limit of the search (the templates are always scored; default "
+                   f"{DEFAULT_TIME_LIMIT:g})")
     p.add_argument("--p", type=int, default=None, help="p-Identity: extra rows (default: the internal nodes of the "
                    "16-ary tree over --n cells, at most 300); hybrid: dense rows on the block sums")
     p.add_argument("--restarts", type=int, default=None, help="p-Identity starts, the first a fitted tree "
