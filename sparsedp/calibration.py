@@ -30,7 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .errors import ShapeError, SparseDPError
-from .validation import check_positive
+from .validation import budget_fraction, check_positive
 
 __all__ = [
     "column_norm_bound",
@@ -170,20 +170,24 @@ def gaussian_loss(A: Any, sigmas: Any) -> float:
 
 
 def laplace_scale(sensitivity: float, epsilon: float) -> float:
-    """``b = Delta_1 / epsilon`` rounded up, so ``Delta_1 / b <= epsilon`` holds exactly."""
+    """``b = Delta_1 / epsilon`` rounded up, so ``Delta_1 / b <= epsilon`` holds exactly, with
+    ``epsilon`` the budget as written (:func:`~sparsedp.validation.budget_fraction`: ``0.1`` is
+    ``1/10``, below the float ``0.1``), which is what an :class:`~sparsedp.privacy.Accountant`
+    charges."""
     s, e = check_positive(sensitivity, "sensitivity"), check_positive(epsilon, "epsilon")
+    budget = budget_fraction(e)
     b = s / e
-    return b if _at_least_quotient(b, s, e) else math.nextafter(b, math.inf)
+    while Fraction(b) * budget < Fraction(s):  # at most a few steps
+        b = math.nextafter(b, math.inf)
+    return b
 
 
 def gaussian_sigma(sensitivity: float, rho: float) -> float:
-    """``sigma = Delta_2 / sqrt(2 rho)`` rounded up (two roundings covered), so
-    ``Delta_2^2 / (2 sigma^2) <= rho`` holds exactly."""
+    """``sigma = Delta_2 / sqrt(2 rho)`` rounded up, so ``Delta_2^2 / (2 sigma^2) <= rho`` holds
+    exactly for ``rho`` as written (:func:`~sparsedp.validation.budget_fraction`)."""
     s, r = check_positive(sensitivity, "sensitivity"), check_positive(rho, "rho")
-    sigma = s / math.sqrt(2.0 * r)
-    return float(round_up(sigma, 3 * _U))
-
-
-def _at_least_quotient(b: float, s: float, e: float) -> bool:
-    """Whether ``b >= s / e`` in exact arithmetic."""
-    return Fraction(b) * Fraction(e) >= Fraction(s)
+    budget = budget_fraction(r)
+    sigma = float(round_up(s / math.sqrt(2.0 * r), 3 * _U))
+    while Fraction(s) ** 2 > 2 * Fraction(sigma) ** 2 * budget:  # at most a few steps
+        sigma = math.nextafter(sigma, math.inf)
+    return sigma

@@ -34,6 +34,7 @@ grid unit, and the loss is computed for ``ceil(|A_ij| / g) + 1`` grid units per 
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -55,6 +56,7 @@ from .operators import Operator, SparseOperator, aslinearoperator, frozen_csr
 from .privacy import Accountant, LedgerEntry, PrivacyCost, ledger_time, rho_for_approx_dp
 from .validation import (
     MAX_MAGNITUDE,
+    budget_fraction,
     check_counts,
     check_epsilon,
     check_magnitude,
@@ -517,11 +519,15 @@ def _check_scales(scales: Any, m: int) -> np.ndarray:
 
 
 def _charge_for(noise: str, loss: float, eps: float | None, r: float | None, unit_scales: np.ndarray,
-                secure: bool) -> PrivacyCost:
+                secure: bool, calibrated: bool = False) -> PrivacyCost:
     """What a plan charges: the stated budget, which must cover ``loss`` (else ``loss`` itself), in
-    the accepted range; and, for exact noise, scales the sampler accepts."""
+    the accepted range; and, for exact noise, scales the sampler accepts.  The budget is the number
+    as written (:func:`~sparsedp.validation.budget_fraction`, what an Accountant charges), and the
+    certified ``loss`` must not exceed it in exact arithmetic (``calibrated``: the scales were
+    computed from the budget by :func:`~sparsedp.calibration.laplace_scale` /
+    :func:`~sparsedp.calibration.gaussian_sigma`, which guarantee it)."""
     budget = eps if noise == "laplace" else r
-    if budget is not None and loss > budget:
+    if budget is not None and not calibrated and Fraction(loss) > budget_fraction(budget):
         raise InvalidPrivacyParameterError(
             f"these scales cost {'epsilon' if noise == 'laplace' else 'rho'} {loss!r} on this matrix, "
             f"more than the {budget!r} given"
@@ -671,7 +677,7 @@ def plan_measurement(
         loss = eps if noise == "laplace" else r
     else:
         loss = given_loss
-    cost = _charge_for(noise, loss, eps, r, unit_scales, secure)
+    cost = _charge_for(noise, loss, eps, r, unit_scales, secure, calibrated=scales is None)
     return MeasurementPlan(
         strategy=op,
         measured=measured,

@@ -24,7 +24,7 @@ from fractions import Fraction
 import numpy as np
 
 from .errors import BudgetExceededError, InvalidPrivacyParameterError
-from .validation import check_positive, check_probability
+from .validation import budget_fraction, check_positive, check_probability
 
 __all__ = [
     "PrivacyCost",
@@ -78,8 +78,9 @@ class PrivacyCost:
         return self.rho if self.rho > 0 else self.epsilon**2 / 2
 
     def exact_rho(self) -> Fraction:
-        """:meth:`as_rho` in exact rational arithmetic over the float values."""
-        return Fraction(self.rho) if self.rho > 0 else Fraction(self.epsilon) ** 2 / 2
+        """:meth:`as_rho` in exact rational arithmetic over the budgets as written
+        (:func:`budget_fraction`)."""
+        return budget_fraction(self.rho) if self.rho > 0 else budget_fraction(self.epsilon) ** 2 / 2
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,9 @@ def rho_for_approx_dp(epsilon: float, delta: float) -> float:
 
 
 class Accountant:
-    """A privacy budget that refuses to be overspent, by even one ulp.
+    """A privacy budget that refuses to be overspent, by even one ulp, counting budgets as the
+    decimals written (:func:`budget_fraction`: ``Accountant(epsilon=1.0)`` takes ten spends of
+    ``0.1`` and refuses an eleventh).
 
     ``Accountant(epsilon=1.0)`` is a pure-DP budget; ``Accountant(rho=0.5)`` a zCDP budget (pure
     costs are charged as ``epsilon^2 / 2``).  :meth:`spend` records a cost or raises
@@ -181,7 +184,7 @@ class Accountant:
         r = None if rho is None else check_positive(rho, "rho")
         object.__setattr__(self, "_epsilon", eps)
         object.__setattr__(self, "_rho", r)
-        object.__setattr__(self, "_total", Fraction(eps if eps is not None else r))
+        object.__setattr__(self, "_total", budget_fraction(eps if eps is not None else r))
         object.__setattr__(self, "_spent", Fraction(0))
         object.__setattr__(self, "_history", [])
         object.__setattr__(self, "_lock", threading.Lock())
@@ -234,7 +237,7 @@ class Accountant:
         if self.is_pure:
             if not cost.is_pure:
                 raise BudgetExceededError("a rho-zCDP cost cannot be charged to a pure-epsilon budget")
-            return Fraction(cost.epsilon)
+            return budget_fraction(cost.epsilon)
         return cost.exact_rho()
 
     @property

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -145,3 +146,14 @@ def check_probability(value: Any, name: str) -> float:
     if not (0.0 < v < 1.0):
         raise InvalidPrivacyParameterError(f"{name} must lie in (0, 1), got {value!r}")
     return v
+
+
+def budget_fraction(value: float) -> Fraction:
+    """A budget as the exact number the user wrote: the shortest decimal that reads back as the
+    float (``0.1`` is ``1/10``, not the binary ``0.1000000000000000055...``), or the float's own
+    value where that is smaller.  So ten spends of ``epsilon=0.1`` add up to exactly 1.  The noise
+    is calibrated to this value, never above it (:func:`sparsedp.calibration.laplace_scale`,
+    :func:`~sparsedp.calibration.gaussian_sigma` and the plans' loss check), so what is charged
+    always covers what the noise costs."""
+    v = float(value)
+    return min(Fraction(v), Fraction(repr(v))) if math.isfinite(v) else Fraction(v)

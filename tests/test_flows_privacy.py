@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as hst
 
 from sparsedp import Accountant, SparseDPError, flows
+from sparsedp.validation import budget_fraction
 from sparsedp.audit import audit
 from sparsedp.cli import main
 from sparsedp.flows import Trips, flow_counts, random_trips, release_flows, road_grid
@@ -145,7 +146,7 @@ def test_property_charged_epsilon_covers_every_trip(rows, cols, k, seed, claimed
     scales = rel.scales
     assert scales.shape == rel.noisy.shape
     charged = acc.spent_exact
-    assert charged == Fraction(eps)
+    assert charged == budget_fraction(eps)  # epsilon as written (0.1 is 1/10)
     contributions = [independent_contribution(road, trips, i, L, fixed) for i in range(trips.count)]
     np.testing.assert_array_equal(sum(contributions), rel.truth)  # what was measured
     worst = max(exact_loss(c, scales) for c in contributions)

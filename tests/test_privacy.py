@@ -18,16 +18,17 @@ def test_pure_budget_sequential_and_refusal():
 
 
 def test_exact_arithmetic_refuses_ulp_overspend():
-    # the float 0.1 is 0.1000000000000000055...: ten of them exceed 1.0 by 5.55e-17, so the tenth
-    # is refused (the old accountant accepted up to 1e-12 relative slack)
+    # budgets count as the decimals written (0.1 is 1/10: ten of them fill 1.0, see below), and in
+    # exact arithmetic: a spend one ulp above what is left is refused
+    import math
+
     acc = Accountant(epsilon=1.0)
-    for _ in range(9):
-        acc.spend(PrivacyCost(epsilon=0.1))
+    acc.spend(PrivacyCost(epsilon=0.5))
     with pytest.raises(BudgetExceededError):
-        acc.spend(PrivacyCost(epsilon=0.1))
-    assert acc.spent_exact == 9 * Fraction(0.1)
-    acc.spend(PrivacyCost(epsilon=float(Fraction(1) - 9 * Fraction(0.1))))  # the exact rest fits
-    assert acc.spent_exact <= 1
+        acc.spend(PrivacyCost(epsilon=math.nextafter(0.5, 1.0)))
+    assert acc.spent_exact == Fraction(1, 2)
+    acc.spend(PrivacyCost(epsilon=0.5))  # the exact rest fits
+    assert acc.spent_exact == 1
 
 
 def test_overspend_in_one_step():
@@ -165,3 +166,34 @@ def test_ledger_time_is_rounded_to_the_hour_so_it_cannot_time_the_data_read():
     after = time.time()
     t = meas.entry.time
     assert t % LEDGER_TIME_RESOLUTION == 0 and after - LEDGER_TIME_RESOLUTION < t <= after
+
+
+def test_ten_spends_of_a_tenth_fill_a_budget_of_one_and_an_eleventh_is_refused():
+    """Budgets count as the decimals written (0.1 is 1/10), and the noise is calibrated to them."""
+    from fractions import Fraction
+
+    import numpy as np
+
+    from sparsedp.errors import BudgetExceededError
+    from sparsedp.measure import plan_measurement
+    from sparsedp.privacy import Accountant, PrivacyCost
+
+    acc = Accountant(epsilon=1.0)
+    for _ in range(10):
+        acc.spend(PrivacyCost(epsilon=0.1))
+    assert acc.spent_exact == 1
+    with pytest.raises(BudgetExceededError):
+        acc.spend(PrivacyCost(epsilon=0.1))
+    # the plans charge 0.1 and are calibrated to 1/10 exactly or below (never to the float 0.1 > 1/10)
+    for sens_matrix in (np.eye(3), np.array([[1.0, 1.0], [1.0, 0.0], [0.0, 1.0]]), np.array([[3.0, 1.0]])):
+        for secure in (True, False):
+            plan = plan_measurement(sens_matrix, epsilon=0.1, secure=secure)
+            b = Fraction(float(plan.scales.min()))
+            assert Fraction(float(plan.data_sensitivity)) / b <= Fraction(1, 10)
+            g = plan_measurement(sens_matrix, rho=0.1, noise="gaussian", secure=secure)
+            s = Fraction(float(g.scales.min()))
+            assert Fraction(float(g.data_sensitivity)) ** 2 / (2 * s * s) <= Fraction(1, 10)
+    acc = Accountant(epsilon=1.0)
+    for _ in range(10):
+        plan_measurement(np.eye(2), epsilon=0.1).measure(np.zeros(2), rng=0, accountant=acc)
+    assert acc.spent_exact == 1

@@ -32,7 +32,7 @@ from ..measure import plan_measurement
 from ..noise import SecureRandomBits, as_generator
 from ..operators import SparseOperator
 from ..privacy import Accountant, LedgerEntry, PrivacyCost
-from ..validation import check_epsilon
+from ..validation import budget_fraction, check_epsilon
 from .domain import Domain
 from .pure import MarginalsStrategy
 from .release import _cell_variance, _reconstruct_batch, marginal_tables
@@ -100,9 +100,9 @@ def release_marginals_laplace(records: Any, strategy: MarginalsStrategy, *, acco
                                     scales=widen / (th * eps), noise="laplace", secure=secure)
             plans.append((plan, members))
             total += len(members) * Fraction(plan.loss)  # each record: one cell of each table
-        if total <= Fraction(eps):
+        if total <= budget_fraction(eps):  # the budget as written, what an Accountant charges
             break
-        widen *= float(total / Fraction(eps)) * (1 + 1e-12)
+        widen *= float(total / budget_fraction(eps)) * (1 + 1e-12)
     else:  # pragma: no cover
         raise InvalidPrivacyParameterError(f"the plans cost {float(total)!r} > epsilon {eps!r}")
     cost = PrivacyCost(epsilon=eps)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import math
+from fractions import Fraction
 from dataclasses import dataclass
 from itertools import combinations
 from typing import Any, Iterable, Sequence
@@ -35,7 +36,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from ..errors import InvalidPrivacyParameterError, ShapeError, SparseDPError
-from ..validation import check_rho
+from ..validation import budget_fraction, check_rho
 from .domain import Domain
 
 __all__ = ["ResidualSelection", "select_residuals", "marginals_up_to", "closure"]
@@ -243,6 +244,16 @@ def select_residuals(domain: Domain, marginals: Any, rho: float, *, weights: Any
     rho_used = float(np.sum(pv / (2.0 * sigma2)))
     if rho_used > r:  # rounding: scale up by the excess (a few ulps)
         sigma2 = sigma2 * (rho_used / r) * (1 + 4e-16)
+    # the cost, in exact arithmetic, must not exceed rho as written (budget_fraction: what an Accountant
+    # charges; 1/10 for 0.1, below the float): widened by the excess where the float sums fell short
+    budget = budget_fraction(r)
+    for _ in range(8):
+        cost = sum((Fraction(float(p)) / (2 * Fraction(float(v))) for p, v in zip(pv, sigma2)), Fraction(0))
+        if cost <= budget:
+            break
+        sigma2 = sigma2 * (float(cost / budget) * (1.0 + 2.0**-50))
+    else:  # pragma: no cover
+        raise InvalidPrivacyParameterError(f"the selected noise costs more than rho = {r!r}")
     sel = ResidualSelection(domain=domain, marginals=tuple(ms), weights=w, residuals=tuple(residuals),
                             sigma2=sigma2, p=pv, rho=r, objective=objective, value=0.0)
     if objective == "sum":
