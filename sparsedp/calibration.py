@@ -66,9 +66,7 @@ def round_up(values: Any, rel: float = 0.0) -> np.ndarray:
 
 def _as_sparse(A: Any) -> sp.csr_matrix | sp.csc_matrix:
     """The explicit matrix of ``A`` (an Operator's own entries), CSR or CSC, never copied to another format."""
-    from .operators import Operator  # local: operators imports this module
-
-    if isinstance(A, Operator):
+    if callable(getattr(A, "tosparse", None)) and not sp.issparse(A):  # an Operator: its own entries
         A = A.tosparse()
     if sp.issparse(A):
         mat = A if A.format in ("csr", "csc") else sp.csr_matrix(A)

@@ -91,6 +91,12 @@ class IntervalRows(Operator):
         self.lo, self.hi, self.weights = lo_a, hi_a, w
         self.meta = dict(meta or {})
 
+    def _scaled_rows(self, weights: np.ndarray, name: str | None) -> "IntervalRows":
+        """``diag(weights) self`` stays interval rows: the weights multiply
+        (:func:`sparsedp.operators.scale_rows`)."""
+        return IntervalRows(self.shape[1], self.lo, self.hi, self.weights * weights,
+                            name=name or f"weighted({self.name})", structure=self.structure, meta=self.meta)
+
     def frozen_copy(self) -> "IntervalRows":
         """An :class:`IntervalRows` (this exact class) with read-only copies of ``lo``, ``hi`` and
         ``weights`` (``meta`` is copied shallowly: it only guides estimators).  ``O(rows)``.  What

@@ -21,6 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator
 
+from .calibration import sensitivity_bound
 from .errors import ShapeError, SparseDPError
 from .validation import check_vector
 
@@ -80,6 +81,11 @@ class Operator(LinearOperator):
     def tosparse(self) -> sp.csr_matrix:
         """The operator as a CSR matrix (may be large for implicit workloads)."""
         raise NotImplementedError
+
+    def _scaled_rows(self, weights: np.ndarray, name: str | None) -> "Operator | None":
+        """``diag(weights) self`` as an operator of this kind when it stays implicit
+        (:func:`scale_rows`); ``None``: :func:`scale_rows` builds a weighted sparse operator."""
+        return None
 
     def toarray(self) -> np.ndarray:
         """Dense matrix; for tests and small sizes only."""
@@ -223,8 +229,6 @@ def sensitivity(M: Any, norm: int = 1) -> float:
     operator claims, and certified: the float result is ``>=`` the exact sum of the float entries
     (:func:`sparsedp.calibration.sensitivity_bound`), so noise calibrated with it is never short.
     """
-    from .calibration import sensitivity_bound
-
     return sensitivity_bound(aslinearoperator(M), norm)
 
 
@@ -254,15 +258,13 @@ def scale_rows(M: Any, w: Iterable[float], name: str | None = None) -> Operator:
     ``w`` must be finite and non-zero (a zero weight would drop a measurement and break the inverse
     of a square strategy; drop the row explicitly instead).
     """
-    from .intervals import IntervalRows  # local: intervals imports this module
-
     op = aslinearoperator(M)
     weights = check_vector(list(w) if not isinstance(w, np.ndarray) else w, op.shape[0], "row weights")
     if np.any(weights == 0):
         raise ShapeError("row weights must be non-zero")
-    if type(op) is IntervalRows:  # stays implicit: weights multiply
-        return IntervalRows(op.shape[1], op.lo, op.hi, op.weights * weights, name=name or f"weighted({op.name})",
-                            structure=op.structure, meta=op.meta)
+    implicit = op._scaled_rows(weights, name)  # an operator that stays implicit (interval rows)
+    if implicit is not None:
+        return implicit
     if isinstance(op, SparseOperator) and op.base is not None:
         base = op.base
         total = weights * op.row_weights

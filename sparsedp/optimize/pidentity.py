@@ -48,12 +48,23 @@ DENSE_SCORE_MAX_N = 4096
 DEFAULT_P_MAX = 300
 
 
+def internal_nodes(n: int, k: int) -> int:
+    """Internal nodes of the k-ary interval tree over ``n`` leaves: ``sum_{l >= 1} ceil(n / k^l)``
+    over the levels whose blocks (``k^l`` cells, the last one possibly shorter) are below the
+    root's, plus the root (0 for ``n = 1``)."""
+    if n <= 1:
+        return 0
+    count, size = 0, k
+    while size < n:
+        count += -(-n // size)
+        size *= k
+    return count + 1
+
+
 def default_p(n: int) -> int:
     """The internal nodes of the 16-ary interval tree over ``n`` cells (``n / 16`` blocks, HDMM's
     ``p`` for 1-D workloads, plus the levels above them; at least 1), at most
     :data:`DEFAULT_P_MAX`: the first start is that tree (:mod:`~sparsedp.optimize.pidentity_start`)."""
-    from .pidentity_start import internal_nodes
-
     return int(min(max(1, internal_nodes(n, 16)), DEFAULT_P_MAX))
 
 

@@ -24,23 +24,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import SparseDPError
-from .pidentity import PIdentityObjective
+from .pidentity import PIdentityObjective, internal_nodes
 from .search import Deadline, lbfgs
 
 __all__ = ["internal_nodes", "tree_fanout", "tree_rows", "tree_start"]
-
-
-def internal_nodes(n: int, k: int) -> int:
-    """Internal nodes of the k-ary interval tree over ``n`` leaves: ``sum_{l >= 1} ceil(n / k^l)``
-    over the levels whose blocks (``k^l`` cells, the last one possibly shorter) are below the
-    root's, plus the root (0 for ``n = 1``)."""
-    if n <= 1:
-        return 0
-    count, size = 0, k
-    while size < n:
-        count += -(-n // size)
-        size *= k
-    return count + 1
 
 
 def tree_fanout(n: int, p: int) -> int:
