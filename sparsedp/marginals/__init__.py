@@ -21,7 +21,7 @@ workloads at ResidualPlanner's optimum (Xiao et al., NeurIPS 2023) with exact no
 
 from .domain import Domain
 from .kron import KronOperator, KronStack, apply_factors, marginal_operator
-from .kron_opt import KronStrategy, factor_trace, optimize_kron
+from .kron_opt import KronStrategy, factor_trace
 from .kron_release import KronRelease, kron_squared_error, release_kron
 from .nonneg import NonNegativeMarginals, nonnegative_marginals
 from .pure import MarginalsStrategy, optimize_marginals_laplace
@@ -63,3 +63,11 @@ __all__ = [
     "select_residuals",
     "synthetic_records",
 ]
+
+
+def __getattr__(name: str):  # PEP 562: the optimiser lives with the others (no import upward at load)
+    if name == "optimize_kron":
+        from ..optimize.multidim import optimize_kron
+
+        return optimize_kron
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

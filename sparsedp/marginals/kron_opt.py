@@ -11,7 +11,9 @@ and both factors split: ``Delta_p(M) = prod_i Delta_p(M_i)`` and
 ``||W M^+||_F^2 = prod_i ||W_i M_i^+||_F^2 = prod_i trace(W_i^T W_i (M_i^T M_i)^{-1})``.  So the error
 is the product of the 1-D errors (at unit budget, over 2 or 1/2), and minimising each 1-D factor's
 error with :func:`sparsedp.optimize` minimises the product over Kronecker strategies (HDMM's
-``Kron`` parametrisation, McKenna et al. VLDB 2018, optimises the same product).
+``Kron`` parametrisation, McKenna et al. VLDB 2018, optimises the same product).  The optimiser
+itself, :func:`optimize_kron`, lives with the other optimisers (:mod:`sparsedp.optimize.multidim`;
+``sparsedp.marginals.optimize_kron`` names it): this module holds the result type and the formula.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from ..errors import ShapeError, SparseDPError
 from ..operators import aslinearoperator
 from .kron import KronOperator
 
-__all__ = ["KronStrategy", "optimize_kron", "factor_trace"]
+__all__ = ["KronStrategy", "factor_trace"]
 
 
 def factor_trace(W: Any, M: Any) -> float:
@@ -73,33 +75,3 @@ class KronStrategy:
     def rmse(self, **budget: float) -> float:
         """Per-query root mean squared error."""
         return math.sqrt(self.total_error(**budget) / self.queries)
-
-
-def optimize_kron(workload_factors: Sequence[Any], *, noise: str = "laplace", **options: Any) -> KronStrategy:
-    """Optimise each factor ``W_i`` with :func:`sparsedp.optimize` (``options`` passed on, e.g.
-    ``family="auto"``, ``time_limit``, ``rng``) and return their Kronecker product with its exact
-    error.  Identical factors are optimised once."""
-    from ..optimize import optimize
-
-    t0 = time.perf_counter()
-    Ws = [aslinearoperator(W) for W in workload_factors]
-    if not Ws:
-        raise ShapeError("give at least one workload factor")
-    p = 1 if noise == "laplace" else 2
-    done: dict[int, tuple] = {}
-    factors, names, traces, sens = [], [], [], 1.0
-    for W in Ws:
-        key = id(W)
-        if key not in done:
-            res = optimize(W, noise=noise, **options)
-            M = res.strategy
-            Mm = M.tosparse()
-            col = np.asarray(abs(Mm).sum(axis=0)).ravel() if p == 1 else np.sqrt(np.asarray(Mm.multiply(Mm).sum(axis=0)).ravel())
-            done[key] = (M, res.name, factor_trace(W, M), float(col.max()))
-        M, name, tr, d = done[key]
-        factors.append(M), names.append(name), traces.append(tr)
-        sens *= d
-    return KronStrategy(strategy=KronOperator([M.tosparse() for M in factors], name="kron strategy"),
-                        factors=tuple(factors), names=tuple(names), noise=noise, sensitivity=sens,
-                        traces=tuple(traces), queries=math.prod(W.shape[0] for W in Ws),
-                        seconds=time.perf_counter() - t0)

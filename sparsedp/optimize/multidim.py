@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -36,11 +36,11 @@ from ..accuracy import ErrorReport
 from ..errors import ShapeError, SparseDPError
 from ..marginals.domain import Domain
 from ..marginals.kron import KronOperator, KronStack
-from ..marginals.kron_opt import optimize_kron
+from ..marginals.kron_opt import KronStrategy, factor_trace
 from ..marginals.pure import optimize_marginals_laplace
 from ..marginals.select import select_residuals
 from ..marginals.workload import MarginalWorkload
-from ..operators import SparseOperator
+from ..operators import SparseOperator, aslinearoperator
 from .candidate import Trial
 
 __all__: list[str] = []  # reached through sparsedp.optimize
@@ -124,8 +124,7 @@ def _union(K: KronStack, model_kind: str, family: str, options: dict):
     ||W_{t,j}||_F^2`` (the other axes' traces under the identity: HDMM's surrogate for unions);
     the identity product is scored too and the better one kept, so it is never worse than identity.
     """
-    from ..optimize import optimize as optimize_1d
-    from ..marginals.kron_opt import factor_trace
+    from .api import optimize as optimize_1d  # local: api imports this module
 
     t0 = time.perf_counter()
     terms = [[sp.csr_matrix(F) for F in T.factors] for T in K.terms]
@@ -151,7 +150,7 @@ def _union(K: KronStack, model_kind: str, family: str, options: dict):
         c = np.prod(np.delete(frob, i, axis=1), axis=1)
         Wi = sp.vstack([math.sqrt(ct) * T[i] for ct, T in zip(c, terms) if ct > 0], format="csr")
         res = optimize_1d(SparseOperator(Wi, name=f"axis {i} union"), noise=model_kind, family=fam,
-                          **{key: v for key, v in options.items() if v is not None})
+                          **{"secure": False, **{key: v for key, v in options.items() if v is not None}})
         opt.append(sp.csr_matrix(res.strategy.tosparse())), names.append(res.name)
     e_opt, s_opt = score(opt)
     t1 = time.perf_counter()
@@ -188,3 +187,36 @@ def optimize_multidim(W: Any, *, model_kind: str, family: str, domain: Any, rng:
     if isinstance(W, MarginalWorkload):
         return _marginals(W, model_kind, family, domain, rng, restarts)
     return _kron(W, model_kind, family, domain, dict(options, rng=rng, restarts=restarts))
+
+
+def optimize_kron(workload_factors: Sequence[Any], *, noise: str = "laplace", **options: Any) -> KronStrategy:
+    """Optimise each factor ``W_i`` with :func:`sparsedp.optimize` (``options`` passed on, e.g.
+    ``family="auto"``, ``time_limit``, ``rng``) and return their Kronecker product with its exact
+    error.  Identical factors are optimised once.  The factors are scored with continuous noise
+    (``secure=False`` unless given): the product's noise scale is the product of the factors'
+    sensitivities, so its exact discrete noise is within ``O(scale^-2)`` of the continuous one, and a
+    factor's own discrete correction says nothing about the product."""
+    from .api import optimize  # local: api imports this module
+
+    t0 = time.perf_counter()
+    Ws = [aslinearoperator(W) for W in workload_factors]
+    if not Ws:
+        raise ShapeError("give at least one workload factor")
+    p = 1 if noise == "laplace" else 2
+    done: dict[int, tuple] = {}
+    factors, names, traces, sens = [], [], [], 1.0
+    for W in Ws:
+        key = id(W)
+        if key not in done:
+            res = optimize(W, noise=noise, **{"secure": False, **options})
+            M = res.strategy
+            Mm = M.tosparse()
+            col = np.asarray(abs(Mm).sum(axis=0)).ravel() if p == 1 else np.sqrt(np.asarray(Mm.multiply(Mm).sum(axis=0)).ravel())
+            done[key] = (M, res.name, factor_trace(W, M), float(col.max()))
+        M, name, tr, d = done[key]
+        factors.append(M), names.append(name), traces.append(tr)
+        sens *= d
+    return KronStrategy(strategy=KronOperator([M.tosparse() for M in factors], name="kron strategy"),
+                        factors=tuple(factors), names=tuple(names), noise=noise, sensitivity=sens,
+                        traces=tuple(traces), queries=math.prod(W.shape[0] for W in Ws),
+                        seconds=time.perf_counter() - t0)
