@@ -9,7 +9,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
@@ -21,7 +20,7 @@ from ..io import read_values
 from ..progress import progress_bar
 from ..validation import MAX_MAGNITUDE
 from ._stream import INCREMENTS
-from .counter import ContinualCounter
+from .counter import ContinualCounter, write_private_atomic
 from .fenwick import check_horizon
 from .glstree import GLSTreeCounter
 from .report import error_table, format_table
@@ -119,23 +118,6 @@ def _read_record(path: Path) -> int | None:
     return steps
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` as :meth:`ContinualCounter.save` writes the state: a temporary
-    owner-only (``0600``) file in the same directory, flushed and fsynced, renamed over ``path``."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            os.fchmod(fh.fileno(), 0o600)
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def _sync_directory(directory: Path) -> None:
     """fsync ``directory``, so that the renames of the state and of its record are on disk (POSIX;
     a file system that cannot sync a directory is left as it is)."""
@@ -158,7 +140,7 @@ def _commit(counter: ContinualCounter, state: Path, record: Path, before: str) -
     t = counter.t
     try:
         counter.save(state)
-        _write_atomic(record, json.dumps({"version": _RECORD_VERSION, "published": t}).encode())
+        write_private_atomic(record, json.dumps({"version": _RECORD_VERSION, "published": t}).encode())
         _sync_directory(state.parent)
     except OSError as exc:
         raise SparseDPError(f"cannot save the counter state {state} after step {t} ({exc}); {before} was not "

@@ -324,20 +324,7 @@ class ContinualCounter(StreamingCounter):
         :func:`os.replace`, so ``path`` is never partially written nor, even for an instant, readable
         by others (an older, more open file at ``path`` is replaced, not rewritten in place).
         """
-        path = Path(path)
-        data = json.dumps(self.state()).encode()
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                os.fchmod(fh.fileno(), 0o600)
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_private_atomic(Path(path), json.dumps(self.state()).encode())
 
     @classmethod
     def load(cls, path: str | Path, rng: Any = None, **expected: Any) -> "ContinualCounter":
@@ -358,6 +345,25 @@ class ContinualCounter(StreamingCounter):
         if not isinstance(state, dict):
             raise SparseDPError(f"counter state {path} is not a JSON object")
         return cls.from_state(state, rng, **expected)
+
+
+def write_private_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically and readable by its owner only: a temporary file that
+    :func:`tempfile.mkstemp` creates with mode ``0600`` (and ``O_EXCL``) in the target's directory,
+    flushed and fsynced, then renamed over ``path`` (:func:`os.replace`), so ``path`` is never
+    partially written nor, even for an instant, readable by others."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), 0o600)
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _same(stored: Any, given: Any) -> bool:
