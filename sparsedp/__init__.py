@@ -33,6 +33,8 @@ from .measure import Measurement, MeasurementPlan, measure, plan_measurement
 from .operators import Operator, SparseOperator, aslinearoperator, scale_rows, sensitivity, vstack
 from .optimize import OptimizedStrategy, optimize  # sparsedp.optimize(W) is the function (issue 11)
 from .privacy import Accountant, PrivacyCost
+from . import releases
+from .releases import ReleaseResult, load_release
 
 __version__ = "0.1.0"
 
@@ -66,6 +68,8 @@ __all__ = [
     "PrivacyCost",
     "Reconstruction",
     "Release",
+    "ReleaseResult",
+    "releases",
     "ShapeError",
     "SparseDPError",
     "SparseOperator",
@@ -76,6 +80,7 @@ __all__ = [
     "kron",
     "l1_fit",
     "least_squares",
+    "load_release",
     "nnls",
     "reconstruct",
     "scale_rows",

@@ -107,9 +107,10 @@ def _release(args: argparse.Namespace) -> int:
 
 
 def _ledger(args: argparse.Namespace) -> int:
-    from .release_file import ledger_rows, load_release_file
+    from .release_file import ledger_rows
+    from .releases import load_release
 
-    print("\n".join(ledger_rows(load_release_file(args.file))))
+    print("\n".join(ledger_rows(load_release(args.file))))  # every release file sparsedp writes
     return 0
 
 
@@ -244,7 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
     led = sub.add_parser("ledger", help="print the privacy ledger of a release file",
                          description="Print what a sparsedp release file says was measured: every "
                          "measurement's strategy size, sensitivity, noise, scales and cost, and the total.")
-    led.add_argument("file", help="a release file (.npz) written by sparsedp")
+    led.add_argument("file", help="a release file written by sparsedp: an .npz, a chunked .npy / .zarr array (with "
+                     "its .release.json record), or the JSON of 'sparsedp marginals'")
     led.set_defaults(func=_ledger)
     _register_subsystems(sub)
     _add_force_options(sub)

@@ -38,7 +38,7 @@ from .calibration import gaussian_sigma, laplace_scale
 from .measure import Measurement, plan_measurement
 from .operators import aslinearoperator
 from .privacy import Accountant
-from .release_file import save_release
+from .releases import ReleaseResult, workload_labels
 
 __all__ = ["Measurement", "Release", "MatrixMechanism"]
 
@@ -50,11 +50,23 @@ class Release:
     Per-answer accuracy (issue 20): :meth:`variances` is the variance of each workload answer,
     ``Var((W x_hat)_q) = sum_i Var(z_i) (W G)_{qi}^2`` with ``G`` the GLS estimator of the measured
     strategy and ``Var(z_i)`` the noise actually drawn (exact discrete variances for exact noise);
-    :meth:`confidence_intervals` puts an interval around each answer at the level asked for (normal
-    quantile for float Gaussian noise, the guaranteed Laplace-sum bound for float Laplace,
-    Chebyshev for exact discrete noise; :mod:`sparsedp.accuracy`).  Both hold for the least-squares
-    reconstruction (``method="ls"``), the unbiased one; ``nnls`` and ``l1`` answers are biased and
-    are refused.
+    :meth:`confidence_intervals` puts an interval around each answer at the level asked for.  The
+    default (``method="auto"``) is accurate for the noise drawn (:mod:`sparsedp.accuracy`): the
+    normal quantile for float Gaussian noise; otherwise ``"accurate"`` -- the exact quantile of the
+    noise value's law for an answer that is one noise value (identity rows: the discrete Laplace /
+    discrete Gaussian quantile on its lattice with exact noise), and the variance-gamma law with
+    the answer's exact variance and kurtosis for a sum (continuity-corrected on a lattice).  The
+    report knows the sampler scales of the noise drawn (``Measurement.scales`` and the plan's
+    ``unit_scales``), so exact noise is described exactly.  ``method="exact-tail"`` (or
+    ``"chebyshev"``, any noise) gives certified intervals (coverage at least ``level``).  Both
+    hold for the least-squares reconstruction (``method="ls"``), the unbiased one; ``nnls`` and
+    ``l1`` answers are biased and are refused.
+
+    ``unit_scales``: the sampler's per-row scales (grid units; ``MeasurementPlan.unit_scales``),
+    which a :class:`~sparsedp.measure.Measurement` does not carry; :meth:`MatrixMechanism.run`
+    sets them.  Exact Gaussian noise needs them for its exact law (a discrete Gaussian's scale in
+    data units does not name its sampler scale above ``sigma ~ 1.2``); without them its intervals
+    fall back to the normal shape.
     """
 
     answers: np.ndarray
@@ -62,6 +74,7 @@ class Release:
     measurement: Measurement
     reconstruction: Reconstruction
     workload: Any = field(default=None, repr=False, compare=False)  # the answered W (an operator)
+    unit_scales: np.ndarray | None = field(default=None, repr=False, compare=False)  # the sampler's (grid units)
 
     @property
     def private(self) -> bool:
@@ -80,6 +93,8 @@ class Release:
         m = self.measurement
         kwargs.setdefault("noise", m.noise)
         kwargs.setdefault("secure", m.secure)
+        if kwargs["noise"] == m.noise and bool(kwargs["secure"]) == bool(m.secure):
+            _noise_law(kwargs, m.scales, self.unit_scales)
         return expected_error(self.workload, m.strategy, m.variances, **kwargs)
 
     def variances(self, **kwargs: Any) -> np.ndarray:
@@ -92,20 +107,58 @@ class Release:
 
     def confidence_intervals(self, level: float = 0.95, method: str = "auto",
                              **kwargs: Any) -> tuple[np.ndarray, np.ndarray]:
-        """``(lower, upper)`` around each answer, covering the true answer with probability at
-        least ``level`` (``method``: ``"auto"``, ``"gaussian"``, ``"laplace"`` or ``"chebyshev"``)."""
+        """``(lower, upper)`` around each answer at confidence ``level`` (``method``: ``"auto"``,
+        accurate for the noise drawn; ``"exact-tail"`` or ``"chebyshev"``, coverage at least
+        ``level``; ``"accurate"``, ``"normal"``, ``"laplace"``, ``"gaussian"``; see
+        :mod:`sparsedp.accuracy`)."""
         return self.error_report(**kwargs).confidence_intervals(self.answers, level, method)
 
-    def save(self, path: str | Path, *, description: dict | None = None) -> Path:
-        """Write the answers, the estimate and the measurement's ledger entry as a release file
-        (:mod:`sparsedp.release_file`; never the data)."""
+    def to_release(self, *, description: dict | None = None, **kwargs: Any) -> ReleaseResult:
+        """This release as a :class:`~sparsedp.releases.ReleaseResult`: the workload answers labelled
+        by :func:`~sparsedp.releases.workload_labels` (``lo`` / ``hi`` ranges, ``bin`` or ``query``),
+        their exact variances (:meth:`variances`; ``None`` for biased ``nnls`` / ``l1`` answers or
+        when they cannot be listed), ``x_hat`` and the noise scales as arrays, the ledger entry;
+        ``kwargs`` go to :meth:`error_report`."""
         m = self.measurement
         desc = {"strategy": m.strategy.name, "noise": m.noise, "secure": m.secure,
                 "sensitivity": m.sensitivity, "epsilon": m.cost.epsilon, "rho": m.cost.rho}
         desc.update(description or {})
+        try:
+            rep = self.error_report(**kwargs)
+            var, how = rep.variances, rep.method
+            if var is None:
+                rep, how = None, "unavailable: too many answers to list their variances"
+        except SparseDPError as exc:
+            rep, var, how = None, None, f"unavailable: {exc}"
+        labels = workload_labels(self.workload) if self.workload is not None else {}
         arrays = {"answers": self.answers, "x_hat": self.x_hat, "scales": m.scales, "noise_variances": m.variances}
-        entries = [m.entry] if m.entry is not None else []
-        return save_release(path, "matrix-mechanism", arrays, ledger=entries, description=desc, private=m.private)
+        return ReleaseResult(
+            kind="matrix-mechanism", answers=self.answers, labels=labels, variances=var, noise=m.noise,
+            secure=bool(m.secure), strategy=f"{m.strategy.name} ({m.strategy.shape[0]} rows), "
+            f"{self.reconstruction.method} reconstruction", ledger=[m.entry] if m.entry is not None else [],
+            private=m.private, description=desc, arrays=arrays, variance_method=how, report=rep, source=self)
+
+    def to_pandas(self, level: float = 0.95, method: str = "auto") -> Any:
+        """One row per workload answer (:meth:`sparsedp.releases.ReleaseResult.to_pandas`)."""
+        return self.to_release().to_pandas(level, method)
+
+    def save(self, path: str | Path, *, description: dict | None = None) -> Path:
+        """Write the answers with their labels and variances, the estimate and the measurement's
+        ledger entry as a release file (:meth:`to_release` saved by
+        :meth:`sparsedp.releases.ReleaseResult.save`; never the data)."""
+        return self.to_release(description=description).save(path)
+
+
+def _noise_law(kwargs: dict[str, Any], scales: Any, unit_scales: Any) -> None:
+    """Default the noise's scales in ``kwargs`` (for :func:`~sparsedp.accuracy.expected_error`):
+    the measurement's ``scales`` (data units) and the sampler's ``unit_scales`` (grid units), unless
+    the caller gave either (a caller's ``scales=`` is not overridden by the sampler's)."""
+    if "scales" in kwargs or "unit_scales" in kwargs:
+        kwargs.setdefault("scales", scales)
+        return
+    kwargs["scales"] = scales
+    if unit_scales is not None:
+        kwargs["unit_scales"] = unit_scales
 
 
 def _optimized_strategy(W: Any, M: Any, noise: str, options: dict[str, Any] | None) -> Any:
@@ -267,7 +320,7 @@ class MatrixMechanism:
                                 out=out, scratch=scratch, progress=progress)
         meas = self.measure(x, rng=rng, counts=counts)
         rec = reconstruct(meas, method=method)
-        return Release(self.W.matvec(rec.x), rec.x, meas, rec, workload=self.W)
+        return Release(self.W.matvec(rec.x), rec.x, meas, rec, workload=self.W, unit_scales=self._plan.unit_scales)
 
     # -- analytics -------------------------------------------------------------------------------
     def error_report(self, **kwargs: Any) -> ErrorReport:
@@ -276,10 +329,13 @@ class MatrixMechanism:
         ``sum_i Var(z_i) ||W G e_i||^2``, ``G`` the GLS estimator; for homoscedastic Laplace on a
         square strategy, ``(2 Delta_1^2 / eps^2) trace(B^T B)`` with ``B = W M^-1``.  The report
         carries each answer's variance (``.variances``) and confidence intervals
-        (``.confidence_intervals(answers, level)``) for this mechanism's noise.
+        (``.confidence_intervals(answers, level)``) for this mechanism's noise, with the plan's
+        scales (``scales``, ``unit_scales``), so the intervals use the exact law of exact noise.
         """
         kwargs.setdefault("noise", self.noise)
         kwargs.setdefault("secure", self.secure)
+        if kwargs["noise"] == self.noise and bool(kwargs["secure"]) == self.secure:
+            _noise_law(kwargs, self._plan.scales, self._plan.unit_scales)
         return expected_error(self.W, self.M, self.variances(), **kwargs)
 
     def expected_error(self, **kwargs: Any) -> float:

@@ -5,12 +5,17 @@ A release file is a NumPy ``.npz`` archive (no pickles) holding
 * the released arrays (answers, estimates, variances, ... -- never the raw data), and
 * ``__sparsedp__``: a JSON document with ``format`` (``"sparsedp-release/1"``), ``kind`` (which
   release made it), ``private`` (``false`` if any noise came from a seeded generator or the file
-  holds anything computed from the true data), ``description`` (strategy, parameters) and
+  holds anything computed from the true data), ``description`` (strategy, parameters),
   ``ledger`` (every measurement: what was measured, sensitivity, noise kind, scales, epsilon / rho,
-  exact or float noise, time; see :class:`~sparsedp.privacy.LedgerEntry`).
+  exact or float noise, time; see :class:`~sparsedp.privacy.LedgerEntry`) and ``model`` (which
+  array holds the answers, their labels and variances, the noise: the layout of
+  :class:`sparsedp.releases.ReleaseResult`; absent in files of earlier versions).
 
-:func:`save_release` writes one, :func:`load_release_file` reads it back (refusing files that are
-not sparsedp releases), and ``sparsedp ledger FILE`` prints the ledger.
+This module is the low-level ``.npz`` format: :func:`save_release` writes one,
+:func:`load_release_file` reads it back (refusing files that are not sparsedp releases).
+:func:`sparsedp.load_release` (:mod:`sparsedp.releases`) reads every release file the library
+writes, this one and the chunked ``.npy`` / ``.zarr`` arrays with their ``.release.json`` record,
+as one :class:`~sparsedp.releases.ReleaseResult`; ``sparsedp ledger FILE`` prints the ledger.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import numpy as np
 from .errors import SparseDPError
 from .privacy import Accountant, LedgerEntry
 
-__all__ = ["FORMAT", "ReleaseFile", "save_release", "load_release_file", "ledger_rows"]
+__all__ = ["FORMAT", "ReleaseFile", "release_record", "save_release", "load_release_file", "ledger_rows"]
 
 FORMAT = "sparsedp-release/1"
 _META = "__sparsedp__"
@@ -40,6 +45,7 @@ class ReleaseFile:
     description: dict[str, Any] = field(default_factory=dict)
     ledger: tuple[dict[str, Any], ...] = ()
     private: bool = True
+    model: dict[str, Any] = field(default_factory=dict)  # the answers' layout (empty in older files)
 
     @property
     def epsilon(self) -> float:
@@ -67,6 +73,29 @@ def _ledger_dicts(ledger: Accountant | Iterable[LedgerEntry | dict] | None) -> l
     return out
 
 
+def release_record(
+    kind: str,
+    *,
+    ledger: Accountant | Iterable[LedgerEntry | dict] | None = None,
+    description: dict[str, Any] | None = None,
+    private: bool = True,
+    model: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The ``__sparsedp__`` record (a JSON-ready dict; see the module docstring).  A ledger entry
+    that says its noise was not private makes the record not private."""
+    entries = _ledger_dicts(ledger)
+    if any(e.get("private") is False for e in entries):
+        private = False
+    meta = {"format": FORMAT, "kind": str(kind), "private": bool(private),
+            "description": description or {}, "ledger": entries}
+    if model:
+        meta["model"] = model
+    try:
+        return json.loads(json.dumps(meta, allow_nan=True, default=_jsonable))
+    except TypeError as exc:
+        raise SparseDPError(f"the description is not JSON-serialisable: {exc}") from exc
+
+
 def save_release(
     path: str | Path,
     kind: str,
@@ -75,19 +104,14 @@ def save_release(
     ledger: Accountant | Iterable[LedgerEntry | dict] | None = None,
     description: dict[str, Any] | None = None,
     private: bool = True,
+    model: dict[str, Any] | None = None,
 ) -> Path:
     """Write a release file (see the module docstring).  ``arrays`` must hold only released
     quantities; ``private=False`` marks seeded or evaluation output.  A ledger entry that says
-    its noise was not private makes the file not private."""
-    entries = _ledger_dicts(ledger)
-    if any(e.get("private") is False for e in entries):
-        private = False
-    meta = {"format": FORMAT, "kind": str(kind), "private": bool(private),
-            "description": description or {}, "ledger": entries}
-    try:
-        text = json.dumps(meta, allow_nan=True, default=_jsonable)
-    except TypeError as exc:
-        raise SparseDPError(f"the description is not JSON-serialisable: {exc}") from exc
+    its noise was not private makes the file not private.  ``model``: the answers' layout
+    (written by :meth:`sparsedp.releases.ReleaseResult.save`)."""
+    meta = release_record(kind, ledger=ledger, description=description, private=private, model=model)
+    text = json.dumps(meta, allow_nan=True)
     clean = {}
     for name, value in arrays.items():
         if name == _META:
@@ -123,11 +147,14 @@ def load_release_file(path: str | Path) -> ReleaseFile:
     if meta.get("format") != FORMAT:
         raise SparseDPError(f"{path}: unknown release format {meta.get('format')!r}")
     return ReleaseFile(kind=meta["kind"], arrays=data, description=meta.get("description", {}),
-                       ledger=tuple(meta.get("ledger", [])), private=bool(meta.get("private", True)))
+                       ledger=tuple(meta.get("ledger", [])), private=bool(meta.get("private", True)),
+                       model=dict(meta.get("model") or {}))
 
 
-def ledger_rows(release: ReleaseFile) -> list[str]:
-    """The ledger as printable lines (``sparsedp ledger FILE``)."""
+def ledger_rows(release: Any) -> list[str]:
+    """The ledger as printable lines (``sparsedp ledger FILE``) of a :class:`ReleaseFile` or a
+    :class:`~sparsedp.releases.ReleaseResult` (anything with ``kind``, ``private``, ``ledger``,
+    ``epsilon`` and ``rho``)."""
     lines = [f"{release.kind} release, {'private' if release.private else 'NOT PRIVATE'}, "
              f"{len(release.ledger)} measurement(s)"]
     for i, e in enumerate(release.ledger):

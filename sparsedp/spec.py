@@ -57,7 +57,7 @@ from .errors import InfeasibleConstraintsError, InputBoundError, SparseDPError
 from .io import as_bins, load_histogram
 from .mechanism import MatrixMechanism, Release
 from .privacy import Accountant
-from .release_file import save_release
+from .releases import ReleaseResult, workload_labels
 from .validation import MAX_MAGNITUDE
 
 __all__ = ["SpecResult", "load_spec", "run_spec"]
@@ -96,18 +96,37 @@ def load_spec(path: str | Path) -> dict[str, Any]:
         raise SparseDPError(f"{p} is not valid TOML: {exc}") from exc
     unknown = set(spec) - _SECTIONS
     if unknown:
-        raise SparseDPError(f"{p}: unknown section(s) {sorted(unknown)}; known: {sorted(_SECTIONS)}")
+        raise SparseDPError(f"{p}: unknown section(s) {_named(unknown, _SECTIONS, '[{}]')}; known: {sorted(_SECTIONS)}")
     for name, section in spec.items():
         if not isinstance(section, dict):
             raise SparseDPError(f"{p}: {name} must be a section [{name}], got a {type(section).__name__}")
         extra = set(section) - _KEYS[name]
         if extra:
-            raise SparseDPError(f"{p}: unknown key(s) {sorted(extra)} in [{name}]; known: {sorted(_KEYS[name])}")
+            raise SparseDPError(f"{p}: unknown key(s) {_named(extra, _KEYS[name], '{}')} in [{name}]; "
+                                f"known: {sorted(_KEYS[name])}")
     for needed in ("data", "privacy"):
         if needed not in spec:
             raise SparseDPError(f"{p}: the [{needed}] section is required")
     spec["_base"] = p.parent
     return spec
+
+
+def _named(unknown: set[str], known: Any, fmt: str) -> str:
+    """The unknown names, each with the closest known one ("did you mean ...?") when there is one."""
+    import difflib
+
+    parts = []
+    for name in sorted(unknown):
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+        hint = f" (did you mean {fmt.format(close[0])!r}?)" if close else ""
+        if not close and fmt == "{}":  # a key of another section, perhaps misspelt
+            for section, keys in _KEYS.items():
+                other = difflib.get_close_matches(name, sorted(keys), n=1, cutoff=0.75)
+                if other:
+                    hint = f" (did you mean {other[0]!r} in [{section}]?)"
+                    break
+        parts.append(repr(name) + hint)
+    return ", ".join(parts)
 
 
 def _flag(section: dict[str, Any], key: str, where: str, default: bool = False) -> bool:
@@ -241,22 +260,41 @@ def run_spec(path: str | Path, *, rng: Any = None, accountant: Accountant | None
     estimate = _consistent(release.x_hat, total, nonneg)
     answers = W.matvec(estimate)
     files: dict[str, Path] = {}
+    report = mech.error_report()  # exact variances of the GLS answers (before any consistency step)
+    processed = nonneg or total is not None
     description = {"spec": str(Path(path).name), "workload": W.name, "strategy": mech.M.name, "bins": n,
                    "nonnegative": nonneg, "public_total": total,
-                   "expected_error_per_query": mech.error_report().per_query}
+                   "expected_error_per_query": report.per_query,
+                   "variances": ("of the least-squares answers before the consistency step (non-negativity / "
+                                 "public total), which moves the answers: intervals are indicative") if processed
+                   else "exact, of the released least-squares answers"}
+    entries = [release.measurement.entry] if release.measurement.entry else []
+    result = ReleaseResult(kind="spec", answers=answers, labels=workload_labels(W), variances=report.variances,
+                           noise=release.measurement.noise, secure=release.measurement.secure,
+                           strategy=mech.M.name, ledger=entries, private=release.private, description=description,
+                           arrays={"estimate": estimate},
+                           variance_method="gls-before-consistency" if processed else "exact-gls",
+                           report=None if processed else report)
     if "release" in files_out:
-        arrays = {"answers": answers, "estimate": estimate}
-        entries = [release.measurement.entry] if release.measurement.entry else []
-        files["release"] = save_release(files_out["release"], "spec", arrays, ledger=entries,
-                                        description=description, private=release.private)
+        files["release"] = result.save(files_out["release"])
     if "report" in files_out:
-        files["report"] = _report(files_out["report"], description, answers, release)
+        files["report"] = _report(files_out["report"], description, result, release)
     if "plot" in files_out:
-        files["plot"] = _plot(files_out["plot"], estimate, W.name)
+        files["plot"] = _plot(files_out["plot"], result, W.name)
     return SpecResult(answers, estimate, release, accountant, files)
 
 
-def _report(path: Path, desc: dict[str, Any], answers: np.ndarray, release: Release) -> Path:
+def _answer_label(labels: dict[str, Any], i: int) -> str:
+    if "lo" in labels and "hi" in labels:
+        lo, hi = int(labels["lo"][i]), int(labels["hi"][i])
+        return f"bins {lo}..{hi}" if hi > lo else f"bin {lo}"
+    name, col = next(iter(labels.items()))
+    return f"{name} {col[i]}"
+
+
+def _report(path: Path, desc: dict[str, Any], result: Any, release: Release) -> Path:
+    answers = np.asarray(result.answers)
+    lo, hi = result.confidence_intervals(0.95)
     e = release.measurement.entry
     lines = [
         f"# sparsedp release: {desc['spec']}",
@@ -269,11 +307,14 @@ def _report(path: Path, desc: dict[str, Any], answers: np.ndarray, release: Rele
         + ("" if release.private else " **(seeded: NOT private)**"),
         f"- expected squared error per answer (before consistency): {desc['expected_error_per_query']:.4g}",
         f"- non-negative: {desc['nonnegative']}; public total: {desc['public_total']}",
+        f"- variances: {desc['variances']}",
         "",
-        "| answer | value |",
-        "|---:|---:|",
+        "| answer | value | standard deviation | 95% interval |",
+        "|---|---:|---:|---:|",
     ]
-    lines += [f"| {i} | {v:.6g} |" for i, v in enumerate(answers[:50])]
+    sd = np.sqrt(result.variances)
+    lines += [f"| {_answer_label(result.labels, i)} | {v:.6g} | {sd[i]:.4g} | [{lo[i]:.6g}, {hi[i]:.6g}] |"
+              for i, v in enumerate(answers[:50])]
     if answers.size > 50:
         lines.append(f"| ... | ({answers.size - 50} more in the release file) |")
     if e is not None:
@@ -294,13 +335,18 @@ def _matplotlib() -> Any:
     return plt
 
 
-def _plot(path: Path, estimate: np.ndarray, workload: str) -> Path:
+def _plot(path: Path, result: Any, workload: str) -> Path:
+    """The released answers with their 95% intervals (a per-bin estimate is not plotted: the
+    strategy may determine single bins only with a large variance; the answers are what was asked)."""
     plt = _matplotlib()
+    answers = np.asarray(result.answers, dtype=np.float64)
+    lo, hi = result.confidence_intervals(0.95)
     fig, ax = plt.subplots(figsize=(8, 3))
-    ax.bar(np.arange(estimate.size), estimate, width=1.0)
-    ax.set_xlabel("bin")
-    ax.set_ylabel("released count")
-    ax.set_title(f"released histogram ({workload})")
+    idx = np.arange(answers.size)
+    ax.errorbar(idx, answers, yerr=np.vstack([answers - lo, hi - answers]), fmt="o", ms=3, capsize=2)
+    ax.set_xlabel("answer (see the report for what each is)")
+    ax.set_ylabel("released value")
+    ax.set_title(f"released answers with 95% intervals ({workload})")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -4,11 +4,12 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from _coverage import assert_certified_coverage, assert_default_coverage
 
 from sparsedp import MatrixMechanism, SparseDPError, expected_error
 from sparsedp import strategies as st
 from sparsedp import workloads as wl
-from sparsedp.accuracy import ErrorReport, MemoryLimitError, interval_multiplier
+from sparsedp.accuracy import ErrorReport, ErrorShape, MemoryLimitError, interval_multiplier
 from sparsedp.inference import linear_estimator
 
 
@@ -220,8 +221,19 @@ def test_report_intervals_need_the_noise_and_use_the_right_method():
     np.testing.assert_allclose(g.half_widths(0.95), 1.959964 * np.sqrt(v), rtol=1e-6)
     lo, hi = g.confidence_intervals([10.0, 20.0], 0.95)
     np.testing.assert_allclose(hi - lo, 2 * 1.959964 * np.sqrt(v), rtol=1e-6)
-    assert ErrorReport(13.0, 6.5, "x", variances=v, noise="laplace").interval_method() == "laplace"
-    assert ErrorReport(13.0, 6.5, "x", variances=v, noise="laplace", secure=True).interval_method() == "chebyshev"
+    # Laplace noise (float or exact) with only the variances known: the normal quantile by default;
+    # with the error's shape: "accurate" (exact quantile for one noise value)
+    lap = ErrorReport(13.0, 6.5, "x", variances=v, noise="laplace")
+    assert lap.interval_method() == "normal"
+    np.testing.assert_allclose(lap.half_widths(0.95), 1.959964 * np.sqrt(v), rtol=1e-6)
+    assert ErrorReport(13.0, 6.5, "x", variances=v, noise="laplace", secure=True).interval_method() == "normal"
+    one = ErrorReport(13.0, 6.5, "x", variances=v, noise="laplace", shape=ErrorShape(kurtosis=3.0, lead=1.0))
+    assert one.interval_method() == "accurate"
+    np.testing.assert_allclose(one.half_widths(0.95), np.sqrt(v / 2) * math.log(20), rtol=1e-12)
+    # the certified and textbook methods stay available by name
+    assert lap.interval_method("laplace") == "laplace" and lap.interval_method("chebyshev") == "chebyshev"
+    np.testing.assert_allclose(lap.half_widths(0.95, "chebyshev"), math.sqrt(20) * np.sqrt(v), rtol=1e-12)
+    np.testing.assert_allclose(lap.half_widths(0.95, "laplace"), interval_multiplier(0.95, "laplace") * np.sqrt(v))
     assert g.interval_method("normal") == "normal"
     with pytest.raises(SparseDPError):
         g.confidence_intervals([1.0, 2.0, 3.0])
@@ -239,10 +251,17 @@ def test_gaussian_mechanism_intervals_have_their_coverage():
     answers = np.array([mech.run(x, rng=100 + s).answers for s in range(400)])
     lo, hi = rep.confidence_intervals(answers, 0.95)
     assert ((lo <= truth) & (truth <= hi)).mean() == pytest.approx(0.95, abs=0.02)
-    # exact discrete noise: distribution-free Chebyshev intervals, coverage at least the level
+    # exact discrete Gaussian noise: the default is "accurate" (the error's shape, with the sampler's
+    # scales from the mechanism), coverage about the level; the certified methods at least the level
     exact = MatrixMechanism(W, st.hierarchical(n, 4), rho=0.5, noise="gaussian", secure=True)
-    rep = expected_error(W, exact.M, exact.variances(), noise="gaussian", secure=True)
-    assert rep.interval_method() == "chebyshev"
-    answers = np.array([exact.run(x, rng=900 + s).answers for s in range(200)])
+    rep = exact.error_report()
+    assert rep.interval_method() == "accurate"
+    answers = np.array([exact.run(x, rng=900 + s).answers for s in range(400)])
     lo, hi = rep.confidence_intervals(answers, 0.95)
-    assert ((lo <= truth) & (truth <= hi)).mean() >= 0.95
+    assert_default_coverage((lo <= truth) & (truth <= hi), "discrete Gaussian")
+    for method in ("exact-tail", "chebyshev"):
+        lo, hi = rep.confidence_intervals(answers, 0.95, method)
+        assert_certified_coverage((lo <= truth) & (truth <= hi), 0.95, method)
+    # without the sampler's scales the report knows the shape of the sum but not the noise's lattice
+    bare = expected_error(W, exact.M, exact.variances(), noise="gaussian", secure=True)
+    assert bare.interval_method() == "accurate"

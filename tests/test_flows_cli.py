@@ -65,7 +65,8 @@ def test_cli_releases_the_file(tmp_path, road, trips, ext):
     lib = release_flows(road, trips, epsilon=1.0, rng=4, max_edges=40)
     rel = load_release_file(out)
     np.testing.assert_allclose(rel.arrays["x"], lib.consistent, atol=1e-6)
-    assert set(rel.arrays) == {"x"} and len(rel.ledger) == 1  # the release and its ledger, never the trips
+    # the release, its labels and variances, and its ledger: never the trips
+    assert set(rel.arrays) == {"x", "variances", "label.part", "label.id"} and len(rel.ledger) == 1
     edges = pd.read_csv(net)
     np.testing.assert_array_equal(edges["tail"], road.tails)
     np.testing.assert_array_equal(edges["head"], road.heads)

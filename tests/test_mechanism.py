@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+from _coverage import assert_certified_coverage, assert_default_coverage
 from _mechanism_draws import mechanism_answers
 
 from sparsedp import (
@@ -271,9 +272,19 @@ def test_release_carries_each_answers_variance_and_interval():
     np.testing.assert_allclose(emp.mean() / v.mean(), 1.0, atol=0.1)
     lo, hi = runs[0].confidence_intervals(0.95)
     assert lo.shape == hi.shape == (16,) and np.all(hi > lo)
-    inside = np.mean([(r.confidence_intervals(0.95)[0] <= truth) & (truth <= r.confidence_intervals(0.95)[1])
-                      for r in runs[:400]])
-    assert inside >= 0.95
+    assert runs[0].error_report().interval_method() == "accurate"  # float Laplace, the error's shape known
+    # the intervals do not depend on the draw: one report's half-widths serve every run
+    for method in ("auto", "exact-tail", "laplace", "chebyshev"):
+        lo, hi = runs[0].confidence_intervals(0.95, method)
+        for r in runs[1:3]:
+            lo_r, hi_r = r.confidence_intervals(0.95, method)
+            np.testing.assert_allclose(hi_r - r.answers, hi - runs[0].answers, rtol=1e-12)
+        half = hi - runs[0].answers
+        inside = np.abs(answers - truth) <= half
+        if method == "auto":  # accurate: coverage about the level (issue 27's window)
+            assert_default_coverage(inside, "float Laplace, hierarchical(16)")
+        else:  # certified: at least the level
+            assert_certified_coverage(inside, 0.95, method)
 
 
 def test_release_per_answer_accuracy_refuses_biased_reconstructions():
@@ -283,10 +294,61 @@ def test_release_per_answer_accuracy_refuses_biased_reconstructions():
         rel.variances()
 
 
-def test_release_intervals_of_exact_noise_use_chebyshev():
+def test_release_intervals_of_exact_noise_use_the_noise_law():
     mech = MatrixMechanism(wl.prefix(8), st.identity(8), epsilon=1.0)
     rel = mech.run(np.arange(8))
     rep = rel.error_report()
-    assert rep.secure and rep.interval_method() == "chebyshev"
+    assert rep.secure and rep.interval_method() == "accurate"
+    # the first prefix is one discrete Laplace value of scale t = 1 (grid 1): its exact quantile,
+    # P(|K| > k) = 2 q^(k+1) / (1 + q)
+    t = float(mech._plan.unit_scales[0])
+    assert t == float(rel.measurement.scales[0]) == 1.0
+    q = np.exp(-1.0 / t)
+    k = int(np.ceil(t * np.log(2.0 / (0.1 * (1.0 + q))))) - 1
+    assert 2 * q ** (k + 1) / (1 + q) <= 0.1 < 2 * q**k / (1 + q)
     lo, hi = rel.confidence_intervals(0.9)
+    assert hi[0] - rel.answers[0] == pytest.approx(k, abs=1e-5) and hi[0] - rel.answers[0] >= k
+    # longer prefixes are sums of such values on the integer lattice: continuity-corrected, integral
+    half = hi - rel.answers
+    np.testing.assert_allclose(half, np.round(half), atol=1e-5)
+    np.testing.assert_allclose(mech.error_report().half_widths(0.9), half, rtol=1e-12)
+    # the certified methods by name: Chebyshev sqrt(1 / 0.1) sd, exact-tail at most that
+    lo, hi = rel.confidence_intervals(0.9, "chebyshev")
     np.testing.assert_allclose(hi - rel.answers, np.sqrt(10.0) * np.sqrt(rel.variances()), rtol=1e-12)
+    assert np.all(rep.half_widths(0.9, "exact-tail") <= rep.half_widths(0.9, "chebyshev") * (1 + 1e-12))
+    # a caller's scales= is used, not replaced by the sampler's
+    assert rel.error_report(scales=rel.measurement.scales).interval_method() == "accurate"
+
+
+def test_release_of_exact_gaussian_noise_knows_its_sampler_scales():
+    import dataclasses
+
+    from sparsedp._tails import dg_quantile
+
+    mech = MatrixMechanism(wl.identity(6), st.identity(6), rho=0.02, noise="gaussian")  # sigma = 5 grid units
+    rel = mech.run(np.arange(6), rng=0)
+    np.testing.assert_array_equal(rel.unit_scales, mech._plan.unit_scales)
+    sigma = float(mech._plan.unit_scales[0])
+    assert sigma == pytest.approx(5.0, rel=1e-6)
+    k = float(dg_quantile(sigma, 0.95))  # the discrete Gaussian's exact quantile (an integer)
+    assert k == 10.0
+    lo, hi = rel.confidence_intervals(0.95)
+    np.testing.assert_allclose(hi - rel.answers, k + 1e-6, rtol=1e-9)
+    np.testing.assert_allclose(mech.error_report().half_widths(0.95), hi - rel.answers, rtol=1e-12)
+    # a discrete Gaussian's scale in data units does not name its sampler scale above sigma ~ 1.2:
+    # without unit_scales the answer is one value of unknown law: the normal quantile
+    bare = dataclasses.replace(rel, unit_scales=None).error_report()
+    np.testing.assert_allclose(bare.half_widths(0.95), 1.959963984540054 * np.sqrt(rel.variances()), rtol=1e-9)
+
+
+def test_release_intervals_of_exact_noise_cover():
+    W = wl.prefix(32)
+    for noise, budget in (("laplace", {"epsilon": 0.2}), ("gaussian", {"rho": 0.02})):
+        mech = MatrixMechanism(W, st.hierarchical(32, 2), noise=noise, **budget)  # exact noise (the default)
+        x = np.arange(32) % 7
+        errs = mechanism_answers(mech, x, 2000, seed=5) - W.matvec(x)
+        rep = mech.run(x, rng=0).error_report()
+        assert rep.interval_method() == "accurate"
+        assert_default_coverage(np.abs(errs) <= rep.half_widths(0.95), noise)
+        for method in ("exact-tail", "chebyshev"):
+            assert_certified_coverage(np.abs(errs) <= rep.half_widths(0.95, method), 0.95, f"{noise} {method}")

@@ -1,6 +1,8 @@
 """Declarative releases: a spec runs end to end from CSV / .npy / Parquet; clear errors; the
 release file has the ledger and never the data."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -116,3 +118,38 @@ def test_spec_with_the_optimized_strategy(tmp_path):
     per_query = back.description["expected_error_per_query"]
     assert per_query == pytest.approx(MatrixMechanism(W, opt, epsilon=0.5).error_report().per_query, rel=1e-9)
     assert per_query < MatrixMechanism(W, st.hierarchical(20, 4), epsilon=0.5).error_report().per_query
+
+
+def test_spec_release_is_labelled_with_variances_and_intervals(tmp_path):
+    from sparsedp import load_release
+
+    spec, _ = _write(tmp_path, total="")
+    spec.write_text(spec.read_text().replace("nonnegative = true", "nonnegative = false"))
+    res = run_spec(spec)
+    back = load_release(res.files["release"])
+    np.testing.assert_array_equal(back.labels["lo"], [0, 5, 0])
+    np.testing.assert_array_equal(back.labels["hi"], [4, 19, 19])
+    assert back.variances is not None and np.all(back.variances > 0)
+    assert back.variance_method == "exact-gls"
+    lo, hi = back.confidence_intervals(0.95)
+    assert np.all(lo < back.answers) and np.all(back.answers < hi)
+    report = res.files["report"].read_text()
+    assert "| bins 0..4 |" in report and "95% interval" in report
+
+
+def test_spec_after_consistency_says_its_variances_are_before_it(tmp_path):
+    from sparsedp import load_release
+
+    spec, _ = _write(tmp_path, total="total = 500")
+    back = load_release(run_spec(spec).files["release"])
+    assert back.variance_method == "gls-before-consistency"
+    assert "before the consistency step" in back.description["variances"]
+
+
+@pytest.mark.parametrize("line, hint", [("epsilom = 2", "did you mean 'epsilon'?"),
+                                        ("nonnegtive = true", "did you mean 'nonnegative' in [consistency]?")])
+def test_misspelt_keys_are_refused_with_a_suggestion(tmp_path, line, hint):
+    spec, _ = _write(tmp_path)
+    spec.write_text(spec.read_text().replace("epsilon = 0.5", "epsilon = 0.5\n" + line))
+    with pytest.raises(SparseDPError, match=re.escape(hint)):
+        run_spec(spec)

@@ -19,6 +19,13 @@ gives its diagonal:
 * ``"bound"``: ``v`` itself, a guaranteed upper bound (intervals from it are conservative).
 * ``"auto"``: exact up to ``dense_limit`` values, else the estimate.
 
+With ``noise=`` given, the ``"exact"`` report also carries the error's shape (the coefficients
+``I - P`` of the noise; computed on the first interval request, the same dense formula again), so
+its default intervals are ``"accurate"`` (:mod:`sparsedp.accuracy`); for exact noise, ``scales=`` /
+``unit_scales=`` (as :func:`~sparsedp.accuracy.expected_error`'s) let them use the noise's exact
+law.  Estimated and bounded reports give ``"normal"`` intervals (``"exact-tail"`` or
+``"chebyshev"``: certified, by name).
+
 Structured results have exact ``O(n)`` forms elsewhere: the restaurant
 (:meth:`~sparsedp.consistency.RestaurantRelease.variances`, trees x span), trees
 (:class:`~sparsedp.range_variance.IntervalTreeCovariance`) and flows
@@ -27,13 +34,14 @@ Structured results have exact ``O(n)`` forms elsewhere: the restaurant
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
-from ..accuracy import ErrorReport
+from ..accuracy import ErrorReport, _check_scales, error_shape
 from ..errors import SparseDPError
 from ..range_variance import DEFAULT_MEMORY_LIMIT, check_memory
 from ..validation import check_vector
@@ -59,6 +67,8 @@ def projection_variances(
     memory_limit: float = DEFAULT_MEMORY_LIMIT,
     noise: str | None = None,
     secure: bool = False,
+    scales: Any = None,
+    unit_scales: Any = None,
     **solve_options: Any,
 ) -> ErrorReport:
     """Variance of every value of the consistent release ``x`` (``solve(x~, constraints,
@@ -66,7 +76,9 @@ def projection_variances(
 
     ``variances``: the noise variance of every noisy value (a number or one per value; ``None``: 1,
     i.e. ``Var(x_j) / v`` for homoscedastic noise).  ``noise`` (``"laplace"`` / ``"gaussian"``) and
-    ``secure`` are recorded for the report's confidence intervals.  ``solve_options`` go to
+    ``secure`` are recorded for the report's confidence intervals (and, for exact noise, the noisy
+    values' ``scales`` in data units or the sampler's ``unit_scales``; see
+    :func:`~sparsedp.accuracy.expected_error`).  ``solve_options`` go to
     :func:`~sparsedp.consistency.solve` for the estimate's solves."""
     x = check_vector(x, name="x")
     n = x.size
@@ -84,6 +96,7 @@ def projection_variances(
     if method == "auto":
         method = "exact" if n <= dense_limit else "estimate"
     stderr = 0.0
+    shape = None
     if method == "bound":
         var = v
     elif method == "exact":
@@ -96,6 +109,11 @@ def projection_variances(
         K = C.toarray() * v  # C V
         G = np.linalg.pinv(K @ C.toarray().T, hermitian=True)
         var = np.maximum(v - np.einsum("ij,ij->j", K, G @ K), 0.0)
+        if noise is not None:
+            # computed on the first interval request (a partial: the report stays picklable)
+            law = (noise, bool(secure), _check_scales(scales, n, "scales"),
+                   _check_scales(unit_scales, n, "unit_scales"))
+            shape = functools.partial(_projection_shape, C, v, law, var, memory_limit)
     else:
         if isinstance(probes, (bool, np.bool_)) or not isinstance(probes, (int, np.integer)) or probes < 1:
             raise SparseDPError(f"probes must be an integer >= 1, got {probes!r}")
@@ -110,4 +128,20 @@ def projection_variances(
         stderr = float(np.sqrt(2.0 / probes) * var.sum())
     total = float(var.sum())
     return ErrorReport(total, total / max(n, 1), f"{method}-projection", stderr, variances=var, noise=noise,
-                       secure=bool(secure))
+                       secure=bool(secure), shape=shape)
+
+
+def _projection_shape(C: sp.csr_matrix, v: np.ndarray, noise: tuple, var: np.ndarray, memory_limit: float) -> Any:
+    """The :class:`~sparsedp.accuracy.ErrorShape` of the consistent values: their errors are
+    ``(I - P) z`` with ``P = V C^T (C V C^T)^+ C`` (module docstring), i.e. ``I - K^T G C`` with
+    ``K = C V``, ``G = (K C^T)^+`` (``None`` if its dense matrices exceed ``memory_limit``)."""
+    kind, secure, scales, unit_scales = noise
+    m, n = C.shape
+    if 8.0 * (3 * m * n + m * m + 2 * n * n) > memory_limit:
+        return None
+    Cd = C.toarray()
+    K = Cd * v
+    G = np.linalg.pinv(K @ Cd.T, hermitian=True)
+    coef = np.eye(v.size) - K.T @ (G @ Cd)
+    return error_shape(coef, kind, secure=secure, variances=v, scales=scales, unit_scales=unit_scales,
+                       answer_variances=var)

@@ -40,7 +40,6 @@ from .._cli_util import warn_not_private
 from ..errors import ShapeError, SparseDPError
 from ..io import load_npy_table, read_columns
 from ..progress import SolverProgress
-from ..release_file import save_release
 from .restaurant import _BASIS, _BASIS_INV  # noqa: F401 (the order-recovery basis; checked by the tests)
 from .restaurant import COMBOS, ITEMS, RestaurantSales, _orders_of, restaurant, restaurant_release
 from .solvers import METHODS
@@ -135,10 +134,16 @@ def _scaleout(args: argparse.Namespace) -> int:
                # data-dependent time (issue 26), so neither they nor the total are published
                "seconds": {k: v for k, v in r.timings.items() if k in _NOISY_PHASES},
                "ledger": [r.ledger.as_dict()], "estimate": str(args.out), "items": list(ITEMS)}
+    # OUT.release.json: the release record (sparsedp.load_release reads OUT with it); the summary's
+    # fields also at its top level, as before; no timing in the description
+    desc = {k: v for k, v in summary.items() if k not in ("private", "ledger", "seconds")}
+    r.to_release(description=desc, private=summary["private"]).save(args.out)
     side = Path(str(args.out) + ".release.json")
-    side.write_text(json.dumps(summary, indent=1))
-    if args.json:
-        Path(args.json).write_text(json.dumps(summary, indent=2))
+    record = json.loads(side.read_text())
+    record["seconds"] = summary["seconds"]
+    side.write_text(json.dumps(record, indent=1) + "\n")
+    if args.json:  # the same record
+        Path(args.json).write_text(json.dumps(record, indent=2) + "\n")
     print(f"restaurant: {r.days} days x {len(ITEMS)} items released chunk by chunk on {r.executor} ({r.chunks} chunks "
           f"of {r.chunk} days)\nepsilon {r.epsilon:g}, Delta_1 = 5h = {r.sensitivity:g}, Laplace scale {r.scale:g} "
           f"({noise}) -> {args.out} (ledger: {side})")
@@ -214,8 +219,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.out:
         desc = {k: summary[k] for k in ("secure", "noise", "days", "epsilon", "sensitivity", "laplace_scale", "method",
                                         "noise_seed", "data", "data_seed")}
-        save_release(args.out, "restaurant", {"x": res.x}, ledger=[rel.ledger] if rel.ledger else [],
-                     description=desc, private=summary["private"])
+        rel.to_release(description=desc, private=summary["private"]).save(args.out)
     if args.plot:
         _plot(res.history, args.plot, res.method, args.evaluate)
     return 0

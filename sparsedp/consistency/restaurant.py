@@ -39,6 +39,7 @@ leaves formulation is the one whose residual reaches 1e-8 at the largest sizes.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import numbers
 from collections.abc import Callable
@@ -88,6 +89,12 @@ COMBOS = np.array([[2, 1, 1, 0, 1], [0, 2, 2, 1, 0], [1, 1, 0, 1, 1]], dtype=np.
 MEAN_ORDERS = (40.0, 25.0, 30.0)
 #: ``max_k ||c_k||_1``: the L1 change of the item sales caused by one order (5).
 ORDER_L1 = int(np.abs(COMBOS).sum(axis=1).max())
+#: Releases of at most this many tree nodes (``T <= 1024`` days) give their error reports a shape
+#: (:meth:`RestaurantRelease.error_report`; the ``nodes x nodes`` tree projection, computed on the
+#: first interval request); larger ones report the variances only (normal intervals).
+SHAPE_NODES = 2048
+#: Up to this many released values the shape is that of the explicit projection (lattice included).
+_KRON_VALUES = 1024
 
 
 @dataclass(frozen=True)
@@ -305,18 +312,31 @@ class RestaurantRelease:
     ledger: LedgerEntry | None = field(default=None, compare=False)  # the measurement's ledger entry
     _truth: np.ndarray | None = field(default=None, repr=False, compare=False)
 
-    def save(self, path: Any, description: dict | None = None) -> Any:
-        """Write the consistent release (node-major, 5 items per node), the noisy counts' variance
-        and the ledger as a release file (:mod:`sparsedp.release_file`; never the sales)."""
-        from ..release_file import save_release
-
+    def to_release(self, *, description: dict | None = None, private: bool | None = None) -> Any:
+        """This release as a :class:`~sparsedp.releases.ReleaseResult`: every consistent value
+        (node-major, 5 items per node) labelled by its node's days ``lo`` .. ``hi`` (inclusive) and
+        its ``item``, with its exact variance (:meth:`variances`) and the ledger entry.  ``private``
+        overrides the flag (an evaluation, or a command's own reasons); evaluation numbers are
+        never part of it."""
         desc = {"days": int(self.layout.n), "epsilon": self.epsilon, "sensitivity": self.sensitivity,
                 "laplace_scale": self.scale, "secure": self.secure, "method": self.result.method,
                 "noise_variance": self.variance}
         desc.update(description or {})
-        private = self.private and self.rmse_noisy is None  # evaluation numbers are not private
-        return save_release(path, "restaurant", {"x": self.result.x}, ledger=[self.ledger] if self.ledger else [],
-                            description=desc, private=private)
+        if private is None:
+            private = self.private and self.rmse_noisy is None  # evaluation numbers are not private
+        return restaurant_result(self.result.x, int(self.layout.n), self.variance, kind="restaurant",
+                                 ledger=[self.ledger] if self.ledger else [], private=private, description=desc,
+                                 noise="laplace", secure=bool(self.secure), source=self)
+
+    def save(self, path: Any, description: dict | None = None) -> Any:
+        """Write the consistent release (node-major, 5 items per node) with its labels and exact
+        variances, the noisy counts' variance and the ledger as a release file (:meth:`to_release`
+        saved by :meth:`sparsedp.releases.ReleaseResult.save`; never the sales)."""
+        return self.to_release(description=description).save(path)
+
+    def to_pandas(self, level: float = 0.95, method: str = "auto") -> Any:
+        """One row per (node, item) value (:meth:`sparsedp.releases.ReleaseResult.to_pandas`)."""
+        return self.to_release().to_pandas(level, method)
 
     @property
     def x(self) -> np.ndarray:
@@ -338,13 +358,22 @@ class RestaurantRelease:
 
     def error_report(self) -> Any:
         """:meth:`variances` as an :class:`~sparsedp.accuracy.ErrorReport` (``total``, ``variances``,
-        ``confidence_intervals(answers, level)``; Laplace noise, ``secure`` as measured)."""
+        ``confidence_intervals(answers, level)``; Laplace noise, ``secure`` as measured).  For at
+        most :data:`SHAPE_NODES` tree nodes it carries the error's shape (computed on the first
+        interval request): the error is ``P z`` with the projection ``P = P_tree (x) P_span``
+        (:meth:`variances`) and the measured noise ``z`` (homoscedastic, scale :attr:`scale`), so
+        the default intervals are ``"accurate"`` (variance-gamma with each value's exact kurtosis;
+        :mod:`sparsedp.accuracy`); beyond, ``"normal"``."""
         from ..accuracy import ErrorReport
 
         var = self.variances()
         total = float(var.sum())
+        shape = None
+        if self.layout.nodes <= SHAPE_NODES and np.isfinite(self.scale) and self.scale > 0:
+            shape = functools.partial(_projection_shape, self.layout, float(self.variance), float(self.scale),
+                                      bool(self.secure), var)
         return ErrorReport(total, total / var.size, "exact-tree-span", variances=var, noise="laplace",
-                           secure=bool(self.secure))
+                           secure=bool(self.secure), shape=shape)
 
     def confidence_intervals(self, level: float = 0.95, method: str = "auto") -> tuple[np.ndarray, np.ndarray]:
         """``(lower, upper)`` around every released value at confidence ``level``
@@ -360,6 +389,28 @@ class RestaurantRelease:
         return self._truth
 
 
+def restaurant_result(x: np.ndarray, days: int, variance: float | None, **fields: Any) -> Any:
+    """The :class:`~sparsedp.releases.ReleaseResult` of a restaurant release's consistent values
+    ``x`` (node-major, 5 items per node) over ``days`` days with noise ``variance`` per measured
+    value: labels ``lo`` / ``hi`` (the node's days, inclusive) and ``item``, exact variances
+    (``None`` when the variance is unknown); ``fields``: the other fields."""
+    from ..releases import ReleaseResult
+
+    layout = restaurant_layout(days)
+    lo, hi = _layout_intervals(layout)
+    p = len(ITEMS)
+    if np.asarray(x).size != p * lo.size:
+        raise SparseDPError(f"{np.asarray(x).size} values for a restaurant release of {days} days ({p * lo.size})")
+    labels = {"lo": np.repeat(lo, p), "hi": np.repeat(hi - 1, p), "item": np.tile(np.array(ITEMS), lo.size)}
+    try:
+        var, how = _value_variances(layout, float("nan") if variance is None else float(variance)), "exact-tree-span"
+    except SparseDPError as exc:
+        var, how = None, f"unavailable: {exc}"
+    fields.setdefault("strategy", f"item trees over {days} days (binary, {layout.nodes} nodes) x combo span")
+    return ReleaseResult(answers=x, labels=labels, variances=var, variance_method=how,
+                         arrays=fields.pop("arrays", None) or {"x": x}, **fields)
+
+
 def _value_variances(layout: TreeLayout, variance: float) -> np.ndarray:
     """``diag(v P_tree (x) P_span)`` node-major (see :meth:`RestaurantRelease.variances`)."""
     from ..range_variance import TreeCovariance
@@ -371,6 +422,44 @@ def _value_variances(layout: TreeLayout, variance: float) -> np.ndarray:
     Q, _ = np.linalg.qr(COMBOS.T.astype(np.float64))  # orthonormal basis of the combos' span
     span = np.einsum("ij,ij->i", Q, Q)
     return float(variance) * np.outer(tree, span).ravel()
+
+
+def _projection_shape(layout: TreeLayout, variance: float, scale: float, secure: bool, var: np.ndarray) -> Any:
+    """The :class:`~sparsedp.accuracy.ErrorShape` of the consistent values (node-major): their errors
+    are ``(P_tree (x) P_span) z`` with ``P_tree = A A^+`` (``A`` the tree's node x day matrix),
+    ``P_span = Q Q^T`` (``Q`` an orthonormal basis of the combos' span) and ``z`` the measured noise
+    (variance ``variance``, scale ``scale`` in data units, the same on every value).  Up to
+    ``_KRON_VALUES`` values: :func:`~sparsedp.accuracy.error_shape` of the explicit product.  Beyond,
+    its Kronecker form: with one noise law on every row, the kurtosis of value ``(u, i)`` is
+    ``gamma_2 k_u k_i`` and its largest term's share ``l_u l_i``, where ``k = sum_w P_w^4 / (sum_w
+    P_w^2)^2`` and ``l = max_w P_w^2 / sum_w P_w^2`` over each factor's row (no lattice)."""
+    from .._tails import noise_rows
+    from ..accuracy import ErrorShape, error_shape
+
+    lo, hi = _layout_intervals(layout)
+    A = np.zeros((layout.nodes, layout.n))
+    lengths = hi - lo
+    cols = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths - lo, lengths)
+    A[np.repeat(np.arange(layout.nodes), lengths), cols] = 1.0
+    Pt = A @ np.linalg.pinv(A)
+    Q, _ = np.linalg.qr(COMBOS.T.astype(np.float64))
+    Pk = Q @ Q.T
+    if len(ITEMS) * layout.nodes <= _KRON_VALUES:
+        return error_shape(np.kron(Pt, Pk), "laplace", secure=secure, variances=variance, scales=scale,
+                           answer_variances=var)
+    rows = noise_rows("laplace", secure, np.array([variance]), scales=np.array([scale]))
+
+    def factor(P: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        P2 = P * P
+        s2 = P2.sum(axis=1)
+        pos = s2 > 0
+        d = np.where(pos, s2, 1.0)
+        return np.where(pos, (P2 * P2).sum(axis=1) / (d * d), 0.0), np.where(pos, P2.max(axis=1) / d, 0.0)
+
+    kt, lt = factor(Pt)
+    kk, lk = factor(Pk)
+    return ErrorShape(kurtosis=float(rows.gamma2[0]) * np.outer(kt, kk).ravel(), lead=np.outer(lt, lk).ravel(),
+                      unit=float(rows.unit[0]), lattice=0.0)
 
 
 def _check_solver_args(method: Any, max_sweeps: Any, executor: Any, callback: Any) -> int:

@@ -52,6 +52,7 @@ saved state continues the release that was charged when it was created and charg
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from fractions import Fraction
 from typing import Any, Callable, Iterable
@@ -107,6 +108,10 @@ SCALE_SLACK = 1.0 + 2.0**-20
 #: sampler caches tables for 32 scales; per-batch draws would rebuild them).
 _FEW_SCALES = 24
 _BATCH = 1 << 16
+#: Counters with ``horizon * rows`` at most this give their error reports a shape (the offset
+#: matrix ``B``: ``horizon * rows`` runs of the counter's own steps, about 1-5 s at ``2^20``, computed
+#: on the first interval request); larger ones report variances only (normal intervals).
+SHAPE_LIMIT = 1 << 20
 
 _U = 2.0**-53
 
@@ -423,6 +428,8 @@ class StreamingCounter:
         value = self.check_increment(a)
         if self.quantum is not None and self.quantum != 1.0:
             value = self.quantum * round(value / self.quantum)  # onto the exact noise's lattice
+        if self.t == 0:
+            self._keep_shape_source()
         out = self._step(value)
         self.t += 1
         self._total += value
@@ -457,7 +464,14 @@ class StreamingCounter:
     def error_report(self) -> Any:
         """The released steps' variances as an :class:`~sparsedp.accuracy.ErrorReport` (``total``,
         ``per_query``, ``variances``, ``confidence_intervals(answers, level)``), with the counter's
-        noise and ``secure`` flag for the interval method."""
+        noise and ``secure`` flag for the interval method and, when ``horizon * rows <=``
+        :data:`SHAPE_LIMIT`, the error's shape: the released offsets are ``e = B z`` (``B`` the
+        counter's offset matrix, :meth:`_offset_matrix`, computed on the first interval request
+        from a copy of the counter kept before its first step; ``z`` the plan's noise), so the
+        default intervals are ``"accurate"`` (exact quantile for a step that is one noise value,
+        variance-gamma with the exact kurtosis otherwise; :mod:`sparsedp.accuracy`).  Larger
+        counters, and counters restored from a saved state, report the variances only (the
+        ``"normal"`` intervals)."""
         from ..accuracy import ErrorReport
 
         var = self.variances()
@@ -469,14 +483,62 @@ class StreamingCounter:
                                 "before it was restored from a saved state, or not reported by the counter)")
         total = float(var.sum())
         noise = self.plan.noise if self.plan is not None else ("gaussian" if self.rho is not None else "laplace")
+        source = self._shape_source()
+        shape = None if source is None else functools.partial(_counter_shape, source, var)
         return ErrorReport(total, total / var.size, f"exact-{self.name}", variances=var, noise=noise,
-                           secure=bool(self.secure))
+                           secure=bool(self.secure), shape=shape)
 
     def confidence_intervals(self, level: float = 0.95, method: str = "auto") -> tuple[np.ndarray, np.ndarray]:
         """``(lower, upper)`` around every released ``s~_t`` at confidence ``level`` (the methods of
-        :meth:`~sparsedp.accuracy.ErrorReport.confidence_intervals`: Gaussian exact, Laplace a
-        guaranteed bound, Chebyshev for exact discrete noise)."""
+        :meth:`~sparsedp.accuracy.ErrorReport.confidence_intervals`; the default is the normal
+        quantile for float Gaussian noise, else ``"accurate"`` when the counter knows its error's
+        shape (:meth:`error_report`) and ``"normal"`` when not; ``method="exact-tail"`` or
+        ``"chebyshev"``: certified, coverage at least ``level``)."""
         return self.error_report().confidence_intervals(self.released(), level, method)
+
+    # ---- the error's shape (what the intervals use beyond the variances) ----------------------
+    def _keep_shape_source(self) -> None:
+        """Called before the first step: a copy of this counter as it is now -- nothing stepped, no
+        data seen -- without its noise stream (the copy draws nothing and can never hand out this
+        counter's noise), from which :meth:`_offset_matrix` is computed later; only for a counter
+        that draws its own noise (not a test-hook clone) with ``horizon * rows <= SHAPE_LIMIT``."""
+        if self.plan is None or not isinstance(self._noise, RowNoise):
+            return
+        if self.horizon * self.plan.rows > SHAPE_LIMIT:
+            return
+        self._shape_copy = copy.deepcopy(self, {id(self.plan): self.plan, id(self._noise): None})
+
+    def _shape_source(self) -> "StreamingCounter | None":
+        """What :meth:`_offset_matrix` is computed on (``None``: no shape)."""
+        return getattr(self, "_shape_copy", None)
+
+    def to_release(self) -> Any:
+        """The values released so far as a :class:`~sparsedp.releases.ReleaseResult` (one answer
+        per step, label ``step`` from 1, their exact variances and the counter's ledger record:
+        the plan's cost, noise and scales).  Its ``save(path)`` writes a release file; the
+        counter's own :meth:`save` (ContinualCounter) writes its *state*, which holds the exact
+        running sums and is never a release."""
+        from ..releases import ReleaseResult
+
+        values = self.released()
+        try:
+            rep = self.error_report()
+            var, how = rep.variances, rep.method
+        except SparseDPError as exc:
+            rep, var, how = None, None, f"unavailable: {exc}"
+        cost = self.privacy_cost
+        entry: dict[str, Any] = {"label": self.label, "epsilon": cost.epsilon, "rho": cost.rho}
+        if self.plan is not None:
+            entry.update(rows=self.plan.rows, columns=self.horizon, noise=self.plan.noise, secure=bool(self.secure),
+                         private=self.private, sensitivity=float(self.plan.data_sensitivity),
+                         scale_min=float(self.plan.scales.min()), scale_max=float(self.plan.scales.max()))
+        noise = self.plan.noise if self.plan is not None else ("gaussian" if self.rho is not None else "laplace")
+        return ReleaseResult(kind="continual", answers=values, labels={"step": np.arange(1, values.size + 1)},
+                             variances=var, noise=noise, secure=bool(self.secure),
+                             strategy=f"{self.name} counter, horizon {self.horizon}", ledger=[entry],
+                             private=self.private, description={"counter": self.name, "horizon": self.horizon,
+                                                                "steps": int(self.t), "increments": self.increments},
+                             variance_method=how, report=rep, source=self)
 
     def run(self, increments: Iterable[float]) -> np.ndarray:
         """``update`` over ``increments`` in order; the outputs as an array."""
@@ -536,6 +598,21 @@ class StreamingCounter:
         assert self.plan is not None
         Z = plan_release(self.plan, counts=False)(np.zeros(self.plan.measured.shape[1]), rng, int(k))
         return Z @ (self._offset_matrix() if B is None else B).T
+
+
+def _counter_shape(source: StreamingCounter, var: np.ndarray) -> Any:
+    """The :class:`~sparsedp.accuracy.ErrorShape` of a counter's first ``var.size`` steps: the rows
+    of its offset matrix ``B`` (computed once per source, kept on it) with the plan's noise."""
+    from ..accuracy import error_shape
+
+    plan = source.plan
+    assert plan is not None
+    B = getattr(source, "_shape_offsets", None)
+    if B is None:
+        B = source._offset_matrix()
+        source._shape_offsets = B
+    return error_shape(B[: var.size], plan.noise, secure=plan.secure, variances=row_variances(plan),
+                       unit_scales=plan.unit_scales, answer_variances=var)
 
 
 class _GivenNoise:
@@ -611,6 +688,14 @@ class OffsetCounter(StreamingCounter):
     @last_variance.setter
     def last_variance(self, value: float) -> None:  # the base class initialises it; derived here
         pass
+
+    def _keep_shape_source(self) -> None:
+        """Nothing to keep: the offsets' computation (:meth:`_offsets_for`) needs no earlier state."""
+
+    def _shape_source(self) -> "StreamingCounter | None":
+        if self.plan is None or self.horizon * self.plan.rows > SHAPE_LIMIT:
+            return None
+        return self
 
     def _set_offsets(self, z: np.ndarray) -> None:
         """The offsets of the plan's noise ``z`` (all rows, data units), as the steps will use them."""

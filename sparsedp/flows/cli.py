@@ -33,7 +33,6 @@ from ..errors import NonFiniteInputError, ShapeError, SparseDPError
 from ..io import read_columns
 
 from .._cli_util import warn_not_private
-from ..release_file import save_release
 from .network import RoadNetwork, road_grid
 from .osm import helsinki_roads
 from .release import release_flows
@@ -162,8 +161,7 @@ def _flows(args: argparse.Namespace) -> int:
         desc = {k: out[k] for k in ("secure", "noise", "epsilon", "max_trip_edges", "sensitivity", "laplace_scale",
                                     "fixed_endpoints", "nodes", "edges", "variables", "noise_seed", "data_seed",
                                     "trips_source")}
-        save_release(args.out, "flows", {"x": rel.consistent}, ledger=[rel.ledger] if rel.ledger else [],
-                     description=desc, private=out["private"])
+        rel.to_release(description=desc, private=out["private"]).save(args.out)
         print(f"wrote {args.out}")
     return 0
 

@@ -28,6 +28,7 @@ rather than fail after the draw.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,17 +79,35 @@ class FlowRelease:
     ledger: LedgerEntry | None = field(default=None, compare=False)  # the measurement's ledger entry
     system: FlowSystem | None = field(default=None, repr=False, compare=False)  # the constraints projected on
 
-    def save(self, path: Any, description: dict | None = None) -> Any:
-        """Write the consistent flows, their noise variance and the ledger as a release file
-        (:mod:`sparsedp.release_file`; never the trips or the true counts)."""
-        from ..release_file import save_release
-
+    def to_release(self, *, description: dict | None = None, private: bool | None = None,
+                   method: str = "auto") -> Any:
+        """This release as a :class:`~sparsedp.releases.ReleaseResult`: every consistent value
+        labelled by ``part`` (``edge``, ``start`` or ``end``) and ``id`` (edge or node), with its
+        variance from :meth:`error_report` (``method``: exact up to 4000 nodes, else the bound
+        ``v``, ``variance_method`` says which) and the ledger entry."""
         desc = {"epsilon": self.epsilon, "max_trip_edges": self.max_edges, "sensitivity": self.sensitivity,
                 "laplace_scale": self.scale, "secure": self.secure, "fixed_endpoints": self.fixed_endpoints,
                 "noise_variance": self.noise_variance}
+        if self.system is not None:
+            desc.update(nodes=int(self.system.nodes), edges=int(self.system.edges))
         desc.update(description or {})
-        return save_release(path, "flows", {"x": self.consistent}, ledger=[self.ledger] if self.ledger else [],
-                            description=desc, private=self.private)
+        try:
+            rep = self.error_report(method)
+        except SparseDPError as exc:
+            rep = exc
+        return flows_result(self.consistent, desc, kind="flows", ledger=[self.ledger] if self.ledger else [],
+                            private=self.private if private is None else private, noise="laplace",
+                            secure=bool(self.secure), source=self, report=rep)
+
+    def save(self, path: Any, description: dict | None = None) -> Any:
+        """Write the consistent flows with their labels and variances, the noise variance and the
+        ledger as a release file (:meth:`to_release` saved by
+        :meth:`sparsedp.releases.ReleaseResult.save`; never the trips or the true counts)."""
+        return self.to_release(description=description).save(path)
+
+    def to_pandas(self, level: float = 0.95, method: str = "auto") -> Any:
+        """One row per consistent value (:meth:`sparsedp.releases.ReleaseResult.to_pandas`)."""
+        return self.to_release().to_pandas(level, method)
 
     @property
     def scales(self) -> np.ndarray:
@@ -139,10 +158,14 @@ class FlowRelease:
             var = v * _residual_diagonal_estimate(self.system, probes, rng)
             stderr = float(np.sqrt(2.0 / probes) * var.sum())
         total = float(var.sum())
+        shape = None
+        if method == "exact":
+            sys_, scale, secure = self.system, float(self.scale), bool(self.secure)
+            shape = functools.partial(_projection_shape, sys_, v, scale, secure, var)  # on first use
         return ErrorReport(total, total / var.size, f"{method}-projection", stderr, variances=var, noise="laplace",
-                           secure=bool(self.secure))
+                           secure=bool(self.secure), shape=shape)
 
-    def confidence_intervals(self, level: float = 0.95, method: str = "auto",
+    def confidence_intervals(self, level: float = 0.95, method: str = "auto", *,
                              report: ErrorReport | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(lower, upper)`` around every consistent value at confidence ``level`` from ``report``
         (default :meth:`error_report`); ``method`` is the interval method of
@@ -159,6 +182,38 @@ class FlowRelease:
             float(np.sqrt(np.mean((self.noisy - self.truth) ** 2))),
             float(np.sqrt(np.mean((self.consistent - self.truth) ** 2))),
         )
+
+
+def flows_result(x: np.ndarray, description: dict, *, report: Any = None, **fields: Any) -> Any:
+    """The :class:`~sparsedp.releases.ReleaseResult` of consistent flow values ``x``: labels
+    ``part`` / ``id`` when ``description`` gives the network's ``nodes`` and ``edges`` (the
+    variables ``[edge flows, starts, ends]``, or edge flows only with ``fixed_endpoints``), else the
+    index; variances from ``report`` (an :class:`~sparsedp.accuracy.ErrorReport`), else the exact
+    upper bound ``noise_variance`` of every value (``variance_method="bound"``)."""
+    from ..releases import ReleaseResult
+
+    x = np.asarray(x)
+    nodes, edges = description.get("nodes"), description.get("edges")
+    labels: dict[str, np.ndarray] = {}
+    if nodes is not None and edges is not None:
+        parts = [("edge", int(edges))] + ([] if description.get("fixed_endpoints") else
+                                           [("start", int(nodes)), ("end", int(nodes))])
+        if sum(k for _, k in parts) == x.size:
+            labels = {"part": np.concatenate([np.full(k, name) for name, k in parts]),
+                      "id": np.concatenate([np.arange(k) for _, k in parts])}
+    var, how = None, None
+    if isinstance(report, ErrorReport):
+        var, how = report.variances, report.method
+    else:
+        v = description.get("noise_variance")
+        if v is not None and np.isfinite(v) and v > 0:
+            var, how = np.broadcast_to(np.float64(v), (x.size,)), "bound"
+        else:
+            how = f"unavailable: {report}" if report is not None else "unavailable: no noise variance recorded"
+        report = None
+    fields.setdefault("strategy", f"identity on {x.size} counts, projected on flow conservation")
+    return ReleaseResult(answers=x, labels=labels, variances=var, variance_method=how, report=report,
+                         description=description, arrays=fields.pop("arrays", None) or {"x": x}, **fields)
 
 
 def _laplacian(system: FlowSystem) -> tuple[sp.csr_matrix, np.ndarray]:
@@ -209,6 +264,32 @@ def _projection_diagonal(system: FlowSystem, memory_limit: float) -> np.ndarray:
         sl = slice(bounds[i], bounds[i + 1])
         np.add.at(out, pcol[sl], w[sl] * X[ra[sl], rb[sl] - start])
     return out
+
+
+def _projection_shape(system: FlowSystem, v: float, scale: float, secure: bool, var: np.ndarray,
+                      limit: float = 2.0**27) -> Any:
+    """The consistent values' :class:`~sparsedp.accuracy.ErrorShape` (what the intervals use beyond the
+    variances): their errors are ``(I - P) z``, built from the same grounded LU as the variances,
+    in blocks of columns ``e_j - C^T G c_j``; ``None`` above ``limit`` coefficients."""
+    from .._tails import ShapeAccumulator, noise_rows
+
+    C = sp.csc_matrix(system.C, dtype=np.float64)
+    N = C.shape[1]
+    if float(N) * N > limit:
+        return None
+    S, keep = _laplacian(system)
+    lu = splu(sp.csc_matrix(S[keep][:, keep]))
+    CT = sp.csr_matrix(C.T)
+    acc = ShapeAccumulator(N, noise_rows("laplace", secure, np.full(N, v), scales=np.full(N, scale)), var)
+    for start in range(0, N, 256):
+        stop = min(start + 256, N)
+        R = C[:, start:stop].toarray()
+        X = np.zeros_like(R)
+        X[keep] = lu.solve(np.ascontiguousarray(R[keep]))
+        B = -np.asarray(CT @ X)
+        B[np.arange(start, stop), np.arange(stop - start)] += 1.0
+        acc.add(B, slice(start, stop))
+    return acc.result()
 
 
 def _residual_diagonal_estimate(system: FlowSystem, probes: int, rng: Any) -> np.ndarray:

@@ -5,7 +5,10 @@ The domain is public and must be given: ``--sizes`` (columns of integer codes ``
 outside its list, or a missing value, is an error raised before anything is measured).  The
 domain is never read from the data (the set of values present is itself private).  The output
 JSON holds the released marginals, their per-cell variances and the privacy parameters; never
-a record.
+a record; it is a release file too (``format``, ``kind``, ``private``, ``ledger``), which
+:func:`sparsedp.load_release`, ``sparsedp ledger`` and ``sparsedp query`` read.  ``--out F.npz``
+writes the release as an ``.npz`` release file instead (one answer per cell,
+:meth:`sparsedp.marginals.MarginalRelease.to_release`).
 
 The data: a CSV or Parquet file with one row per record (the named columns; others are ignored),
 or an ``(n, d)`` ``.npy`` array of integer codes whose columns ``--columns`` names in order (with
@@ -29,6 +32,7 @@ from .._cli_util import warn_not_private
 from ..progress import loop_disable, progress_bar
 from ..errors import InputBoundError, NonFiniteInputError, ShapeError, SparseDPError
 from ..io import load_npy_table
+from ..release_file import FORMAT
 from .domain import Domain
 from .release import release_marginals
 from .select import marginals_up_to
@@ -154,9 +158,22 @@ def _run(args: argparse.Namespace) -> int:
 
 def _write(args: argparse.Namespace, rel, dom: Domain, columns: list[str], categories: dict | None,
            private: bool) -> None:
+    cats = None if categories is None else {c: categories[c] for c in columns}
+    if Path(args.out).suffix == ".npz":  # a release file (sparsedp.releases): one answer per cell
+        rel.to_release(description={"objective": args.objective}, categories=cats,
+                       private=private and rel.private).save(args.out)
+        return
+    # the ledger entry without its time: the JSON is the same for neighbouring data sets (issue 26)
+    entry = {k: v for k, v in rel.entry.as_dict().items() if k != "time"}
+    if not (private and rel.private):
+        entry["private"] = False
     out = {
+        "format": FORMAT,
+        "kind": "marginals",
+        "private": private and rel.private,
+        "ledger": [entry],
         "domain": {"names": list(dom.names), "sizes": list(dom.sizes)},
-        "categories": None if categories is None else {c: categories[c] for c in columns},
+        "categories": cats,
         "privacy": {"rho": rel.cost.rho, "certified_rho": rel.loss, "noise": "gaussian", "secure": rel.secure,
                     "private": private and rel.private, "neighbours": "add or remove one record"},
         "objective": args.objective,
@@ -185,5 +202,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     m.add_argument("--objective", choices=("sum", "max"), default="sum",
                    help="minimise the sum of the cells' variances or the largest (default %(default)s)")
     m.add_argument("--seed", type=int, default=None, help="reproducible, NOT private noise (tests only)")
-    m.add_argument("--out", required=True, help="output JSON (marginals, variances, privacy; never records)")
+    m.add_argument("--out", required=True, help="output JSON (marginals, variances, privacy, ledger; never records), "
+                   "or an .npz release file")
     m.set_defaults(func=_run)

@@ -44,6 +44,7 @@ import scipy.sparse as sp
 from ..errors import InputBoundError, InvalidPrivacyParameterError, ShapeError
 from ..measure import plan_measurement
 from ..privacy import LedgerEntry, PrivacyCost
+from ..releases import ReleaseMethods, ReleaseResult, axis_labels
 from .kron import KronOperator, KronStack, apply_factors
 from .kron_opt import KronStrategy
 
@@ -51,9 +52,11 @@ __all__ = ["KronRelease", "release_kron", "kron_squared_error"]
 
 
 @dataclass(frozen=True)
-class KronRelease:
+class KronRelease(ReleaseMethods):
     """The estimate ``x_hat`` (domain shape) of a Kronecker-strategy release and its factored
-    covariance ``v (x)_i C_i`` (module doc).  Answers are post-processing (no budget)."""
+    covariance ``v (x)_i C_i`` (module doc).  Answers are post-processing (no budget).
+    :meth:`to_release` (and through it ``confidence_intervals(level)``, ``save``, ``to_pandas``)
+    releases every cell of ``x_hat``."""
 
     strategy: KronOperator
     x_hat: np.ndarray  # GLS estimate, shape = the domain shape
@@ -69,6 +72,32 @@ class KronRelease:
     @property
     def shape(self) -> tuple[int, ...]:
         return tuple(self.x_hat.shape)
+
+    def to_release(self, *, description: dict | None = None) -> ReleaseResult:
+        """Every cell of ``x_hat`` as one answer (C order; labels ``axis0``, ``axis1``, ...: the
+        cell's index on each axis), its exact variance ``v prod_i (C_i)_{jj}``, and the covariance
+        ``v (x)_i C_i`` as an operator (``covariance``); the ledger entry."""
+        from scipy.sparse.linalg import LinearOperator
+
+        var = np.full(1, self.noise_variance)
+        for C in self.covariance_factors:
+            var = np.kron(var, np.diag(C))
+        shape, v, Cs = self.shape, self.noise_variance, list(self.covariance_factors)
+        N = int(np.prod(shape))
+
+        def cov(u: np.ndarray) -> np.ndarray:
+            return v * apply_factors(Cs, np.asarray(u, dtype=np.float64).reshape(shape)).reshape(-1)
+
+        op = LinearOperator((N, N), matvec=cov, rmatvec=cov, dtype=np.float64)
+        desc = {"shape": list(shape), "strategy": self.strategy.name, "noise_variance": self.noise_variance,
+                "epsilon": self.cost.epsilon, "rho": self.cost.rho}
+        desc.update(description or {})
+        x = self.x_hat.reshape(-1)
+        return ReleaseResult(kind="kron", answers=x, labels=axis_labels(shape, [f"axis{i}" for i in range(len(shape))]),
+                             variances=var, noise=self.noise, secure=bool(self.secure),
+                             strategy=f"Kronecker strategy {self.strategy.name} ({self.strategy.shape[0]} rows), GLS "
+                             "by factors", ledger=[self.entry], private=bool(self.private), description=desc,
+                             arrays={"x_hat": x}, variance_method="exact-kron", covariance=op, source=self)
 
     def _terms(self, workload: Any) -> list[KronOperator]:
         terms = list(workload.terms) if isinstance(workload, KronStack) else [workload]

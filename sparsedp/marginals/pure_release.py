@@ -31,19 +31,22 @@ from ..errors import InputBoundError, InvalidPrivacyParameterError, ShapeError
 from ..measure import plan_measurement
 from ..noise import SecureRandomBits, as_generator
 from ..operators import SparseOperator
-from ..privacy import Accountant, LedgerEntry, PrivacyCost
+from ..privacy import Accountant, LedgerEntry, PrivacyCost, ledger_time
+from ..releases import ReleaseMethods, ReleaseResult
 from ..validation import budget_fraction, check_epsilon
 from .domain import Domain
 from .pure import MarginalsStrategy
-from .release import _cell_variance, _reconstruct_batch, marginal_tables
+from .release import _cell_variance, _reconstruct_batch, marginal_tables, marginals_result
 from .residual import residual_operator
 
 __all__ = ["PureMarginalRelease", "release_marginals_laplace"]
 
 
 @dataclass(frozen=True)
-class PureMarginalRelease:
-    """Released marginals (pure DP), their exact per-cell variances, the privacy spent."""
+class PureMarginalRelease(ReleaseMethods):
+    """Released marginals (pure DP), their exact per-cell variances, the privacy spent;
+    :meth:`to_release` (and through it ``confidence_intervals``, ``save``, ``to_pandas``) as
+    :class:`~sparsedp.marginals.MarginalRelease`."""
 
     domain: Domain
     strategy: MarginalsStrategy
@@ -62,6 +65,20 @@ class PureMarginalRelease:
         """Expected total squared error over the workload."""
         return float(sum(v * math.prod(self.domain.sizes[self.domain.names.index(a)] for a in k)
                          for k, v in self.variances.items()))
+
+    def to_release(self, *, description: dict | None = None) -> ReleaseResult:
+        """Every cell of the workload's marginals as one answer with its exact variance
+        (:func:`~sparsedp.marginals.release.marginals_result`), the ledger entry."""
+        desc = {"domain": {"names": list(self.domain.names), "sizes": list(self.domain.sizes)},
+                "epsilon": self.cost.epsilon, "certified_epsilon": self.loss,
+                "sum_of_variances": self.sum_of_variances()}
+        desc.update(description or {})
+        return marginals_result(self.domain.names, self.domain.sizes,
+                                [(k, t, self.variances[k]) for k, t in self.marginals.items()],
+                                noise="laplace", secure=bool(self.secure), ledger=[self.entry],
+                                private=bool(self.private), description=desc,
+                                strategy=f"weighted marginals: {len(self.measurements)} tables measured with Laplace "
+                                "noise, marginals by GLS", source=self)
 
 
 def release_marginals_laplace(records: Any, strategy: MarginalsStrategy, *, accountant: Accountant | None = None,
@@ -110,7 +127,7 @@ def release_marginals_laplace(records: Any, strategy: MarginalsStrategy, *, acco
                         columns=int(sum(t.size for t in tables.values())), noise="laplace", secure=bool(secure),
                         private=not seeded, sensitivity=float(len(measured)),
                         scale_min=float(min(p.scales.min() for p, _ in plans)),
-                        scale_max=float(max(p.scales.max() for p, _ in plans)), time=time.time())
+                        scale_max=float(max(p.scales.max() for p, _ in plans)), time=ledger_time())
     if accountant is not None:
         accountant.spend(cost, label=label, entry=entry)
     noisy: dict[tuple[int, ...], tuple[np.ndarray, float]] = {}

@@ -56,19 +56,24 @@ from ..errors import InputBoundError, InvalidPrivacyParameterError, ShapeError
 from ..measure import MeasurementPlan, plan_measurement
 from ..noise import SecureRandomBits, as_generator
 from ..operators import SparseOperator
-from ..privacy import Accountant, LedgerEntry, PrivacyCost
+from ..privacy import Accountant, LedgerEntry, PrivacyCost, ledger_time
+from ..releases import ReleaseMethods, ReleaseResult
 from ..validation import check_rho
 from .domain import Domain
 from .kron import KronOperator, apply_factors
 from .residual import cell_variance_factor, contrast_basis, residual_operator
 from .select import ResidualSelection, select_residuals
 
-__all__ = ["MarginalRelease", "release_marginals", "marginal_tables"]
+__all__ = ["MarginalRelease", "release_marginals", "marginal_tables", "marginals_result"]
 
 
 @dataclass(frozen=True)
-class MarginalRelease:
-    """Released marginals, their exact variances and the privacy spent (no record is kept)."""
+class MarginalRelease(ReleaseMethods):
+    """Released marginals, their exact variances and the privacy spent (no record is kept).
+
+    :meth:`to_release` is the :class:`~sparsedp.releases.ReleaseResult` of every cell of the
+    workload's marginals (one answer per cell, its exact variance); ``confidence_intervals(level)``,
+    ``save(path)`` and ``to_pandas()`` go through it."""
 
     domain: Domain
     selection: ResidualSelection
@@ -101,6 +106,75 @@ class MarginalRelease:
         """``sum over the workload's marginals and cells of Var``: the realised objective."""
         return float(sum(self.variances[k] * math.prod(self.domain.sizes[self.domain.names.index(a)] for a in k)
                          for k in self.marginals))
+
+    def to_release(self, *, description: dict | None = None, categories: dict | None = None,
+                   private: bool | None = None) -> ReleaseResult:
+        """Every cell of the workload's marginals as one answer (:func:`marginals_result`: labels
+        ``marginal`` and one column per attribute, ``-1`` where it is summed out), its exact
+        variance, the ledger entry; ``categories``: ``{attribute: [names]}`` of the public domain,
+        kept in the description."""
+        desc = {"domain": {"names": list(self.domain.names), "sizes": list(self.domain.sizes)},
+                "rho": self.cost.rho, "certified_rho": self.loss, "sum_of_variances": self.sum_of_variances()}
+        if categories is not None:
+            desc["categories"] = categories
+        desc.update(description or {})
+        return marginals_result(self.domain.names, self.domain.sizes,
+                                [(k, t, self.variances[k]) for k, t in self.marginals.items()],
+                                noise="gaussian", secure=bool(self.secure), ledger=[self.entry],
+                                private=bool(self.private) if private is None else private, description=desc,
+                                strategy=f"ResidualPlanner: {len(self.residuals)} residuals measured with "
+                                "Gaussian noise, marginals by GLS", source=self)
+
+
+def marginals_result(names: Any, sizes: Any, tables: Any, **fields: Any) -> ReleaseResult:
+    """The :class:`~sparsedp.releases.ReleaseResult` of marginal tables: ``tables`` lists
+    ``(attribute names, table, per-cell variance)``; one answer per cell, in C order table by
+    table, labelled ``marginal`` (the attributes joined by ``","``) and one column per attribute of
+    the domain (``names``; the cell's code, ``-1`` where the attribute is summed out)."""
+    names = [str(a) for a in names]
+    cols = {a if a not in ("marginal", "answer", "variance", "lower", "upper") else f"attribute_{a}": a
+            for a in names}
+    answers, marg, var = [], [], []
+    codes: dict[str, list[np.ndarray]] = {a: [] for a in names}
+    for attrs, table, v in tables:
+        attrs = tuple(str(a) for a in attrs)
+        t = np.asarray(table, dtype=np.float64)
+        shape = tuple(int(sizes[names.index(a)]) for a in attrs)
+        if t.shape != shape:
+            t = t.reshape(shape)
+        m = t.size
+        idx = np.indices(shape).reshape(len(shape), -1) if shape else np.zeros((0, 1), dtype=np.int64)
+        answers.append(t.reshape(-1))
+        marg.append(np.full(m, ",".join(attrs)))
+        var.append(np.full(m, float(v)))
+        for a in names:
+            codes[a].append(idx[attrs.index(a)].astype(np.int64) if a in attrs else np.full(m, -1, dtype=np.int64))
+    cat = (lambda parts, dtype: np.concatenate(parts) if parts else np.zeros(0, dtype=dtype))
+    labels = {"marginal": cat(marg, str)}
+    for col, a in cols.items():
+        labels[col] = cat(codes[a], np.int64)
+    fields.setdefault("variance_method", "exact-residuals")
+    return ReleaseResult(kind="marginals", answers=cat(answers, np.float64), labels=labels,
+                         variances=cat(var, np.float64), **fields)
+
+
+def marginals_from_json(meta: dict, path: str | None = None) -> ReleaseResult:
+    """The :class:`~sparsedp.releases.ReleaseResult` of the JSON ``sparsedp marginals --out`` writes
+    (its ``ledger``; files of earlier versions without one get an entry from their ``privacy``)."""
+    dom = meta["domain"]
+    priv = meta.get("privacy") or {}
+    ledger = meta.get("ledger")
+    if ledger is None:
+        ledger = [{"label": "marginals", "rho": priv.get("rho", 0.0), "epsilon": 0.0, "noise": priv.get("noise"),
+                   "secure": priv.get("secure"), "private": priv.get("private")}]
+    desc = {k: meta[k] for k in ("domain", "categories", "objective", "sum_of_variances") if k in meta}
+    desc.update(rho=priv.get("rho"), certified_rho=priv.get("certified_rho"))
+    return marginals_result(dom["names"], dom["sizes"],
+                            [(m["attributes"], m["counts"], m["cell_variance"]) for m in meta["marginals"]],
+                            noise=priv.get("noise", "gaussian"), secure=bool(priv.get("secure", True)), ledger=ledger,
+                            private=bool(meta.get("private", priv.get("private", True))), description=desc,
+                            strategy="ResidualPlanner: residuals measured with Gaussian noise, marginals by GLS",
+                            path=path)
 
 
 def marginal_tables(X: np.ndarray, domain: Domain, sets: list[tuple[int, ...]], *, max_cells: int = 2**17,
@@ -340,7 +414,7 @@ def release_marginals(
     entry = LedgerEntry(label=label, cost=cost, rows=rows, columns=int(sum(t.size for t in tables.values())),
                         noise="gaussian", secure=bool(secure), private=not seeded,
                         sensitivity=float(math.sqrt(float(np.sum(sel.p)))), scale_min=float(scales.min()),
-                        scale_max=float(scales.max()), time=time.time())
+                        scale_max=float(scales.max()), time=ledger_time())
     if accountant is not None:
         accountant.spend(cost, label=label, entry=entry)  # once, before any noise
     y: dict[tuple[int, ...], np.ndarray] = {}

@@ -61,7 +61,8 @@ from ..errors import InputBoundError, InvalidPrivacyParameterError, ShapeError, 
 from ..executors import get_executor
 from ..intervals import IntervalRows
 from ..measure import MeasurementPlan, _quantize_up, plan_measurement
-from ..privacy import Accountant, LedgerEntry, PrivacyCost
+from ..privacy import Accountant, LedgerEntry, PrivacyCost, ledger_time
+from ..releases import ReleaseMethods, ReleaseResult, axis_labels
 from ..tree_estimator import LevelPlan, two_pass, two_pass_plan
 from ..trees.budget import add_up as add_up_arrays
 from ..trees.budget import cnp_coefficients, npbd_budgets
@@ -522,7 +523,7 @@ def chunk_budgets(spec: LUESpec, root: ChunkRoot, left: float) -> np.ndarray:
 # -- the driver -------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class LUEScaleoutRelease:
+class LUEScaleoutRelease(ReleaseMethods):
     """A published LUE-DPTree histogram (see :func:`release_lue`).
 
     ``bounds``: chunk boundaries (``m + 1``); ``top_values``: final estimates of the top tree's
@@ -558,6 +559,31 @@ class LUEScaleoutRelease:
     def load(self) -> np.ndarray:
         """The leaf estimates: ``estimate``, or the output file (memory-mapped ``.npy``, or Zarr)."""
         return self.estimate if self.estimate is not None else load_output(self.out)
+
+    def to_release(self, *, description: dict | None = None, private: bool | None = None) -> ReleaseResult:
+        """This release as a :class:`~sparsedp.releases.ReleaseResult`: one answer per bin (label
+        ``bin``), every bin's variance bounded by the largest noise variance of a leaf
+        (``variance_method="bound"``: the BLUE is at least as accurate as the leaf's own
+        measurement), the one ledger entry; ``save(OUT)`` with the output array's path writes only
+        its record, ``OUT.release.json``."""
+        desc = {"method": "lue", "tree": self.tree, "n": self.n, "k": self.k, "chunks": self.chunks,
+                "largest_chunk": int(np.diff(self.bounds).max()), "levels": self.levels, "nodes": self.nodes,
+                "epsilon": self.epsilon, "certified_loss": self.loss, "min_scale": self.min_scale,
+                "max_scale": self.max_scale, "secure": self.secure, "executor": self.executor}
+        desc.update(description or {})
+        bound = 0.0
+        for q in range(self.chunks):  # the largest noise variance of a leaf (a row of one bin)
+            plan = self.chunk_plan(q)
+            rows = plan.measured
+            leaf = (np.asarray(rows.hi) - np.asarray(rows.lo)) == 1
+            if np.any(leaf):
+                bound = max(bound, float(plan.variances()[leaf].max()))
+        return ReleaseResult(
+            kind="histogram", answers=self.load().reshape(-1), labels=axis_labels((self.n,), ["bin"]),
+            variances=np.broadcast_to(np.float64(bound), (self.n,)), variance_method="bound", noise="laplace",
+            secure=bool(self.secure), strategy=f"LUE-DPTree ({self.tree} tree, {self.nodes} nodes, per-node budgets), "
+            f"BLUE, chunk by chunk ({self.chunks} chunks)", ledger=[self.ledger],
+            private=bool(self.private) if private is None else private, description=desc, source=self, path=self.out)
 
     def chunk_plan(self, q: int) -> MeasurementPlan:
         """The measurement plan chunk ``q`` used (its subtree's rows, breadth-first, at their scales)."""
@@ -783,7 +809,7 @@ def release_lue(
         smin, smax = (float(s) for s in _scales(np.array([e_max, e_min]), margin))
         entry = LedgerEntry(label=label, cost=cost, rows=nodes, columns=n, noise="laplace", secure=secure,
                             private=not seeded, sensitivity=float(levels), scale_min=smin, scale_max=smax,
-                            time=time.time())
+                            time=ledger_time())
         if accountant is not None:
             accountant.spend(cost, label=label, entry=entry)
 

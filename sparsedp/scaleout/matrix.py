@@ -33,6 +33,7 @@ import numpy as np
 from ..errors import SparseDPError
 from ..intervals import IntervalRows
 from ..privacy import LedgerEntry
+from ..releases import ReleaseMethods, ReleaseResult, workload_labels
 from .release import ScaleoutRelease, release_hierarchical
 
 __all__ = ["ScaleoutMatrixRelease", "hierarchical_branching", "is_partitioned", "run_scaleout"]
@@ -70,7 +71,7 @@ def hierarchical_branching(M: Any) -> int | None:
 
 
 @dataclass(frozen=True)
-class ScaleoutMatrixRelease:
+class ScaleoutMatrixRelease(ReleaseMethods):
     """A :class:`~sparsedp.mechanism.MatrixMechanism` release computed chunk by chunk (see the module
     docstring for what differs from :class:`~sparsedp.mechanism.Release`)."""
 
@@ -100,6 +101,52 @@ class ScaleoutMatrixRelease:
         if self.answers is not None:
             return self.answers
         return np.asarray(self.workload.matvec(np.asarray(self.load(), dtype=np.float64)))
+
+    def to_release(self, *, description: dict | None = None) -> ReleaseResult:
+        """This release as a :class:`~sparsedp.releases.ReleaseResult`: the workload answers
+        (:meth:`workload_answers`, labelled by :func:`~sparsedp.releases.workload_labels`) with
+        their exact variances -- the GLS of ``hierarchical(n, k)`` at the per-level noise variances
+        the chunks drew (:func:`sparsedp.accuracy.expected_error`), ``None`` where they cannot be
+        listed -- ``x_hat`` when in memory, the one ledger entry."""
+        r = self.scaleout
+        answers = self.workload_answers()
+        desc = {"strategy": f"hierarchical({r.n}, k={r.k})", "noise": "laplace", "secure": r.secure,
+                "epsilon": r.epsilon, "chunks": r.chunks, "chunk": r.chunk, "executor": r.executor}
+        if r.out is not None:
+            desc["estimate"] = str(r.out)
+        desc.update(description or {})
+        rep, var, how = None, None, None
+        try:
+            rep = _workload_report(self.workload, r)
+            var, how = rep.variances, rep.method
+            if var is None:
+                rep, how = None, "unavailable: too many answers to list their variances"
+        except SparseDPError as exc:
+            how = f"unavailable: {exc}"
+        arrays = {"answers": answers} if self.x_hat is None else {"answers": answers, "x_hat": self.x_hat}
+        return ReleaseResult(
+            kind="matrix-mechanism", answers=answers, labels=workload_labels(self.workload) if self.workload is not None
+            else {}, variances=var, noise="laplace", secure=bool(r.secure),
+            strategy=f"hierarchical({r.n}, k={r.k}), GLS, chunk by chunk ({r.chunks} chunks)", ledger=[r.ledger],
+            private=bool(r.private), description=desc, arrays=arrays, variance_method=how, report=rep, source=self)
+
+
+def _workload_report(W: Any, r: ScaleoutRelease) -> Any:
+    """The :class:`~sparsedp.accuracy.ErrorReport` of ``W`` on the GLS of ``hierarchical(n, k)``
+    with the per-level noise variances of the chunked release ``r`` (its tree is that strategy's)."""
+    from ..accuracy import expected_error
+    from ..strategies import TreeLayout, hierarchical
+    from .subtree import MIN_VARIANCE
+    from .tree import row_levels
+
+    if W is None:
+        raise SparseDPError("this release does not know its workload")
+    M = hierarchical(r.n, r.k)
+    levels = row_levels(TreeLayout.balanced(r.n, r.k))
+    if levels.size != M.shape[0] or r.level_variances.size != int(levels.max()) + 1:
+        raise SparseDPError("the chunked tree is not hierarchical(n, k)'s")
+    v = np.maximum(r.level_variances[levels], MIN_VARIANCE)
+    return expected_error(W, M, v, noise="laplace", secure=bool(r.secure))
 
 
 def run_scaleout(mech: Any, data: Any, *, rng: Any = None, method: str = "ls", counts: bool = True,

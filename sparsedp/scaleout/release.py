@@ -35,8 +35,9 @@ import numpy as np
 
 from ..errors import InputBoundError, InvalidPrivacyParameterError, SparseDPError
 from ..executors import get_executor
-from ..privacy import Accountant, LedgerEntry, PrivacyCost
+from ..privacy import Accountant, LedgerEntry, PrivacyCost, ledger_time
 from ..progress import progress_bar
+from ..releases import ReleaseMethods, ReleaseResult, axis_labels
 from ..validation import MAX_MAGNITUDE, check_epsilon
 from .chunked import as_input, as_output, input_length, load_output, native_chunks
 from .subtree import (
@@ -56,7 +57,7 @@ __all__ = ["ScaleoutRelease", "release_hierarchical", "chunk_seeds"]
 
 
 @dataclass(frozen=True)
-class ScaleoutRelease:
+class ScaleoutRelease(ReleaseMethods):
     """A published hierarchical histogram (see :func:`release_hierarchical`).
 
     ``estimate``: the leaf estimates when no output file was given (else ``None``: read ``out``);
@@ -88,6 +89,27 @@ class ScaleoutRelease:
     def load(self) -> np.ndarray:
         """The leaf estimates: ``estimate``, or the output file (memory-mapped ``.npy``, or Zarr)."""
         return self.estimate if self.estimate is not None else load_output(self.out)
+
+    def to_release(self, *, description: dict | None = None, private: bool | None = None) -> ReleaseResult:
+        """This release as a :class:`~sparsedp.releases.ReleaseResult`: one answer per bin (label
+        ``bin``; memory-mapped when written to a ``.npy``), every bin's variance bounded by the leaf
+        level's noise variance (the BLUE is at least as accurate as the leaf's own measurement:
+        ``variance_method="bound"``), the one ledger entry.  ``save(OUT)`` with the output array's
+        path writes only its record, ``OUT.release.json``."""
+        uniform = bool(np.all(self.level_budgets == self.level_budgets[0]))
+        desc = {"method": "boost" if uniform else "boost (budgets per level)", "n": self.n, "k": self.k,
+                "chunk": self.chunk, "chunks": self.chunks, "levels": self.levels, "epsilon": self.epsilon, "certified_loss": self.loss,
+                "level_scales": self.level_scales.tolist(), "level_variances": self.level_variances.tolist(),
+                "secure": self.secure, "executor": self.executor}
+        desc.update(description or {})
+        bound = float(self.level_variances[-1])
+        return ReleaseResult(
+            kind="histogram", answers=self.load().reshape(-1), labels=axis_labels((self.n,), ["bin"]),
+            variances=np.broadcast_to(np.float64(bound), (self.n,)), variance_method="bound", noise="laplace",
+            secure=bool(self.secure), strategy=f"balanced {self.k}-ary tree over {self.n} bins ({self.levels} levels, "
+            f"a budget per level), BLUE, chunk by chunk ({self.chunks} chunks of {self.chunk})",
+            ledger=[self.ledger], private=bool(self.private) if private is None else private, description=desc,
+            source=self, path=self.out)
 
 
 def chunk_seeds(rng: Any, count: int) -> list[Any]:
@@ -242,7 +264,7 @@ def release_hierarchical(
         label = f"scaleout hierarchical(n={n}, k={k}): {m} chunks of {c} leaves"
         entry = LedgerEntry(label=label, cost=cost, rows=tree.nodes(), columns=n, noise="laplace", secure=secure,
                             private=not seeded, sensitivity=float(tree.levels), scale_min=float(scales.min()),
-                            scale_max=float(scales.max()), time=time.time())
+                            scale_max=float(scales.max()), time=ledger_time())
         if accountant is not None:
             accountant.spend(cost, label=label, entry=entry)
 

@@ -55,7 +55,8 @@ from ..errors import InputBoundError, InvalidPrivacyParameterError, ShapeError, 
 from ..executors import get_executor
 from ..intervals import IntervalRows
 from ..measure import MeasurementPlan, plan_measurement
-from ..privacy import Accountant, LedgerEntry, PrivacyCost
+from ..privacy import Accountant, LedgerEntry, PrivacyCost, ledger_time
+from ..releases import ReleaseMethods, ReleaseResult, axis_labels
 from ..tree_estimator import LevelPlan
 from ..validation import MAX_MAGNITUDE, check_epsilon
 from ._store import stored_shape
@@ -237,7 +238,7 @@ def _shape(data: Any) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True)
-class ScaleoutRestaurantRelease:
+class ScaleoutRestaurantRelease(ReleaseMethods):
     """A published restaurant release (see :func:`release_restaurant`).
 
     ``estimate``: the consistent ``(days, 5)`` daily item values when no output file was given
@@ -269,6 +270,27 @@ class ScaleoutRestaurantRelease:
     def load(self) -> np.ndarray:
         """The consistent ``(days, 5)`` values: ``estimate``, or the output file (memory-mapped ``.npy``, or Zarr)."""
         return self.estimate if self.estimate is not None else load_output(self.out)
+
+    def to_release(self, *, description: dict | None = None, private: bool | None = None) -> ReleaseResult:
+        """This release as a :class:`~sparsedp.releases.ReleaseResult`: the consistent ``(days, 5)``
+        values flattened day by day (labels ``day`` and ``item``), each value's variance bounded by
+        the noise variance of one measured value (an orthogonal projection never raises it:
+        ``variance_method="bound"``), the one ledger entry; ``save(OUT)`` with the output array's
+        path writes only its record, ``OUT.release.json``."""
+        desc = {"days": self.days, "chunk": self.chunk, "chunks": self.chunks, "levels": self.levels,
+                "epsilon": self.epsilon, "certified_loss": self.loss, "sensitivity": self.sensitivity,
+                "laplace_scale": self.scale, "noise_variance": self.variance, "secure": self.secure,
+                "executor": self.executor, "items": list(ITEMS)}
+        desc.update(description or {})
+        values = self.load()
+        n = int(np.prod(values.shape))
+        return ReleaseResult(
+            kind="restaurant", answers=values.reshape(-1),
+            labels=axis_labels((self.days, P), ["day", "item"], {"item": list(ITEMS)}),
+            variances=np.broadcast_to(np.float64(self.variance), (n,)), variance_method="bound", noise="laplace",
+            secure=bool(self.secure), strategy=f"item trees over {self.days} days x combo span, chunk by chunk "
+            f"({self.chunks} chunks of {self.chunk} days)", ledger=[self.ledger],
+            private=bool(self.private) if private is None else private, description=desc, source=self, path=self.out)
 
 
 def _resolve_chunk(data: Any, days: int, chunk: int | None) -> tuple[Any, int]:
@@ -413,7 +435,7 @@ def release_restaurant(
         cost = PrivacyCost(epsilon=eps)
         entry = LedgerEntry(label=label, cost=cost, rows=P * tree.nodes(), columns=P * T, noise="laplace",
                             secure=secure, private=not seeded, sensitivity=sens, scale_min=float(full.scales.min()),
-                            scale_max=float(full.scales.max()), time=time.time())
+                            scale_max=float(full.scales.max()), time=ledger_time())
         if accountant is not None:
             accountant.spend(cost, label=label, entry=entry)
 

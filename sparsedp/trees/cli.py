@@ -25,8 +25,8 @@ bar counts chunks on a terminal.
 from __future__ import annotations
 
 import argparse
+import csv
 import dataclasses
-import json
 import sys
 from pathlib import Path
 
@@ -34,7 +34,7 @@ import numpy as np
 
 
 from ..io import Bins, load_histogram
-from .publishers import PUBLISHERS, LUEDPTree, load_release
+from .publishers import PUBLISHERS, LUEDPTree
 
 __all__ = ["register"]
 
@@ -92,8 +92,7 @@ def _histogram_scaleout(args: argparse.Namespace) -> int:
             "executor": r.executor, "ledger": [r.ledger.as_dict()], "estimate": str(args.out)}
     if records:
         meta.update(column=args.column, bins=dict(zip(("start", "stop", "width"), args.bins)), clip=bool(args.clip))
-    side = Path(str(args.out) + ".release.json")
-    side.write_text(json.dumps(meta, indent=1))
+    side = _write_record(r, meta, args.out)
     noise = "exact discrete Laplace" if r.secure else "float Laplace (--float-noise)"
     print(f"{method}: published {r.n} bins at epsilon {r.epsilon} on {r.executor} ({r.chunks} chunks of {r.chunk} "
           f"leaves, k = {r.k}), {noise} noise -> {args.out} (ledger: {side})")
@@ -101,6 +100,15 @@ def _histogram_scaleout(args: argparse.Namespace) -> int:
         print("WARNING: NOT private: --seed makes the noise reproducible (the ledger records private=False); "
               "omit it for a real release.")
     return 0
+
+
+def _write_record(r, meta: dict, out: str) -> Path:
+    """``OUT.release.json``: the release record of the chunked release ``r`` (its
+    :meth:`to_release` saved next to ``OUT``, which holds the answers already), with ``meta``'s
+    fields as its description and, as in earlier versions, at its top level."""
+    desc = {k: v for k, v in meta.items() if k not in ("private", "ledger")}
+    r.to_release(description=desc).save(out)
+    return Path(str(out) + ".release.json")
 
 
 def _histogram_scaleout_lue(args: argparse.Namespace) -> int:
@@ -123,8 +131,7 @@ def _histogram_scaleout_lue(args: argparse.Namespace) -> int:
             int(np.diff(r.bounds).max()), "levels": r.levels, "nodes": r.nodes, "epsilon": r.epsilon,
             "certified_loss": r.loss, "min_scale": r.min_scale, "max_scale": r.max_scale, "private": r.private,
             "secure": r.secure, "executor": r.executor, "ledger": [r.ledger.as_dict()], "estimate": str(args.out)}
-    side = Path(str(args.out) + ".release.json")
-    side.write_text(json.dumps(meta, indent=1))
+    side = _write_record(r, meta, args.out)
     noise = "exact discrete Laplace" if r.secure else "float Laplace (--float-noise)"
     print(f"lue: published {r.n} bins at epsilon {r.epsilon} on {r.executor} ({r.chunks} chunks of at most "
           f"{meta['largest_chunk']} leaves, {r.tree} tree, k = {r.k}), {noise} noise -> {args.out} "
@@ -144,6 +151,10 @@ def _histogram(args: argparse.Namespace) -> int:
         raise SparseDPError("--scheduler needs --executor dask")
     if args.executor is not None:
         return _histogram_scaleout(args)
+    if Path(args.out).suffix in (".npy", ".zarr"):
+        raise SparseDPError(f"--out {args.out}: a histogram published in one piece is an .npz release file (with its "
+                            "tree and each bin's variance); a .npy / .zarr array of bins is written chunk by chunk "
+                            "with --executor inprocess|threads|dask")
     if args.method is None:
         args.method = "lue"
     bins = None
@@ -174,14 +185,47 @@ def _histogram(args: argparse.Namespace) -> int:
 
 
 def _query(args: argparse.Namespace) -> int:
-    release = load_release(args.release)
+    from ..errors import SparseDPError
+    from ..releases import load_release
+
+    release = load_release(args.release)  # every release file: .npz, .npy / .zarr with its record, JSON
     if not release.private:
         print(f"warning: {args.release} was published with a fixed --seed and is not private", file=sys.stderr)
     if not release.secure:
         print(f"warning: {args.release} was published with float noise (--float-noise), which leaks through its "
               "low bits", file=sys.stderr)
-    print(f"{release.range(args.lo, args.hi):.6g}")
+    if (args.lo is None) != (args.hi is None):
+        raise SparseDPError("give both LO and HI, or neither (every answer)")
+    n = len(release)
+    if args.lo is not None and list(release.labels) == ["bin"]:  # a histogram: the count of bins LO..HI
+        if not 0 <= args.lo <= args.hi < n:
+            raise SparseDPError(f"need 0 <= lo <= hi < {n}, got lo={args.lo}, hi={args.hi}")
+        source = release.source
+        if hasattr(source, "range"):  # a histogram file (exact for trees answered from raw nodes too)
+            value = source.range(args.lo, args.hi)
+        else:  # consistent leaf estimates: a range is their sum
+            value = float(np.sum(np.asarray(release.answers[args.lo:args.hi + 1], dtype=np.float64)))
+        print(f"{value:.6g}")
+        return 0
+    rows = None
+    if args.lo is not None:
+        if not 0 <= args.lo <= args.hi < n:
+            raise SparseDPError(f"need 0 <= lo <= hi < {n} (answers of this {release.kind} release), got lo={args.lo}, "
+                                f"hi={args.hi}")
+        rows = slice(args.lo, args.hi + 1)
+    table = release.table(args.level, rows=rows)
+    out = csv.writer(sys.stdout, lineterminator="\n")
+    out.writerow([*table.keys()])
+    cols = list(table.values())
+    for i in range(cols[0].shape[0]):
+        out.writerow([_cell(c[i]) for c in cols])
     return 0
+
+
+def _cell(v) -> str:
+    if isinstance(v, (float, np.floating)):
+        return f"{float(v):.10g}"
+    return str(v)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -234,11 +278,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     h.set_defaults(func=_histogram)
     q = subparsers.add_parser(
         "query",
-        help="answer the range count of bins LO..HI (inclusive, 0-based) from a published release",
-        description="Print the published count of bins LO..HI (inclusive, 0-based: bins are numbered "
-        "from 0 and both ends count).",
+        help="answers of a release file: the range count of bins LO..HI of a histogram, or every answer",
+        description="Read any sparsedp release file (an .npz, a chunked .npy / .zarr array with its .release.json "
+        "record, the JSON of 'sparsedp marginals'). For a histogram (answers labelled by bin), LO HI print the "
+        "published count of bins LO..HI (inclusive, 0-based: bins are numbered from 0 and both ends count). "
+        "Otherwise, or without LO HI, print the answers as CSV: their labels, answer, variance and the interval "
+        "at --level (rows LO..HI only when given).",
     )
-    q.add_argument("release", type=Path, help="release written by 'sparsedp histogram' (.npz)")
-    q.add_argument("lo", type=int, help="first bin of the range (0-based, inclusive)")
-    q.add_argument("hi", type=int, help="last bin of the range (0-based, inclusive)")
+    q.add_argument("release", type=Path, help="a release file written by sparsedp (any kind)")
+    q.add_argument("lo", type=int, nargs="?", default=None, help="first bin / answer (0-based, inclusive)")
+    q.add_argument("hi", type=int, nargs="?", default=None, help="last bin / answer (0-based, inclusive)")
+    q.add_argument("--level", type=float, default=0.95,
+                   help="confidence level of the intervals in the table (default %(default)s)")
     q.set_defaults(func=_query)

@@ -53,6 +53,7 @@ raw noisy node counts by the vectorised canonical decomposition instead (the err
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,7 +76,8 @@ from ..measure import MeasurementPlan, plan_measurement
 from ..mechanism import MatrixMechanism
 from ..privacy import Accountant, LedgerEntry, PrivacyCost
 from ..range_variance import IntervalTreeCovariance, structured_covariance
-from ..release_file import load_release_file, save_release
+from ..release_file import load_release_file
+from ..releases import ReleaseResult, axis_labels
 from ..strategies import _interval_rows
 from ..validation import MAX_MAGNITUDE, check_counts, check_epsilon, check_vector
 from .blue import blue
@@ -93,6 +95,7 @@ from .sc import sc_layout
 
 __all__ = [
     "HistogramRelease",
+    "histogram_from_release",
     "load_release",
     "node_counts",
     "TreePublisher",
@@ -182,19 +185,45 @@ class HistogramRelease:
         """``Var`` of each answer of :meth:`ranges` (every bin when ``pairs`` is ``None``), exact."""
         return self.error_report(pairs).variances  # type: ignore[return-value]
 
-    def confidence_intervals(self, pairs: Any = None, level: float = 0.95,
-                             method: str = "auto") -> tuple[np.ndarray, np.ndarray]:
-        """``(lower, upper)`` around the answers to ``pairs`` (every bin when ``None``) at confidence
-        ``level``: :meth:`ErrorReport.confidence_intervals <sparsedp.accuracy.ErrorReport.confidence_intervals>`
-        (``auto``: Laplace's guaranteed multiplier for float noise, Chebyshev for exact noise)."""
+    def confidence_intervals(self, level: Any = 0.95, method: Any = "auto", pairs: Any = None
+                             ) -> tuple[np.ndarray, np.ndarray]:
+        """``(lower, upper)`` around the answers to the inclusive ranges ``pairs`` (every bin when
+        ``None``) at confidence ``level``:
+        :meth:`ErrorReport.confidence_intervals <sparsedp.accuracy.ErrorReport.confidence_intervals>`
+        (``method="auto"``: the default interval for the noise drawn).  The call of every release
+        (:meth:`sparsedp.releases.ReleaseResult.confidence_intervals`); the ranges go by keyword
+        (``pairs=``; an array given first is still taken as the ranges)."""
+        level, method, pairs = _interval_args(level, method, pairs)
         answers = self.estimate if pairs is None else self.ranges(pairs)
         return self.error_report(pairs).confidence_intervals(answers, level, method)
 
-    def save(self, path: str | Path) -> Path:
-        """Write the release as a sparsedp release file (:mod:`sparsedp.release_file`: the released
-        arrays, a JSON description with ``method``, ``epsilon``, ``consistent`` and ``secure``, the
-        ledger entry of the measurement and the ``private`` flag; never the data).  ``sparsedp
-        ledger FILE`` prints its ledger."""
+    def to_release(self, *, private: bool | None = None, ledger: Any = None, description: dict | None = None,
+                   arrays: dict | None = None, path: str | None = None) -> ReleaseResult:
+        """This release as a :class:`~sparsedp.releases.ReleaseResult`: one answer per bin (label
+        ``bin``), its exact variance (:meth:`variances`), the arrays of :meth:`save` and the
+        ledger entry; ``source`` is this object (it answers any range)."""
+        arr = self._arrays() if arrays is None else dict(arrays)
+        try:
+            rep = self.error_report()
+            var, how = rep.variances, rep.method
+        except SparseDPError as exc:  # a file of an earlier version without noise variances
+            rep, var, how = None, None, f"unavailable: {exc}"
+        desc = {"method": self.method, "epsilon": self.epsilon, "consistent": bool(self.consistent),
+                "secure": bool(self.secure)}
+        desc.update(description or {})
+        if self.tree is not None:
+            what = f"{self.method}: {self.tree.size} interval-tree nodes, {'BLUE' if self.consistent else 'raw nodes'}"
+        else:
+            what = {Dwork.name: "dwork: every bin", Privelet.name: "privelet: Haar wavelet rows"}.get(
+                self.method, self.method)
+        return ReleaseResult(
+            kind="histogram", answers=arr["estimate"], labels=axis_labels((self.n,), ["bin"]), variances=var,
+            noise="laplace", secure=bool(self.secure), strategy=what,
+            ledger=([self.ledger] if self.ledger is not None else []) if ledger is None else ledger,
+            private=bool(self.private) if private is None else private, description=desc, arrays=arr,
+            variance_method=how, report=rep, source=self, path=path)
+
+    def _arrays(self) -> dict[str, Any]:
         arrays: dict[str, Any] = {"estimate": self.estimate}
         if self.noise_scales is not None:
             arrays["noise_scales"] = self.noise_scales
@@ -204,10 +233,31 @@ class HistogramRelease:
             t = self.tree
             arrays.update(lo=t.lo, hi=t.hi, parent=t.parent, child_start=t.child_start, level_start=t.level_start,
                           node_values=self.node_values, eps_per_node=self.eps_per_node)
-        description = {"method": self.method, "epsilon": self.epsilon, "consistent": bool(self.consistent),
-                       "secure": bool(self.secure)}
-        return save_release(path, "histogram", arrays, ledger=[self.ledger] if self.ledger is not None else [],
-                            description=description, private=bool(self.private))
+        return arrays
+
+    def to_pandas(self, level: float = 0.95, method: str = "auto") -> Any:
+        """One row per bin (:meth:`sparsedp.releases.ReleaseResult.to_pandas`)."""
+        return self.to_release().to_pandas(level, method)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the release as a sparsedp release file (:meth:`to_release` saved by
+        :meth:`sparsedp.releases.ReleaseResult.save`: the released arrays with each bin's variance,
+        a JSON description with ``method``, ``epsilon``, ``consistent`` and ``secure``, the ledger
+        entry of the measurement and the ``private`` flag; never the data).  ``sparsedp ledger
+        FILE`` prints its ledger, :func:`sparsedp.load_release` reads it back."""
+        return self.to_release().save(path)
+
+
+def _interval_args(level: Any, method: Any, pairs: Any) -> tuple[float, str, Any]:
+    """``(level, method, pairs)`` of ``confidence_intervals``; the earlier call
+    ``confidence_intervals(pairs, level, method)`` (ranges first) is recognised by its array."""
+    if level is None or not np.isscalar(level):
+        if pairs is not None and not isinstance(pairs, str):
+            raise SparseDPError("confidence_intervals(level, method, pairs=...): the level must be a number")
+        level, method, pairs = (method if not isinstance(method, str) else 0.95,
+                                pairs if isinstance(pairs, str) else (method if isinstance(method, str) else "auto"),
+                                level)
+    return level, method, pairs
 
 
 def _node_noise_variances(rel: HistogramRelease) -> np.ndarray:
@@ -247,7 +297,39 @@ def _answer_report(rel: HistogramRelease, pairs: Any = None) -> ErrorReport:
     else:
         raise SparseDPError(f"no per-answer accuracy for method {rel.method!r}")
     total = float(var.sum())
-    return ErrorReport(total, total / max(lo.size, 1), how, variances=var, noise="laplace", secure=bool(rel.secure))
+    return ErrorReport(total, total / max(lo.size, 1), how, variances=var, noise="laplace", secure=bool(rel.secure),
+                       shape=functools.partial(_answer_shape, rel, lo, hi, v, var))  # on first use
+
+
+def _answer_shape(rel: HistogramRelease, lo: np.ndarray, hi: np.ndarray, v: np.ndarray, var: np.ndarray) -> Any:
+    """The answers' :class:`~sparsedp.accuracy.ErrorShape` (what the intervals use beyond the variances)
+    from their coefficients on the measured rows; ``None`` above ``2^27`` coefficients."""
+    from ..accuracy import error_shape, gls_error_shape
+    from .._tails import ShapeAccumulator, noise_rows
+    from ..tree_estimator import two_pass
+
+    kw = {"noise": "laplace", "secure": bool(rel.secure), "scales": rel.noise_scales}
+    if rel.tree is None:
+        M = st.identity(rel.n) if rel.method == Dwork.name else st.haar(rel.n)
+        W = wl.range_queries(rel.n, np.column_stack([lo, hi - 1]))
+        return gls_error_shape(W, M, v, answer_variances=var, **kw)
+    t = rel.tree
+    if not rel.consistent:
+        q, node = decompose(t, lo, hi)
+        D = sp.csr_matrix((np.ones(q.size), (q, node)), shape=(lo.size, t.size))
+        return error_shape(D, variances=v, answer_variances=var, **kw)
+    if float(t.size) * max(t.size, lo.size) > 2.0**27:
+        return None
+    rows = noise_rows("laplace", bool(rel.secure), v, scales=rel.noise_scales)
+    acc = ShapeAccumulator(lo.size, rows, var)
+    for start in range(0, t.size, 256):  # the BLUE (linear) of blocks of unit vectors, then the ranges
+        stop = min(start + 256, t.size)
+        E = np.zeros((t.size, stop - start))
+        E[np.arange(start, stop), np.arange(stop - start)] = 1.0
+        leaf = two_pass(t.parent, t.level_start, E, v, plan=t.plan, overwrite=True)[t.leaves]  # what blue runs
+        P = np.vstack([np.zeros((1, stop - start)), np.cumsum(leaf, axis=0)])
+        acc.add(P[hi] - P[lo], slice(start, stop))
+    return acc.result()
 
 
 def _entry_from_dict(d: dict) -> LedgerEntry:
@@ -270,11 +352,7 @@ def _read_arrays(path: str | Path) -> tuple[dict[str, Any], dict[str, Any], Ledg
         rf = load_release_file(path)
         if rf.kind != "histogram":
             raise SparseDPError(f"{path} is a {rf.kind!r} release, not a histogram")
-        try:
-            entry = _entry_from_dict(rf.ledger[0]) if rf.ledger else None
-        except (ValueError, TypeError) as exc:
-            raise SparseDPError(f"{path}: unreadable ledger entry: {exc}") from exc
-        return dict(rf.arrays), dict(rf.description), entry, rf.private
+        return dict(rf.arrays), dict(rf.description), _ledger_entry(rf.ledger, path), rf.private
     with np.load(path, allow_pickle=False) as f:
         data = {k: f[k] for k in f.files}
     desc = {k: data.pop(k).item() for k in ("method", "epsilon", "consistent", "private") if k in data}
@@ -282,9 +360,15 @@ def _read_arrays(path: str | Path) -> tuple[dict[str, Any], dict[str, Any], Ledg
     return data, desc, None, bool(desc.pop("private", True))
 
 
-def load_release(path: str | Path) -> HistogramRelease:
-    """Read a release written by :meth:`HistogramRelease.save` (its tree is validated again)."""
-    data, desc, ledger, private = _read_arrays(path)
+def _ledger_entry(ledger: Any, path: Any) -> LedgerEntry | None:
+    try:
+        return _entry_from_dict(ledger[0]) if ledger else None
+    except (ValueError, TypeError) as exc:
+        raise SparseDPError(f"{path}: unreadable ledger entry: {exc}") from exc
+
+
+def _histogram(data: dict[str, Any], desc: dict[str, Any], ledger: LedgerEntry | None, private: bool,
+               path: Any) -> HistogramRelease:
     if "estimate" not in data or "method" not in desc:
         raise SparseDPError(f"{path} is not a sparsedp histogram release")
     tree = None
@@ -297,6 +381,23 @@ def load_release(path: str | Path) -> HistogramRelease:
         consistent=bool(desc.get("consistent", True)), noise_scales=data.get("noise_scales"), private=private,
         secure=bool(desc.get("secure", False)), noise_variances=data.get("noise_variances"), ledger=ledger,
     )
+
+
+def load_release(path: str | Path) -> HistogramRelease:
+    """Read a release written by :meth:`HistogramRelease.save` (its tree is validated again) as a
+    :class:`HistogramRelease`; :func:`sparsedp.load_release` reads it (and every other release
+    file) as a :class:`~sparsedp.releases.ReleaseResult`."""
+    data, desc, ledger, private = _read_arrays(path)
+    return _histogram(data, desc, ledger, private, path)
+
+
+def histogram_from_release(release: ReleaseResult) -> HistogramRelease:
+    """The :class:`HistogramRelease` of a ``histogram`` :class:`~sparsedp.releases.ReleaseResult`
+    read from an ``.npz`` file (its arrays and description; the tree is validated again)."""
+    if release.kind != "histogram":
+        raise SparseDPError(f"a {release.kind!r} release is not a histogram")
+    return _histogram(dict(release.arrays), dict(release.description), _ledger_entry(release.ledger, release.path),
+                      bool(release.private), release.path)
 
 
 def node_counts(tree: IntervalTree, x: Any) -> np.ndarray:
@@ -416,10 +517,15 @@ class TreePublisher:
         """Exact variance of each answer (see :meth:`HistogramRelease.error_report`)."""
         return self._release().variances(pairs)
 
-    def confidence_intervals(self, pairs: Any = None, level: float = 0.95,
-                             method: str = "auto") -> tuple[np.ndarray, np.ndarray]:
-        """``(lower, upper)`` at confidence ``level`` (see :meth:`HistogramRelease.confidence_intervals`)."""
-        return self._release().confidence_intervals(pairs, level, method)
+    def confidence_intervals(self, level: Any = 0.95, method: Any = "auto", pairs: Any = None
+                             ) -> tuple[np.ndarray, np.ndarray]:
+        """``(lower, upper)`` at confidence ``level`` around the answers to ``pairs`` (every bin when
+        ``None``; see :meth:`HistogramRelease.confidence_intervals`)."""
+        return self._release().confidence_intervals(level, method, pairs)
+
+    def to_release(self) -> ReleaseResult:
+        """The last release as a :class:`~sparsedp.releases.ReleaseResult`."""
+        return self._release().to_release()
 
 
 #: Smallest per-node budget a tree publisher measures with: its noise scale ``1e100`` keeps every

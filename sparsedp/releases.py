@@ -1,0 +1,721 @@
+"""One release model: every release path returns, or converts to, a :class:`ReleaseResult`.
+
+As ``scipy.optimize`` returns one ``OptimizeResult`` from every minimiser, every sparsedp release
+(the matrix mechanism, the tree histograms, marginals, Kronecker releases, the restaurant and flow
+releases, the chunked scale-out releases, the continual counters) converts to one frozen record
+with ``.to_release()``, and :func:`load_release` reads every release file the library writes back
+into one.  What every release has:
+
+* ``answers``: the released values, one 1-D array (a memory-mapped ``.npy`` for a chunked release);
+* ``labels``: what each answer is, as columns of the same length (``bin``; ``lo`` / ``hi``
+  inclusive ranges; a marginal's attributes; ``day`` and ``item``; ``part`` and ``id`` of a flow
+  variable; ...);
+* ``variances``: each answer's variance, exact for the noise drawn (``variance_method`` says how it
+  was computed; ``"bound"`` marks a guaranteed upper bound), or ``None`` when unknown;
+  ``covariance``: the answers' covariance as an operator, where the release has one;
+* :meth:`ReleaseResult.confidence_intervals` ``(level=0.95, method="auto")``: ``(lower, upper)``
+  through :meth:`sparsedp.accuracy.ErrorReport.confidence_intervals` (the same signature for every
+  kind);
+* ``strategy`` (what was measured, in words), ``ledger`` (one dict per measurement, the
+  :class:`~sparsedp.privacy.LedgerEntry` fields), ``private``, ``kind``, ``noise``, ``secure``,
+  ``description`` (public parameters) and ``arrays`` (other released arrays: an estimate, a tree);
+* :meth:`ReleaseResult.save` and :meth:`ReleaseResult.to_pandas` (one row per answer: the label
+  columns, ``answer``, ``variance``, ``lower`` and ``upper`` at 95%).
+
+File layouts (both carry the same ``__sparsedp__`` record of :mod:`sparsedp.release_file`, whose
+``model`` names the answers' array, the labels and the variances):
+
+* ``.npz`` (every in-memory release): the arrays and the record;
+* a ``.npy`` or ``.zarr`` array of the answers (a chunked release, written block by block) with the
+  record in ``ARRAY.release.json`` next to it.  Its labels are the axes of the array and its
+  variances one constant (a guaranteed bound) or none.
+
+Files written by earlier versions (no ``model``) load too: histogram, matrix-mechanism,
+restaurant, flows, completion and spec ``.npz`` files, the chunked ``.release.json`` files, and the
+marginals command's JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .errors import SparseDPError
+from .release_file import FORMAT, ReleaseFile, load_release_file, release_record, save_release
+
+__all__ = [
+    "AxisLabel",
+    "ReleaseMethods",
+    "ReleaseResult",
+    "SIDE_SUFFIX",
+    "axis_labels",
+    "load_release",
+    "workload_labels",
+]
+
+#: The record of a chunked release: ``OUT.npy`` / ``OUT.zarr`` has its record in ``OUT.release.json``.
+SIDE_SUFFIX = ".release.json"
+#: Completion releases are loaded as their ``left @ right.T`` entries up to this many.
+MAX_COMPLETION_ENTRIES = 2**24
+_VARIANCES = "variances"
+_LABEL = "label."
+
+
+# -- labels ----------------------------------------------------------------------------------------
+
+
+class AxisLabel:
+    """A label column that is the index along one axis of the answers' array, flattened in C order
+    (``shape``; ``values``: the names of the indices, e.g. the items; ``None``: the index itself).
+    Nothing of length ``prod(shape)`` is stored: ``np.asarray(label)`` builds the column."""
+
+    def __init__(self, shape: Sequence[int], axis: int, values: Sequence[Any] | None = None) -> None:
+        self.shape = tuple(int(s) for s in shape)
+        self.axis = int(axis)
+        if not 0 <= self.axis < len(self.shape):
+            raise SparseDPError(f"axis {axis} of an array of shape {self.shape}")
+        self.values = None if values is None else list(values)
+        if self.values is not None and len(self.values) != self.shape[self.axis]:
+            raise SparseDPError(f"{len(self.values)} values for an axis of length {self.shape[self.axis]}")
+
+    def __len__(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def _index(self, flat: np.ndarray) -> np.ndarray:
+        inner = int(np.prod(self.shape[self.axis + 1:], dtype=np.int64))
+        return (flat // inner) % self.shape[self.axis]
+
+    def __getitem__(self, key: Any) -> Any:
+        idx = self._index(np.arange(len(self))[key])
+        return idx if self.values is None else np.asarray(self.values)[idx]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = self[:]
+        return out if dtype is None else out.astype(dtype)
+
+    def spec(self) -> dict[str, Any]:
+        """The JSON form kept in a file's ``model``."""
+        return {"axis": self.axis} if self.values is None else {"axis": self.axis, "values": self.values}
+
+    def __repr__(self) -> str:
+        return f"AxisLabel(shape={self.shape}, axis={self.axis}{'' if self.values is None else ', values=...'})"
+
+
+def axis_labels(shape: Sequence[int], names: Sequence[str], values: Mapping[str, Sequence[Any]] | None = None
+                ) -> dict[str, AxisLabel]:
+    """One :class:`AxisLabel` per axis of an answers array of ``shape`` (``names[i]`` for axis
+    ``i``; ``values[name]``: that axis' index names)."""
+    if len(names) != len(shape):
+        raise SparseDPError(f"{len(names)} label names for an array of {len(shape)} axes")
+    values = values or {}
+    return {name: AxisLabel(shape, i, values.get(name)) for i, name in enumerate(names)}
+
+
+def workload_labels(W: Any) -> dict[str, Any]:
+    """What each answer of workload ``W`` is: ``lo`` / ``hi`` (inclusive, 0-based) for range
+    workloads (prefix, all ranges, range lists, total), ``bin`` for the identity, else the row
+    index ``query``."""
+    from .workloads import AllRangesWorkload, PrefixWorkload, RangeQueriesWorkload
+
+    m, n = (int(s) for s in W.shape)
+    if isinstance(W, PrefixWorkload):
+        return {"lo": np.zeros(m, dtype=np.int64), "hi": np.arange(m, dtype=np.int64)}
+    if isinstance(W, AllRangesWorkload):
+        a, b = np.triu_indices(W.n + 1, k=1)
+        return {"lo": a.astype(np.int64), "hi": (b - 1).astype(np.int64)}
+    if isinstance(W, RangeQueriesWorkload):
+        return {"lo": np.asarray(W.lo, dtype=np.int64).copy(), "hi": np.asarray(W.hi, dtype=np.int64).copy()}
+    structure = getattr(W, "structure", None)
+    if structure == "identity" and m == n:
+        return axis_labels((m,), ["bin"])
+    if structure == "total" and m == 1:
+        return {"lo": np.zeros(1, dtype=np.int64), "hi": np.full(1, n - 1, dtype=np.int64)}
+    return axis_labels((m,), ["query"])
+
+
+# -- the record ------------------------------------------------------------------------------------
+
+
+def _ledger_tuple(ledger: Any) -> tuple[dict[str, Any], ...]:
+    if ledger is None:
+        return ()
+    items = ledger if isinstance(ledger, (list, tuple)) else (ledger,)
+    out = []
+    for e in items:
+        if e is None:
+            continue
+        out.append(e.as_dict() if hasattr(e, "as_dict") else dict(e))
+    return tuple(out)
+
+
+def _length(answers: Any) -> int:
+    shape = getattr(answers, "shape", None)
+    if shape is None or len(shape) != 1:
+        raise SparseDPError(f"a release's answers are one 1-D array, got shape {shape}")
+    return int(shape[0])
+
+
+def _constant(v: Any) -> float | None:
+    """The value of a variance array that is one constant broadcast (a bound), else ``None``."""
+    if isinstance(v, np.ndarray) and v.ndim == 1 and v.size and v.strides == (0,):
+        return float(v[0])
+    return None
+
+
+@dataclass(frozen=True, eq=False)
+class ReleaseResult:
+    """A release: labelled answers, their variances, the strategy, the ledger (module docstring).
+
+    Made by every release class's ``.to_release()`` and by :func:`load_release`; ``source`` is
+    the object it was made from (``None`` when loaded from a file, except histogram files, whose
+    :class:`~sparsedp.trees.HistogramRelease` answers any range), ``report`` the
+    :class:`~sparsedp.accuracy.ErrorReport` that source computed (its intervals then use what the
+    source knows beyond the variances), ``path`` the file it was loaded from."""
+
+    kind: str
+    answers: Any
+    labels: Mapping[str, Any] = field(default_factory=dict)
+    variances: np.ndarray | None = field(default=None, repr=False)
+    noise: str | None = None
+    secure: bool = True
+    strategy: str = ""
+    ledger: tuple = ()
+    private: bool = True
+    description: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    arrays: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    variance_method: str | None = None
+    covariance: Any = field(default=None, repr=False)
+    report: Any = field(default=None, repr=False)
+    source: Any = field(default=None, repr=False)
+    path: str | None = None
+
+    def __post_init__(self) -> None:
+        n = _length(self.answers)
+        labels = dict(self.labels) if self.labels else axis_labels((n,), ["index"])
+        for name, col in labels.items():
+            if not isinstance(col, AxisLabel):
+                col = np.asarray(col)
+                labels[name] = col
+            if len(col) != n or (isinstance(col, np.ndarray) and col.ndim != 1):
+                raise SparseDPError(f"label {name!r} has {len(col)} entries for {n} answers")
+        object.__setattr__(self, "labels", labels)
+        if self.variances is not None:
+            v = self.variances
+            if not isinstance(v, np.ndarray) or v.dtype != np.float64:
+                v = np.asarray(v, dtype=np.float64)
+            if v.ndim == 0:
+                v = np.broadcast_to(v, (n,))
+            if v.shape != (n,):
+                raise SparseDPError(f"{v.shape} variances for {n} answers")
+            object.__setattr__(self, "variances", v)
+        ledger = _ledger_tuple(self.ledger)
+        object.__setattr__(self, "ledger", ledger)
+        if any(e.get("private") is False for e in ledger):
+            object.__setattr__(self, "private", False)
+        object.__setattr__(self, "description", dict(self.description or {}))
+        object.__setattr__(self, "arrays", dict(self.arrays or {}))
+
+    def __len__(self) -> int:
+        return _length(self.answers)
+
+    def to_release(self) -> "ReleaseResult":
+        """This release (every release class has ``to_release``)."""
+        return self
+
+    @property
+    def epsilon(self) -> float:
+        """Total pure-DP epsilon of the ledger (sequential composition)."""
+        return float(sum(e.get("epsilon") or 0.0 for e in self.ledger))
+
+    @property
+    def rho(self) -> float:
+        """Total zCDP rho of the ledger."""
+        return float(sum(e.get("rho") or 0.0 for e in self.ledger))
+
+    # -- accuracy ------------------------------------------------------------------------------
+    def error_report(self) -> Any:
+        """The answers' :class:`~sparsedp.accuracy.ErrorReport`: the source's, or one made from
+        :attr:`variances` with the release's noise."""
+        if self.report is not None:
+            return self.report
+        make = getattr(self.source, "error_report", None)
+        if make is not None:  # a file's source object (a histogram): what it knows beyond the variances
+            try:
+                rep = make()
+            except SparseDPError:
+                rep = None
+            if rep is not None and rep.variances is not None and np.shape(rep.variances) == (len(self),):
+                object.__setattr__(self, "report", rep)  # computed once
+                return rep
+        if self.variances is None:
+            why = f" ({self.variance_method})" if self.variance_method else ""
+            raise SparseDPError(f"this {self.kind} release has no per-answer variances{why}")
+        from .accuracy import ErrorReport
+
+        var = np.asarray(self.variances, dtype=np.float64)
+        total = float(var.sum())
+        return ErrorReport(total, total / max(var.size, 1), self.variance_method or "stored", variances=var,
+                           noise=self.noise, secure=bool(self.secure))
+
+    def confidence_intervals(self, level: float = 0.95, method: str = "auto") -> tuple[np.ndarray, np.ndarray]:
+        """``(lower, upper)`` around every answer at confidence ``level``:
+        :meth:`ErrorReport.confidence_intervals <sparsedp.accuracy.ErrorReport.confidence_intervals>`
+        (``method``: ``"auto"`` or any method named there).  With ``variance_method="bound"`` the
+        variances are upper bounds and the intervals conservative."""
+        return self.error_report().confidence_intervals(np.asarray(self.answers, dtype=np.float64), level, method)
+
+    # -- tables ----------------------------------------------------------------------------------
+    def table(self, level: float = 0.95, method: str = "auto", rows: Any = None) -> dict[str, np.ndarray]:
+        """The columns of :meth:`to_pandas` as arrays (``rows``: a slice or index array of the
+        answers; all by default); ``variance``, ``lower`` and ``upper`` are ``nan`` when the
+        release has no variances."""
+        sel = slice(None) if rows is None else rows
+        out: dict[str, np.ndarray] = {}
+        for name, col in self.labels.items():
+            out[name if name not in ("answer", "variance", "lower", "upper") else f"label_{name}"] = (
+                np.asarray(col[sel]))
+        ans = np.asarray(self.answers[sel], dtype=np.float64)
+        out["answer"] = ans
+        nan = np.full(ans.shape, np.nan)
+        out["variance"], out["lower"], out["upper"] = nan, nan.copy(), nan.copy()
+        try:
+            rep = self.error_report()
+        except SparseDPError:  # no variances: nan
+            return out
+        out["variance"] = np.asarray(rep.variances, dtype=np.float64)[sel]
+        try:
+            half = np.asarray(rep.half_widths(level, method), dtype=np.float64)[sel]
+        except SparseDPError:  # e.g. the noise is not known: no interval
+            return out
+        out["lower"], out["upper"] = ans - half, ans + half
+        return out
+
+    def to_pandas(self, level: float = 0.95, method: str = "auto") -> Any:
+        """One row per answer: the label columns, ``answer``, ``variance``, and the ``lower`` /
+        ``upper`` ends of its interval at ``level`` (``nan`` without variances).  Needs pandas."""
+        try:
+            import pandas as pd
+        except ImportError as exc:  # pragma: no cover - the io extra
+            raise SparseDPError("to_pandas needs pandas: pip install 'sparsedp[io]'") from exc
+        return pd.DataFrame(self.table(level, method))
+
+    # -- files -----------------------------------------------------------------------------------
+    def _model(self) -> dict[str, Any]:
+        return {"noise": self.noise, "secure": bool(self.secure), "strategy": self.strategy,
+                "variance_method": self.variance_method}
+
+    def save(self, path: str | Path) -> Path:
+        """Write the release: an ``.npz`` release file (any other suffix than ``.npy`` / ``.zarr``
+        is written as one), or for ``.npy`` / ``.zarr`` the answers as that array (skipped when
+        they already are that file: a chunked release) and the record in ``PATH.release.json``.
+        The array layout holds no label or variance arrays: labels must be axes
+        (:class:`AxisLabel`) and the variances none or one constant; save anything else as
+        ``.npz``.  Returns the path written."""
+        p = Path(path)
+        if p.suffix in (".npy", ".zarr"):
+            return self._save_array(p)
+        arrays = dict(self.arrays)
+        model = self._model()
+        key = next((k for k, v in arrays.items() if v is self.answers), None)
+        if key is None:
+            key = "answers"
+            if key in arrays:
+                raise SparseDPError("the release's arrays hold another 'answers'")
+            arrays[key] = np.asarray(self.answers)
+        model["answers"] = key
+        model["labels"] = {}
+        shape = None
+        for name, col in self.labels.items():
+            if isinstance(col, AxisLabel):
+                model["labels"][name] = col.spec()
+                shape = col.shape
+            else:
+                arrays[_LABEL + name] = np.asarray(col)
+                model["labels"][name] = _LABEL + name
+        if shape is not None:
+            model["shape"] = list(shape)
+        const = _constant(self.variances)
+        if self.variances is None:
+            model["variances"] = None
+        elif const is not None:
+            model["variances"] = {"constant": const}
+        else:
+            if _VARIANCES in arrays and arrays[_VARIANCES] is not self.variances:
+                raise SparseDPError("the release's arrays hold another 'variances'")
+            arrays[_VARIANCES] = self.variances
+            model["variances"] = _VARIANCES
+        return save_release(p, self.kind, arrays, ledger=self.ledger, description=dict(self.description),
+                            private=self.private, model=model)
+
+    def _save_array(self, p: Path) -> Path:
+        n = len(self)
+        shapes = {col.shape for col in self.labels.values() if isinstance(col, AxisLabel)}
+        if any(not isinstance(col, AxisLabel) for col in self.labels.values()) or len(shapes) > 1:
+            raise SparseDPError(f"{p.name}: the labels of this {self.kind} release are not the axes of one array: "
+                                "save it as .npz")
+        shape = shapes.pop() if shapes else (n,)
+        const = _constant(self.variances)
+        if self.variances is not None and const is None:
+            raise SparseDPError(f"{p.name}: this {self.kind} release has one variance per answer: save it as .npz "
+                                "(a .npy / .zarr release holds the answers and a constant variance bound only)")
+        if not (self.path is not None and _same_path(self.path, p)):
+            _write_array(p, self.answers, shape)
+        model = self._model()
+        model.update(answers=p.name, shape=list(shape),
+                     labels={name: col.spec() for name, col in self.labels.items()},
+                     variances=None if const is None else {"constant": const})
+        record = release_record(self.kind, ledger=self.ledger, description=dict(self.description),
+                                private=self.private, model=model)
+        # the description's fields also at the top level: the layout of the side files of earlier versions
+        flat = {k: v for k, v in record["description"].items() if k not in record}
+        side = Path(str(p) + SIDE_SUFFIX)
+        side.write_text(json.dumps({**flat, **record}, indent=1, allow_nan=True) + "\n")
+        return p
+
+
+def _zarr() -> Any:
+    try:
+        import zarr
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise SparseDPError("Zarr arrays need the zarr package: pip install 'sparsedp[scale]'") from exc
+    return zarr
+
+
+def _same_path(a: str | Path, b: str | Path) -> bool:
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except OSError:  # pragma: no cover
+        return False
+
+
+def _write_array(p: Path, answers: Any, shape: tuple[int, ...], block: int = 2**22) -> None:
+    """Write ``answers`` (1-D, possibly memory-mapped) as a ``.npy`` / ``.zarr`` array of ``shape``,
+    block by block."""
+    n = _length(answers)
+    rows = max(1, block // max(1, int(np.prod(shape[1:], dtype=np.int64))))
+    step = rows * int(np.prod(shape[1:], dtype=np.int64))
+    if p.suffix == ".npy":
+        out = np.lib.format.open_memmap(p, mode="w+", dtype=np.float64, shape=shape)
+        flat = out.reshape(-1)
+        for a in range(0, n, step):
+            flat[a:a + step] = np.asarray(answers[a:a + step], dtype=np.float64)
+        out.flush()
+        del out, flat
+        return
+    z = _zarr().open_array(str(p), mode="w", shape=shape, chunks=(min(rows, shape[0]), *shape[1:]), dtype="f8")
+    for a in range(0, shape[0], rows):
+        lo, hi = a * (step // rows), min(n, (a + rows) * (step // rows))
+        z[a:a + rows] = np.asarray(answers[lo:hi], dtype=np.float64).reshape((-1, *shape[1:]))
+
+
+# -- the mix-in of the subsystem classes -----------------------------------------------------------
+
+
+class ReleaseMethods:
+    """What every release class offers through its :meth:`to_release` (a :class:`ReleaseResult`):
+    ``confidence_intervals(level=0.95, method="auto")``, ``save(path)`` and ``to_pandas()``.  A
+    class that defines one of them itself keeps its own (with the same call)."""
+
+    def to_release(self) -> ReleaseResult:  # pragma: no cover - every class defines it
+        raise NotImplementedError
+
+    def confidence_intervals(self, level: float = 0.95, method: str = "auto") -> tuple[np.ndarray, np.ndarray]:
+        """``(lower, upper)`` around every answer of :meth:`to_release`
+        (:meth:`ReleaseResult.confidence_intervals`)."""
+        return self.to_release().confidence_intervals(level, method)
+
+    def save(self, path: str | Path) -> Path:
+        """Write :meth:`to_release` (:meth:`ReleaseResult.save`)."""
+        return self.to_release().save(path)
+
+    def to_pandas(self, level: float = 0.95, method: str = "auto") -> Any:
+        """:meth:`ReleaseResult.to_pandas` of :meth:`to_release`."""
+        return self.to_release().to_pandas(level, method)
+
+
+# -- loading ---------------------------------------------------------------------------------------
+
+
+def load_release(path: str | Path) -> ReleaseResult:
+    """Read any release file sparsedp writes as a :class:`ReleaseResult`: an ``.npz`` release file
+    (every kind, this version's and earlier ones), a chunked ``.npy`` / ``.zarr`` array (give the
+    array or its ``.release.json`` record), or the JSON of ``sparsedp marginals``.  Anything else
+    (a summary written by ``--json``, a continual counter's state) raises
+    :class:`~sparsedp.errors.SparseDPError` naming what it is."""
+    p = Path(path)
+    if p.name.endswith(SIDE_SUFFIX):
+        if not p.is_file():
+            raise SparseDPError(f"no such release record: {p}")
+        return _load_side(p, Path(str(p)[: -len(SIDE_SUFFIX)]))
+    if not p.exists():
+        raise SparseDPError(f"no such release file: {p}")
+    head = b"" if p.is_dir() else _head(p)
+    if p.is_dir() or p.suffix in (".npy", ".zarr") or head.startswith(b"\x93NUMPY"):
+        side = Path(str(p) + SIDE_SUFFIX)
+        if not side.is_file():
+            raise SparseDPError(f"{p} is an array without its release record {side.name} (written next to it by the "
+                                "chunked release): it cannot say what it holds")
+        return _load_side(side, p)
+    if head.lstrip()[:1] == b"{":
+        return _load_json(p)
+    try:
+        rf = load_release_file(p)
+    except SparseDPError:
+        old = _oldest_histogram(p)
+        if old is None:
+            raise
+        return old
+    return _from_file(rf, p)
+
+
+def _oldest_histogram(p: Path) -> ReleaseResult | None:
+    """A histogram ``.npz`` of the first layout (fields as arrays, no ``__sparsedp__`` record)."""
+    try:
+        with np.load(p, allow_pickle=False) as f:
+            names = set(f.files)
+    except (OSError, ValueError):
+        return None
+    if not {"estimate", "method"} <= names:
+        return None
+    from .trees.publishers import load_release as load_histogram
+
+    return load_histogram(p).to_release(path=str(p))
+
+
+def _head(p: Path) -> bytes:
+    try:
+        with open(p, "rb") as fh:
+            return fh.read(64)
+    except OSError as exc:
+        raise SparseDPError(f"cannot read release {p}: {exc}") from exc
+
+
+def _noise_of(ledger: Sequence[dict], description: Mapping[str, Any]) -> tuple[str | None, bool]:
+    noise = next((e.get("noise") for e in ledger if e.get("noise")), None)
+    secure = description.get("secure")
+    if secure is None:
+        secure = next((e.get("secure") for e in ledger if e.get("secure") is not None), True)
+    return noise, bool(secure)
+
+
+def _labels_from_model(spec: Mapping[str, Any], shape: Sequence[int] | None, arrays: Mapping[str, Any],
+                       n: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, s in spec.items():
+        if isinstance(s, str):
+            out[name] = arrays[s]
+        else:
+            out[name] = AxisLabel(shape if shape is not None else (n,), int(s["axis"]), s.get("values"))
+    return out
+
+
+def _variances_from_model(spec: Any, arrays: Mapping[str, Any], n: int) -> np.ndarray | None:
+    if spec is None:
+        return None
+    if isinstance(spec, str):
+        return np.asarray(arrays[spec], dtype=np.float64)
+    return np.broadcast_to(np.float64(spec["constant"]), (n,))
+
+
+def _from_file(rf: ReleaseFile, p: Path) -> ReleaseResult:
+    """A release from an ``.npz`` release file: its ``model``, or (earlier files) the kind's layout."""
+    if not rf.model:
+        return _legacy_file(rf, p)
+    m = rf.model
+    arrays = dict(rf.arrays)
+    answers = arrays.get(m.get("answers", "answers"))
+    if answers is None:
+        raise SparseDPError(f"{p}: the release's answers ({m.get('answers')!r}) are missing")
+    answers = answers.reshape(-1)
+    n = answers.size
+    labels = _labels_from_model(m.get("labels") or {}, m.get("shape"), arrays, n)
+    for name, s in (m.get("labels") or {}).items():
+        if isinstance(s, str):
+            arrays.pop(s, None)
+    var = _variances_from_model(m.get("variances"), arrays, n)
+    if isinstance(m.get("variances"), str):
+        arrays.pop(m["variances"], None)
+    arrays = {k: (answers if k == m.get("answers") else v) for k, v in arrays.items()}
+    rel = ReleaseResult(kind=rf.kind, answers=answers, labels=labels, variances=var, noise=m.get("noise"),
+                        secure=bool(m.get("secure", True)), strategy=m.get("strategy") or "", ledger=rf.ledger,
+                        private=rf.private, description=rf.description, arrays=arrays,
+                        variance_method=m.get("variance_method"), path=str(p))
+    return _attach_source(rel)
+
+
+def _attach_source(rel: ReleaseResult) -> ReleaseResult:
+    """Histogram files: the :class:`~sparsedp.trees.HistogramRelease` (any range, exactly)."""
+    if rel.kind == "histogram" and "method" in rel.description and "estimate" in rel.arrays:
+        from .trees.publishers import histogram_from_release
+
+        return replace(rel, source=histogram_from_release(rel))
+    return rel
+
+
+def _legacy_file(rf: ReleaseFile, p: Path) -> ReleaseResult:
+    """An ``.npz`` release file of an earlier version (no ``model``): each kind's arrays."""
+    desc, arrays, kind = dict(rf.description), dict(rf.arrays), rf.kind
+    noise, secure = _noise_of(rf.ledger, desc)
+    common = dict(kind=kind, ledger=rf.ledger, private=rf.private, description=desc, noise=noise, secure=secure,
+                  path=str(p))
+    if kind == "histogram":
+        from .trees.publishers import histogram_from_release
+
+        base = ReleaseResult(answers=arrays["estimate"], labels=axis_labels((arrays["estimate"].size,), ["bin"]),
+                             arrays=arrays, **{**common, "noise": "laplace"})
+        h = histogram_from_release(base)
+        return h.to_release(private=rf.private, ledger=rf.ledger, description=desc, arrays=arrays, path=str(p))
+    if kind == "restaurant":
+        from .consistency.restaurant import restaurant_result
+
+        var = desc.get("noise_variance")
+        if var is None and desc.get("laplace_scale") is not None:  # the CLI's files: from the scale
+            from .noise import discrete_laplace_variance
+
+            b = float(desc["laplace_scale"])
+            var = discrete_laplace_variance(b) if secure else 2.0 * b * b
+        return restaurant_result(arrays["x"], int(desc["days"]), var, **common, arrays=arrays)
+    if kind == "flows":
+        from .flows.release import flows_result
+
+        return flows_result(arrays["x"], desc, **{k: v for k, v in common.items() if k != "description"},
+                            arrays=arrays)
+    if kind == "completion":
+        left, right = arrays["left"], arrays["right"]
+        size = left.shape[0] * right.shape[0]
+        if size > MAX_COMPLETION_ENTRIES:
+            raise SparseDPError(f"{p}: a completed {left.shape[0]} x {right.shape[0]} matrix has more than "
+                                f"{MAX_COMPLETION_ENTRIES} entries: read its factors with "
+                                "sparsedp.release_file.load_release_file")
+        shape = (left.shape[0], right.shape[0])
+        return ReleaseResult(answers=(left @ right.T).reshape(-1), labels=axis_labels(shape, ["row", "col"]),
+                             arrays=arrays, strategy="low-rank completion of Laplace-noised entries",
+                             variance_method="unknown: no per-entry variance for a completion", **common)
+    if "answers" in arrays:  # matrix-mechanism, spec and unknown kinds
+        answers = arrays["answers"].reshape(-1)
+        var = arrays.get(_VARIANCES)
+        return ReleaseResult(answers=answers, labels={}, variances=var, arrays=arrays,
+                             strategy=str(desc.get("strategy", "")),
+                             variance_method="stored" if var is not None else "unavailable: not in the file",
+                             **common)
+    raise SparseDPError(f"{p}: a {kind!r} release file without answers this version can read")
+
+
+def _read_array(p: Path) -> Any:
+    if p.suffix == ".npy" or (p.is_file() and _head(p).startswith(b"\x93NUMPY")):
+        try:
+            return np.load(p, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise SparseDPError(f"cannot read {p} as a .npy array: {exc}") from exc
+    try:
+        return np.asarray(_zarr().open_array(str(p), mode="r")[:])
+    except Exception as exc:  # zarr's errors: not a Zarr array
+        raise SparseDPError(f"cannot read {p} as a Zarr array: {exc}") from exc
+
+
+def _array_path(side: Path, meta: Mapping[str, Any], given: Path | None) -> Path:
+    """The answers' array of a record: next to it by name, or where the record says."""
+    name = (meta.get("model") or {}).get("answers")
+    candidates = []
+    if given is not None:
+        candidates.append(given)
+    if name:
+        candidates.append(side.parent / name)
+    est = meta.get("estimate") or (meta.get("description") or {}).get("estimate")
+    if est:
+        candidates += [side.parent / Path(est).name, Path(est)]
+    for c in candidates:
+        if c.exists():
+            return c
+    raise SparseDPError(f"{side}: the release's array ({name or est}) is missing")
+
+
+def _load_side(side: Path, given: Path | None) -> ReleaseResult:
+    try:
+        meta = json.loads(side.read_text())
+    except (OSError, ValueError) as exc:
+        raise SparseDPError(f"cannot read release record {side}: {exc}") from exc
+    if not isinstance(meta, dict):
+        raise SparseDPError(f"{side} is not a sparsedp release record")
+    arr_path = _array_path(side, meta, given if given is not None and given.exists() else None)
+    raw = _read_array(arr_path)
+    answers = raw.reshape(-1)
+    if meta.get("format") == FORMAT and meta.get("model"):
+        m = meta["model"]
+        n = answers.shape[0]
+        return ReleaseResult(kind=meta["kind"], answers=answers,
+                             labels=_labels_from_model(m.get("labels") or {}, m.get("shape") or raw.shape, {}, n),
+                             variances=_variances_from_model(m.get("variances"), {}, n), noise=m.get("noise"),
+                             secure=bool(m.get("secure", True)), strategy=m.get("strategy") or "",
+                             ledger=meta.get("ledger") or (), private=bool(meta.get("private", True)),
+                             description=meta.get("description") or {}, variance_method=m.get("variance_method"),
+                             path=str(arr_path))
+    if meta.get("format") is not None and meta.get("format") != FORMAT:
+        raise SparseDPError(f"{side}: unknown release format {meta.get('format')!r}")
+    return _legacy_side(meta, raw, answers, arr_path)
+
+
+def _legacy_side(meta: dict, raw: Any, answers: Any, arr_path: Path) -> ReleaseResult:
+    """A chunked release's record of an earlier version (flat keys, no ``model``)."""
+    ledger = tuple(meta.get("ledger") or ())
+    desc = {k: v for k, v in meta.items() if k not in ("ledger", "private", "seconds")}
+    secure = bool(meta.get("secure", True))
+    common = dict(ledger=ledger, private=bool(meta.get("private", True)), description=desc, noise="laplace",
+                  secure=secure, path=str(arr_path))
+    n = answers.shape[0]
+    if "items" in meta:  # the chunked restaurant: (days, 5)
+        return _restaurant_side(meta, raw, answers, common)
+    if "method" in meta:
+        bound = _histogram_side_bound(meta)
+        return ReleaseResult(kind="histogram", answers=answers, labels=axis_labels((n,), ["bin"]),
+                             variances=None if bound is None else np.broadcast_to(np.float64(bound), (n,)),
+                             variance_method="bound" if bound is not None else None,
+                             strategy=f"{meta['method']} tree, chunk by chunk", **common)
+    raise SparseDPError(f"{arr_path}: its release record names no kind this version can read")
+
+
+def _restaurant_side(meta: dict, raw: Any, answers: Any, common: dict) -> ReleaseResult:
+    n = answers.shape[0]
+    var = meta.get("noise_variance")
+    return ReleaseResult(kind="restaurant", answers=answers,
+                         labels=axis_labels(raw.shape, ["day", "item"], {"item": meta["items"]}),
+                         variances=None if var is None else np.broadcast_to(np.float64(var), (n,)),
+                         variance_method="bound" if var is not None else None,
+                         strategy="item trees x combo span, chunk by chunk", **common)
+
+
+def _histogram_side_bound(meta: Mapping[str, Any]) -> float | None:
+    """A guaranteed bound on every leaf estimate's variance: the leaf's own noise variance (boost),
+    ``2 max_scale^2`` (LUE; the discrete Laplace's variance is below ``2 t^2``)."""
+    if meta.get("level_variances"):
+        return float(meta["level_variances"][-1])
+    if meta.get("max_scale") is not None:
+        return 2.0 * float(meta["max_scale"]) ** 2
+    return None
+
+
+def _load_json(p: Path) -> ReleaseResult:
+    try:
+        meta = json.loads(p.read_text())
+    except (OSError, ValueError) as exc:
+        raise SparseDPError(f"cannot read {p} as JSON: {exc}") from exc
+    if not isinstance(meta, dict):
+        raise SparseDPError(f"{p} is not a sparsedp release")
+    if "marginals" in meta and "domain" in meta:
+        from .marginals.release import marginals_from_json
+
+        return marginals_from_json(meta, str(p))
+    if "stack" in meta and "horizon" in meta:
+        raise SparseDPError(f"{p} is a continual counter's state (it holds the exact running sums: SECRET), not a "
+                            "release; the counter's released sums are ContinualCounter.to_release()")
+    if "published" in meta and "version" in meta:
+        raise SparseDPError(f"{p} is a continual counter's list of the steps it printed (STATE.published), not a "
+                            "release")
+    if (meta.get("model") or meta.get("estimate")) and meta.get("ledger") is not None:
+        return _load_side(p, None)  # a copy of a chunked release's record (restaurant --json)
+    raise SparseDPError(f"{p} is the summary of a run (--json), not a release file: load the file written by --out "
+                        "(or --save)")
