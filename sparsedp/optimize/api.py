@@ -26,6 +26,7 @@ Multi-dimensional workloads (issue 18, :mod:`sparsedp.optimize.multidim`): a
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,7 @@ from ..validation import check_positive
 from ..workloads import WeightedUnionWorkload
 from .calibrate import noise_model
 from .exact_score import error_under_noise, noise_factor
+from .gaussian_convex import GAUSSIAN_MAX_N, gaussian_candidates
 from .candidate import Candidate, Trial
 from .gram import Gram
 from .hybrid_family import hybrid_candidates, hybrid_useful
@@ -52,7 +54,7 @@ from .tree_spectral import BlockTraces
 
 __all__ = ["FAMILIES", "OptimizedStrategy", "optimize"]
 
-FAMILIES = ("auto", "templates", "tree", "pidentity", "hybrid")
+FAMILIES = ("auto", "templates", "tree", "pidentity", "hybrid", "gaussian")
 #: Seconds :func:`optimize` takes by default (measured, one BLAS thread: ``prefix(2^20)`` 51-59 s at
 #: 0.74x the best template; ``all_ranges(1024)`` finishes in 6 s, below HDMM's error).
 DEFAULT_TIME_LIMIT = 52.0
@@ -91,6 +93,19 @@ class OptimizedStrategy:
     seconds: float
     budget: float = 1.0  # the epsilon (Laplace) / rho (Gaussian) the error is at
     secure: bool = True  # scored with the exact discrete noise the mechanism draws by default
+    #: certified lower bound on the error of EVERY strategy with continuous noise of the same
+    #: calibration at the budget (``None`` when not computed: the Gaussian family computes it;
+    #: :func:`sparsedp.optimize.bounds.lower_bound` computes it for any workload on request)
+    lower_bound: float | None = None
+    continuous_error: float | None = None  # the winner's error with continuous noise, at the budget
+
+    @property
+    def gap(self) -> float | None:
+        """``continuous_error / lower_bound`` (>= 1): how far the strategy can be from the best
+        possible one, certified; ``None`` without a bound."""
+        if self.lower_bound is None or self.continuous_error is None or self.lower_bound <= 0:
+            return None
+        return self.continuous_error / self.lower_bound
 
     def error_at(self, *, epsilon: float | None = None, rho: float | None = None) -> float:
         """Expected total squared error at another budget, under the same noise: float noise
@@ -271,13 +286,19 @@ def optimize(
     cands: list[Candidate] = []
     if fam in ("auto", "templates"):
         cands += template_candidates(Wop, gram, traces, model)
-    if fam in ("auto", "tree"):
+    if fam == "gaussian" and model.kind != "gaussian":
+        raise SparseDPError("family 'gaussian' is the optimum under Gaussian noise: use noise='gaussian'")
+    if fam == "gaussian" or (fam == "auto" and model.kind == "gaussian" and n <= GAUSSIAN_MAX_N):
+        # the convex optimum of the factorisation class, with a certified gap (gaussian_convex)
+        cands += gaussian_candidates(Wop, gram, model, deadline=deadline)
+    settled = fam == "auto" and any(getattr(c, "gap", math.inf) <= 1.01 for c in cands)
+    if fam == "tree" or (fam == "auto" and not settled):
         cands += tree_candidates(Wop, gram, traces, model, deadline=deadline, rng=gen, per_node=per_node)
     # the hybrid (O(p nb^2) per step) before the dense p-Identity (O(p^2 n)): under a time limit
     # the cheaper family gets its share first
-    if fam == "hybrid" or (fam == "auto" and hybrid_useful(gram) and not deadline.expired()):
+    if fam == "hybrid" or (fam == "auto" and not settled and hybrid_useful(gram) and not deadline.expired()):
         cands += hybrid_candidates(Wop, gram, model, p=p, deadline=deadline, rng=gen, maxiter=iters)
-    if fam == "pidentity" or (fam == "auto" and n <= PIDENTITY_MAX_N and not deadline.expired()):
+    if fam == "pidentity" or (fam == "auto" and not settled and n <= PIDENTITY_MAX_N and not deadline.expired()):
         cands += pidentity_candidates(Wop, gram, model, p=p, restarts=int(restarts), deadline=deadline, rng=gen,
                                       maxiter=iters)
     if not cands:
@@ -285,6 +306,12 @@ def optimize(
     # score every candidate under the noise that runs (exact discrete variances by default), at the budget
     scored = [_under_noise(Wop, c, model, budget, bool(secure)) for c in cands]
     best = min(scored, key=lambda c: c.total)
+    # the certified lower bound (continuous noise of the same calibration, at the budget) and the
+    # winner's gap: known when the Gaussian family ran (its dual value at a feasible point)
+    bounds = [c.lower_bound for c in cands if math.isfinite(getattr(c, "lower_bound", math.nan))]
+    per_budget = budget ** (2 if model.kind == "laplace" else 1)
+    lower = max(bounds) / per_budget if bounds else None
+    winner_continuous = cands[scored.index(best)].total / per_budget
     report = ErrorReport(best.total, best.total / m, best.method, noise=model.kind, secure=bool(secure))
     return OptimizedStrategy(
         strategy=best.strategy,
@@ -297,6 +324,8 @@ def optimize(
         seconds=time.perf_counter() - t_start,
         budget=budget,
         secure=bool(secure),
+        lower_bound=lower,
+        continuous_error=winner_continuous,
     )
 
 

@@ -179,6 +179,8 @@ def report(res: OptimizedStrategy, workload: str, queries: int, cells: int, budg
         "chosen": {"family": res.family, "name": res.name, "error_per_query": chosen,
                    "error_total": res.error.total / div, "sensitivity": res.sensitivity},
         "best_template": None, "candidates": cands, "seconds": res.seconds,
+        "lower_bound_per_query": None if res.lower_bound is None else res.lower_bound / div / per,
+        "certified_gap": res.gap,
     }
     if best is not None:
         out["best_template"] = {"name": best.name, "error_per_query": best.error / div / per,
@@ -195,6 +197,9 @@ def _print(rep: dict[str, Any]) -> None:
     union = rep["error_unit"] == "weighted total"
     what = "weighted total squared error (sum of weight x part's total)" if union else "squared error per query"
     print(f"chosen: {ch['family']} {ch['name']}: expected {what} {ch['error_per_query']:.6g}")
+    if rep.get("certified_gap") is not None:
+        print(f"certified: no strategy has an error below {rep['lower_bound_per_query']:.6g} (continuous noise); "
+              f"gap {rep['certified_gap']:.5f}")
     best = rep["best_template"]
     if best is not None and best["ratio_chosen_to_template"] is not None:
         print(f"best template: {best['name']}: {best['error_per_query']:.6g}{'' if union else ' per query'} "
