@@ -30,7 +30,6 @@ BLAS is pinned to ``--threads`` (default 1) with threadpoolctl.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import platform
@@ -52,6 +51,7 @@ from sparsedp.optimize.calibrate import noise_model  # noqa: E402
 from sparsedp.optimize.gaussian_convex import gaussian_candidates  # noqa: E402
 from sparsedp.optimize.gram import Gram  # noqa: E402
 from sparsedp.optimize.search import Deadline  # noqa: E402
+from _results import write_rows  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 WORKLOADS = ("prefix", "all_ranges", "random_ranges", "weighted_union", "ranges_2d")
 #: Time budget of the Gaussian family per row (s): the issue's n = 4096 target is < 60 s.
@@ -168,13 +168,7 @@ def main() -> None:
         "threads": args.threads,
         "rows": rows,
     }
-    if args.merge and Path(args.out).exists():
-        old = json.loads(Path(args.out).read_text())
-        ran = {(r["workload"], r["n"]) for r in rows}
-        out["rows"] = [r for r in old.get("rows", []) if (r["workload"], r["n"]) not in ran] + rows
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1, default=float))
-    print(f"wrote {args.out}")
+    write_rows(args.out, out, args.merge)
 
 
 if __name__ == "__main__":

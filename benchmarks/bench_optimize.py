@@ -20,7 +20,6 @@ BLAS threads are pinned with threadpoolctl (``--threads``, default 1) and report
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import time
@@ -34,6 +33,7 @@ sys.path.insert(0, str(HERE.parent))
 from sparsedp import MatrixMechanism, expected_error
 from sparsedp import workloads as wl
 from sparsedp.optimize import optimize
+from _results import write_rows  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 #: HDMM p-Identity, total squared error at eps = 1 (issue 11's table).
 HDMM = {("prefix", 256): 1.404e4, ("all_ranges", 256): 2.146e6, ("prefix", 1024): 9.461e4, ("all_ranges", 1024): 6.447e7}
@@ -162,13 +162,7 @@ def main() -> None:
         "time_limit_large": args.time_limit,
         "rows": rows,
     }
-    if args.merge and Path(args.out).exists():
-        old = json.loads(Path(args.out).read_text())
-        ran = {(r["workload"], r["n"]) for r in rows}
-        out["rows"] = [r for r in old.get("rows", []) if (r["workload"], r["n"]) not in ran] + rows
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1, default=float))
-    print(f"wrote {args.out}")
+    write_rows(args.out, out, args.merge)
 
 
 if __name__ == "__main__":
