@@ -273,7 +273,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--p", type=int, default=None, help="p-Identity: extra rows (default: the internal nodes of the "
                    "16-ary tree over --n cells, at most 300); hybrid: dense rows on the block sums")
     p.add_argument("--restarts", type=int, default=None, help="p-Identity starts, the first a fitted tree "
-                   "(default 3 for n <= 512, else 1)")
+                   "(default 2 for n <= 512, else 1)")
     p.add_argument("--maxiter", type=int, default=None, help="L-BFGS-B iterations per p-Identity start and of the "
                    "hybrid's polish (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="seed of the optimiser's random starts (default 0; no "
