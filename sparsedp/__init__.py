@@ -25,6 +25,7 @@ from .errors import (
     InputBoundError,
 )
 from . import marginals
+from . import topdown
 from .marginals import Domain
 from .marginals.kron import kron  # implicit KronOperator (operators.kron is the explicit product)
 from .inference import Reconstruction, l1_fit, least_squares, nnls, reconstruct
@@ -44,6 +45,7 @@ __all__ = [
     "executors",
     "inference",
     "marginals",
+    "topdown",
     "Domain",
     "noise",
     "operators",

@@ -122,6 +122,7 @@ COMMAND_MODULES = (
     "sparsedp.flows.cli",
     "sparsedp.optimize.cli",
     "sparsedp.marginals.cli",
+    "sparsedp.topdown.cli",
 )
 
 
@@ -154,6 +155,12 @@ def _marginals_files(a: argparse.Namespace) -> tuple[list, list[OutputFile]]:
     return [a.data, a.categories], [OutputFile("--out", a.out, release=True)]
 
 
+def _topdown_files(a: argparse.Namespace) -> tuple[list, list[OutputFile]]:
+    table = Path(a.out).suffix.lower() in (".csv", ".parquet", ".pq")
+    return [a.data], [OutputFile("--out", a.out, release=True),
+                      *([OutputFile("the record of --out", f"{a.out}.release.json", release=True)] if table else [])]
+
+
 def _optimize_files(a: argparse.Namespace) -> tuple[list, list[OutputFile]]:
     # a workload is NAME, FILE or FILE:WEIGHT; only names of existing files can be overwritten
     candidates = [w for spec in a.workload for w in (spec, spec.rpartition(":")[0]) if w]
@@ -169,6 +176,7 @@ FILE_OPTIONS: dict[str, tuple[Callable[[argparse.Namespace], tuple[list, list[Ou
     "flows": (_flows_files, True),
     "complete": (_complete_files, True),
     "marginals": (_marginals_files, True),
+    "topdown": (_topdown_files, True),
     "optimize": (_optimize_files, False),
 }
 

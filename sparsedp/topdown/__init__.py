@@ -1,0 +1,49 @@
+"""TopDown-class releases of hierarchical tables: geography x categories (issue 28).
+
+A table with geography columns (any depth, unbalanced) and count columns -- or record rows -- becomes
+a :class:`Hierarchy` x :class:`CellDomain` with its counts (:class:`HierarchicalTable`,
+:func:`read_table`).  :func:`topdown` measures every level's cells (and optional marginals) through
+the one measurement path with exact noise (discrete Gaussian, zCDP; or discrete Laplace, pure DP),
+a budget split across levels, then post-processes the measurements only: the GLS over the whole
+hierarchy per component of the cells (tree x Kronecker structure: exact, ``O(units x cells)``, with
+exact variances), invariants exact, and non-negative integer counts that add up at every level and
+cell (top-down projection and controlled rounding).  The result is a :class:`TopDownRelease`
+(``to_pandas()``: one row per unit; ``to_release()``: the common release model).
+"""
+
+from .design import Invariant, LevelPlan, QueryBlock, TopDownDesign, plan_topdown
+from .gls import HierarchyGLS, hierarchy_gls
+from .hierarchy import CellDomain, HierarchicalTable, Hierarchy, expand_columns, read_table
+from .release import (
+    TopDownRelease,
+    estimate_from_measurements,
+    integer_counts,
+    load_topdown,
+    release_from_measurements,
+    resolve_invariants,
+    topdown,
+    topdown_from_result,
+)
+
+__all__ = [
+    "CellDomain",
+    "HierarchicalTable",
+    "Hierarchy",
+    "HierarchyGLS",
+    "Invariant",
+    "LevelPlan",
+    "QueryBlock",
+    "TopDownDesign",
+    "TopDownRelease",
+    "estimate_from_measurements",
+    "expand_columns",
+    "hierarchy_gls",
+    "integer_counts",
+    "load_topdown",
+    "plan_topdown",
+    "read_table",
+    "release_from_measurements",
+    "resolve_invariants",
+    "topdown",
+    "topdown_from_result",
+]

@@ -1,0 +1,470 @@
+"""The TopDown release: measure every level, estimate by GLS, make non-negative integer counts.
+
+:func:`topdown` runs, in this order:
+
+1. **plan** (:func:`~sparsedp.topdown.design.plan_topdown`): one calibrated
+   :class:`~sparsedp.measure.MeasurementPlan` per level, the budget split, the invariants' form;
+2. **check**: the data (at construction of the :class:`HierarchicalTable`), the invariants'
+   values (explicit ones: non-negative integers, consistent across levels), the generator, and that
+   the whole cost fits in the accountant -- all before anything is charged or drawn;
+3. **measure**: level by level, ``plan.measure`` (validate, charge with a ledger entry, draw exact
+   noise): ``y_d = A_d x_d + z_d``;
+4. **post-process** (:func:`release_from_measurements`, a function of the ``y_d``, the public
+   design and the invariants only): per unit, the GLS of its own queries in the cells' component
+   basis; the hierarchy GLS per component (:mod:`sparsedp.topdown.gls`) with the invariant
+   components exact; back to cells, with exact variances; then the top-down non-negative integer
+   counts (:mod:`sparsedp.topdown.rounding`).
+
+Invariants are published exactly, by design (NOT private): the release's ``invariants`` and its
+description say which.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from .. import noise as _noise
+from ..errors import (
+    InfeasibleConstraintsError,
+    InputBoundError,
+    InvalidPrivacyParameterError,
+    NegativeCountError,
+    ShapeError,
+    SparseDPError,
+    UnsupportedStructureError,
+)
+from ..privacy import Accountant, LedgerEntry
+from ..releases import AxisLabel, ReleaseMethods, ReleaseResult
+from ..validation import MAX_MAGNITUDE
+from .design import Invariant, TopDownDesign, pinned_axes, plan_topdown
+from .gls import hierarchy_gls
+from .hierarchy import CellDomain, HierarchicalTable, Hierarchy
+from .rounding import (
+    project_children,
+    project_marginal,
+    project_transport,
+    round_children,
+    round_marginal,
+    round_transport,
+)
+
+__all__ = ["TopDownRelease", "topdown", "release_from_measurements", "estimate_from_measurements", "integer_counts",
+           "resolve_invariants", "load_topdown", "topdown_from_result"]
+
+Pin = tuple[tuple[int, ...], np.ndarray]
+
+
+# -- invariants ------------------------------------------------------------------------------------
+
+
+def _explicit_values(inv: Invariant, h: Hierarchy, d: int, axes: tuple[int, ...]) -> np.ndarray:
+    m = h.cells.marginal_size(axes)
+    vals = np.asarray(getattr(inv.values, "to_numpy", lambda: inv.values)())
+    if vals.ndim == 1 and m == 1:
+        vals = vals[:, None]
+    if vals.shape != (h.sizes[d], m):
+        raise ShapeError(f"invariant {h.levels[d]}:{h.cells.marginal_name(axes)}: values must have shape "
+                         f"{(h.sizes[d], m)} (units of the level in hierarchy order, marginal cells), got {vals.shape}")
+    if vals.dtype.kind not in "iuf" or not np.all(np.isfinite(vals)):
+        raise InfeasibleConstraintsError("invariant values must be finite numbers")
+    if np.any(vals < 0) or np.any(vals != np.round(vals)):
+        raise InfeasibleConstraintsError("invariant values must be non-negative integers (counts)")
+    if vals.size and float(vals.max()) > MAX_MAGNITUDE:
+        raise InputBoundError(f"an invariant value exceeds {MAX_MAGNITUDE:.0f}")
+    if any(h.leaves(e).any() for e in range(d)):
+        raise UnsupportedStructureError("explicit invariant values need every leaf at or below their level")
+    return vals.astype(np.int64)
+
+
+def _project_values(cells: CellDomain, values: np.ndarray, axes: tuple[int, ...], to: tuple[int, ...]) -> np.ndarray:
+    """Marginal values on ``axes`` summed down to the marginal on ``to`` (a subset)."""
+    sub = [cells.sizes[i] for i in axes]
+    t = values.reshape((values.shape[0],) + tuple(sub))
+    drop = tuple(1 + k for k, i in enumerate(axes) if i not in to)
+    return (t.sum(axis=drop) if drop else t).reshape(values.shape[0], -1)
+
+
+def resolve_invariants(table: HierarchicalTable, design: TopDownDesign,
+                       invariants: Sequence[Any] = ()) -> list[Pin | None]:
+    """Per level, the finest invariant marginal that holds there and its values (``None`` where
+    none): from the data, or the explicit values of ``invariants`` (the same list given to
+    :func:`plan_topdown`), checked (non-negative integers; levels that meet agree).  Raises
+    :class:`~sparsedp.errors.InfeasibleConstraintsError` when they do not."""
+    h = design.hierarchy
+    cells = h.cells
+    specs = [Invariant.parse(s) for s in invariants] if invariants else [None] * len(design.invariants)
+    if len(specs) != len(design.invariants):
+        raise ShapeError("give the same invariants to plan_topdown and resolve_invariants")
+    # values of each invariant at its own level and every level above
+    per_level: list[list[tuple[tuple[int, ...], np.ndarray]]] = [[] for _ in range(h.depth + 1)]
+    for spec, (d, axes) in zip(specs, design.invariants):
+        if spec is not None and (h.level_index(spec.level), cells.axes(spec.marginal)) != (d, axes):
+            raise ShapeError(f"invariant {spec.level}:{spec.marginal} is not the design's "
+                             f"{h.levels[d]}:{cells.marginal_name(axes)}")
+        if spec is None or spec.values is None:
+            for e in range(d + 1):
+                per_level[e].append((axes, cells.marginal(table.counts[e], axes)))
+            continue
+        vals = _explicit_values(spec, h, d, axes)
+        for e in range(d, -1, -1):
+            per_level[e].append((axes, vals))
+            if e:
+                vals = h.children_sum(e - 1, vals)
+    pins = pinned_axes(design)
+    out: list[Pin | None] = []
+    for d in range(h.depth + 1):
+        if pins[d] is None:
+            out.append(None)
+            continue
+        finest = pins[d]
+        ref = next(v for ax, v in per_level[d] if ax == finest)
+        for ax, v in per_level[d]:
+            if not np.array_equal(_project_values(cells, ref, finest, ax), v):
+                raise InfeasibleConstraintsError(
+                    f"the invariants disagree at level {h.levels[d]!r}: {cells.marginal_name(ax)!r} is not the "
+                    f"sum of {cells.marginal_name(finest)!r} (or of the level below)")
+        out.append((finest, ref))
+    return out
+
+
+# -- post-processing ---------------------------------------------------------------------------------
+
+
+def _own_estimates(design: TopDownDesign, ys: Sequence[np.ndarray | None], pins: Sequence[Pin | None]
+                   ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Per level, each unit's GLS estimate of its components from its own queries (and the
+    invariant components, exact), with variances (``inf``: not measured)."""
+    h = design.hierarchy
+    cells = h.cells
+    C = cells.size
+    B = design.basis
+    comp = cells.component_attributes()
+    own, own_var = [], []
+    for d, lp in enumerate(design.levels):
+        n = h.sizes[d]
+        info = design.information(d) if lp.plan is not None else np.zeros(C)
+        if lp.plan is not None:
+            y = ys[d]
+            if y is None or y.shape != (lp.plan.rows,):
+                raise ShapeError(f"level {lp.name!r}: expected {lp.plan.rows} measurements")
+            rhs = np.zeros((n, C))  # sum over the marginal blocks of Q_S^T y_S / var_S (cells)
+            rhs_comp = np.zeros((n, C))  # the blocks that measure components directly
+            for b, var in zip(lp.blocks, lp.block_variances()):
+                yb = y[b.start:b.start + n * b.size].reshape(n, b.size)
+                if b.components is not None:
+                    rhs_comp[:, list(b.components)] += yb / var
+                elif b.size == C:
+                    rhs += yb / var[0]
+                else:
+                    rhs += yb[:, cells.cell_to_marginal(b.axes)] / var[0]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                e = np.where(info > 0, (rhs @ B.T + rhs_comp) / np.where(info > 0, info, 1.0), 0.0)
+        else:
+            e = np.zeros((n, C))
+        with np.errstate(divide="ignore"):
+            v = np.broadcast_to(np.where(info > 0, 1.0 / info, np.inf), (n, C)).copy()
+        pin = pins[d]
+        if pin is not None:
+            axes, values = pin
+            N = C // cells.marginal_size(axes)
+            spread = values[:, cells.cell_to_marginal(axes)] / N
+            mask = np.array([set(a) <= set(axes) for a in comp])
+            e[:, mask] = (spread @ B.T)[:, mask]
+            v[:, mask] = 0.0
+        own.append(e)
+        own_var.append(v)
+    return own, own_var
+
+
+def _weights(var: np.ndarray, kind: str) -> np.ndarray:
+    if kind == "uniform":
+        return np.ones_like(var)
+    return 1.0 / np.maximum(var, 1e-12)
+
+
+def integer_counts(design: TopDownDesign, estimate: Sequence[np.ndarray], variance: Sequence[np.ndarray],
+                   pins: Sequence[Pin | None], weights: str = "variance") -> tuple[np.ndarray, ...]:
+    """Non-negative integer counts, top-down, every parent the sum of its children, invariants exact
+    (module :mod:`sparsedp.topdown.rounding`)."""
+    if weights not in ("variance", "uniform"):
+        raise SparseDPError(f"weights must be 'variance' or 'uniform', got {weights!r}")
+    h = design.hierarchy
+    cells = h.cells
+    all_axes = cells.axes("cells")
+    out: list[np.ndarray] = []
+    for d in range(h.depth + 1):
+        est, w = estimate[d], _weights(variance[d], weights)
+        pin = pins[d]
+        if pin is not None and pin[0] == all_axes:
+            out.append(pin[1].astype(np.int64))
+            continue
+        if d == 0:
+            if pin is None:
+                out.append(np.maximum(np.rint(est), 0.0).astype(np.int64))
+            else:
+                c2m = cells.cell_to_marginal(pin[0])
+                x = project_marginal(est, w, c2m, pin[1])
+                out.append(round_marginal(x, c2m, pin[1]))
+            continue
+        parents, above = h.parents[d], out[d - 1]
+        if pin is None:
+            x = project_children(est, w, parents, above)
+            out.append(round_children(x, parents, above))
+        else:
+            c2m = cells.cell_to_marginal(pin[0])
+            x = project_transport(est, w, parents, above, c2m, pin[1])
+            out.append(round_transport(x, w, parents, above, c2m, pin[1]))
+    return tuple(out)
+
+
+def estimate_from_measurements(design: TopDownDesign, ys: Sequence[np.ndarray | None], pins: Sequence[Pin | None]
+                               ) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
+    """Post-processing only: the GLS estimate of every level's ``(units, cells)`` counts from the
+    levels' measurements ``ys`` (``None``: not measured), the public design and the invariants, and
+    its exact variances (tree x Kronecker: the hierarchy GLS per component of the cells' basis)."""
+    own, own_var = _own_estimates(design, ys, pins)
+    g = hierarchy_gls(design.hierarchy, own, own_var)
+    B = design.basis
+    B2 = B * B
+    return tuple(e @ B for e in g.estimate), tuple(v @ B2 for v in g.variance)
+
+
+def release_from_measurements(design: TopDownDesign, ys: Sequence[np.ndarray | None], pins: Sequence[Pin | None],
+                              weights: str = "variance") -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...],
+                                                                  tuple[np.ndarray, ...]]:
+    """Post-processing only: ``(counts, estimate, variance)`` per level from the measurements
+    (:func:`estimate_from_measurements`, then :func:`integer_counts`)."""
+    est, var = estimate_from_measurements(design, ys, pins)
+    return integer_counts(design, est, var, pins, weights), est, var
+
+
+# -- the release -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class TopDownRelease(ReleaseMethods):
+    """A TopDown release.  Per level ``d`` (root first): ``counts[d]`` the published non-negative
+    integer ``(units, cells)`` counts (every parent the sum of its children in every cell,
+    invariants exact); ``estimate[d]`` the GLS estimate they are rounded from and ``variance[d]``
+    its exact variance; ``noisy[d]`` the level's raw measurement (``None``: not measured or not
+    kept).  ``invariants``: the published exact marginals (NOT private); ``ledger``: one entry per
+    measured level."""
+
+    hierarchy: Hierarchy
+    counts: tuple[np.ndarray, ...]
+    estimate: tuple[np.ndarray, ...]
+    variance: tuple[np.ndarray, ...]
+    noisy: tuple[Any, ...] = ()
+    invariants: tuple[dict, ...] = ()
+    ledger: tuple = ()
+    private: bool = True
+    noise: str = "gaussian"
+    secure: bool = True
+    description: dict = field(default_factory=dict, repr=False)
+    design: TopDownDesign | None = field(default=None, repr=False)
+
+    @property
+    def cells(self) -> CellDomain:
+        return self.hierarchy.cells
+
+    def level(self, level: Any, values: str = "counts") -> Any:
+        """One level as a DataFrame: its codes (and its ancestors') and one column per cell."""
+        h = self.hierarchy
+        d = h.level_index(level)
+        pd = _pandas()
+        data = {g: p for g, p in zip(h.geo, h.paths(d))} if d else {"level": np.array([h.levels[0]], dtype=object)}
+        frame = pd.DataFrame(data)
+        arr = self._values(values)[d]
+        for j, c in enumerate(h.cells.columns):
+            frame[c] = arr[:, j]
+        return frame
+
+    def _values(self, values: str) -> tuple[np.ndarray, ...]:
+        if values not in ("counts", "estimate", "variance"):
+            raise SparseDPError(f"values must be 'counts', 'estimate' or 'variance', got {values!r}")
+        return getattr(self, values)
+
+    def to_pandas(self, values: str = "counts") -> Any:  # type: ignore[override]
+        """One row per geographic unit, root first then level by level: ``level``, ``depth``, one
+        column per geography level (the unit's code and its ancestors'; ``None`` below its level)
+        and one column per cell (``values``: ``"counts"``, ``"estimate"`` or ``"variance"``)."""
+        frame = self.hierarchy.unit_frame()
+        arr = np.concatenate(self._values(values), axis=0)
+        cols = {c: arr[:, j] for j, c in enumerate(self.cells.columns)}
+        pd = _pandas()
+        return pd.concat([frame, pd.DataFrame(cols)], axis=1)
+
+    def to_release(self) -> ReleaseResult:
+        """The common release model: one answer per (unit, cell), units level by level (root first),
+        cells in C order; labels ``unit`` (global index), ``cell`` and ``depth``; variances: the GLS
+        estimate's (exact; the integer counts are rounded from it, ``variance_method`` says so);
+        arrays: the GLS ``estimate``, the units' ``parent`` (global index) and ``code``."""
+        h = self.hierarchy
+        total, C = h.units, h.cells.size
+        shape = (total, C)
+        answers = np.concatenate([c.ravel() for c in self.counts]).astype(np.float64)
+        depth = np.repeat(np.arange(h.depth + 1, dtype=np.int8), np.asarray(h.sizes) * C)
+        off = h.offsets()
+        parent = np.concatenate([np.array([-1], dtype=np.int64)] +
+                                [h.parents[d].astype(np.int64) + off[d - 1] for d in range(1, h.depth + 1)])
+        codes = np.concatenate([np.asarray(c, dtype=str) for c in h.codes])
+        desc = dict(self.description)
+        desc.setdefault("hierarchy", h.describe())
+        return ReleaseResult(
+            kind="topdown", answers=answers,
+            labels={"unit": AxisLabel(shape, 0), "cell": AxisLabel(shape, 1, list(h.cells.columns)), "depth": depth},
+            variances=np.concatenate([v.ravel() for v in self.variance]), noise=self.noise, secure=self.secure,
+            strategy="per level: the cells' histogram (and marginals) of every unit; tree GLS per component; "
+                     "top-down non-negative integer rounding",
+            ledger=self.ledger, private=self.private, description=desc,
+            arrays={"estimate": np.concatenate([e.ravel() for e in self.estimate]), "parent": parent, "code": codes,
+                    },
+            variance_method="gls: exact variance of the GLS estimate the integer count is rounded from",
+            source=self)
+
+    def check(self) -> dict[str, int]:
+        """Counts of violations (all 0 for a valid release): negatives, non-integers, parents that
+        differ from the sum of their children (per cell), invariants not kept."""
+        h = self.hierarchy
+        neg = sum(int((c < 0).sum()) for c in self.counts)
+        nonint = sum(int((c != np.round(c)).sum()) for c in self.counts)
+        bad = 0
+        for d in range(h.depth):
+            s = h.children_sum(d, self.counts[d + 1])
+            inner = ~h.leaves(d)
+            bad += int((s[inner] != self.counts[d][inner]).sum())
+        inv = 0
+        for item in self.invariants:
+            d = h.level_index(item["level"])
+            axes = h.cells.axes(item["marginal"])
+            inv += int((h.cells.marginal(self.counts[d], axes) != np.asarray(item["values"])).sum())
+        return {"negative": neg, "non_integer": nonint, "inconsistent": bad, "invariant_violations": inv}
+
+
+def _pandas() -> Any:
+    from .hierarchy import _pd
+
+    return _pd()
+
+
+def _check_rng(rng: Any) -> Any:
+    """One generator for all levels (an int seed would otherwise restart the same stream at every
+    level); validated before anything is charged."""
+    if rng is None or isinstance(rng, (_noise.SecureRandomBits, np.random.Generator)):
+        return rng
+    return _noise.as_generator(rng)
+
+
+def topdown(table: HierarchicalTable, *, rho: float | None = None, epsilon: float | None = None,
+            noise: str | None = None, split: Any = None, queries: Any = None, invariants: Sequence[Any] = (),
+            secure: bool = True, accountant: Accountant | None = None, rng: Any = None, weights: str = "variance",
+            design: TopDownDesign | None = None, keep_noisy: bool = True,
+            measure_invariants: bool | None = None) -> TopDownRelease:
+    """Release every level of ``table`` (a :class:`HierarchicalTable`): the counts of every unit
+    and cell, non-negative integers, every parent the sum of its children, the ``invariants``
+    exact (module docstring).
+
+    ``rho`` (zCDP, discrete Gaussian noise; the default kind) or ``epsilon`` (pure DP, discrete
+    Laplace); ``split``: the levels' budget weights (default equal; a list, one per level root
+    first, or ``{level: weight}``; 0 skips a non-leaf level); ``queries``: per level, ``None`` (the
+    full histogram of the cells) or marginals with weights (``{"cells": 3, "total": 1}``), one spec
+    for every level or a list; ``invariants``: ``"state:total"``-style strings or
+    :class:`~sparsedp.topdown.Invariant` s (published exactly: not private); ``accountant``: charged
+    once per measured level, with ledger entries, after every check; ``rng``: ``None`` (secure
+    randomness) or a seed / Generator (reproducible; the release is then marked not private);
+    ``weights``: the norm of the non-negative projection, ``"variance"`` (``1 / Var``) or
+    ``"uniform"``; ``design``: a :func:`plan_topdown` result to reuse (its hierarchy must be the
+    table's).  ``secure=False`` draws float noise (for comparisons only)."""
+    if not isinstance(table, HierarchicalTable):
+        raise ShapeError(f"expected a HierarchicalTable (see HierarchicalTable.from_counts / read_table), got "
+                         f"{type(table).__name__}")
+    if design is None:
+        design = plan_topdown(table.hierarchy, rho=rho, epsilon=epsilon, noise=noise, split=split, queries=queries,
+                              invariants=invariants, secure=secure, measure_invariants=measure_invariants)
+    elif design.hierarchy is not table.hierarchy:
+        raise ShapeError("the design was planned for another hierarchy")
+    pins = resolve_invariants(table, design, invariants)
+    gen = _check_rng(rng)
+    if accountant is not None:
+        if not isinstance(accountant, Accountant):
+            raise InvalidPrivacyParameterError(f"accountant must be an Accountant, got {type(accountant).__name__}")
+        accountant.check(design.cost())
+    for c in table.counts:  # the checks every plan makes, for all levels before the first charge
+        if c.size and (c.min() < 0 or float(c.max()) > MAX_MAGNITUDE):  # pragma: no cover - checked on construction
+            raise NegativeCountError("counts must be non-negative integers below 2^50")
+    ys: list[np.ndarray | None] = []
+    ledger: list[LedgerEntry] = []
+    private = True
+    for lp in design.levels:
+        if lp.plan is None:
+            ys.append(None)
+            continue
+        m = lp.plan.measure(table.counts[lp.depth].ravel(), accountant=accountant, rng=gen, label=lp.label)
+        ys.append(m.y)
+        ledger.append(m.entry)
+        private = private and m.private
+    counts, est, var = release_from_measurements(design, ys, pins, weights)
+    h = design.hierarchy
+    published = tuple({"level": h.levels[d], "marginal": h.cells.marginal_name(ax),
+                       "values": _project_values(h.cells, pins[d][1], pins[d][0], ax)}  # type: ignore[index]
+                      for d, ax in design.invariants)
+    desc = design.describe()
+    desc.update(hierarchy=h.describe(), weights=weights,
+                non_private=("the invariants are the true values, published exactly by request (not private); the "
+                             "units and cells are the public domain" if design.invariants else
+                             "the units and cells are the public domain"),
+                units_observed=bool(table.units_observed))
+    return TopDownRelease(h, counts, est, var, tuple(ys) if keep_noisy else (), published, tuple(ledger), private,
+                          design.noise, design.secure, desc, design)
+
+
+def load_topdown(path: str | Path) -> TopDownRelease:
+    """Read a TopDown release file (``TopDownRelease.save``) back: counts, estimates, variances
+    per level, the hierarchy, the ledger (no design and no raw measurements)."""
+    from ..releases import load_release
+
+    return topdown_from_result(load_release(path))
+
+
+def topdown_from_result(rel: ReleaseResult) -> TopDownRelease:
+    """The :class:`TopDownRelease` of a ``"topdown"`` :class:`~sparsedp.releases.ReleaseResult`
+    (:meth:`TopDownRelease.to_release`, or one loaded from a file): its per-level tables and
+    hierarchy, rebuilt from the answers and the ``parent`` / ``code`` arrays."""
+    if rel.kind != "topdown":
+        raise SparseDPError(f"a {rel.kind!r} release, not a topdown one")
+    if isinstance(rel.source, TopDownRelease):
+        return rel.source
+    desc = rel.description
+    hd = desc.get("hierarchy") or {}
+    try:
+        levels = list(hd["levels"])
+        sizes = [int(s) for s in hd["units"]]
+        cells = CellDomain(tuple(hd["attributes"]), tuple(tuple(v) for v in hd["attributes"].values()),
+                           tuple(hd["cells"]))
+        parent, codes = np.asarray(rel.arrays["parent"]), np.asarray(rel.arrays["code"]).astype(object)
+    except (KeyError, TypeError) as exc:
+        raise SparseDPError(f"this topdown release lacks its hierarchy ({exc})") from exc
+    off = np.concatenate(([0], np.cumsum(sizes)))
+    parents = tuple([np.array([-1], dtype=np.int64)] +
+                    [parent[off[d]:off[d + 1]] - off[d - 1] for d in range(1, len(sizes))])
+    h = Hierarchy(tuple(levels), parents, tuple(codes[off[d]:off[d + 1]] for d in range(len(sizes))), cells)
+    C = cells.size
+
+    def split(a: Any, dtype: Any) -> tuple[np.ndarray, ...]:
+        a = np.asarray(a).reshape(-1, C)
+        return tuple(a[off[d]:off[d + 1]].astype(dtype) for d in range(len(sizes)))
+
+    counts = split(rel.answers, np.int64)
+    invariants = []
+    for spec in desc.get("invariants", ()):
+        level, _, marg = str(spec).rpartition(":")
+        d = h.level_index(level)
+        invariants.append({"level": level, "marginal": marg, "values": cells.marginal(counts[d], cells.axes(marg))})
+    variances = split(rel.variances, np.float64) if rel.variances is not None else tuple(
+        np.full((n, C), np.nan) for n in sizes)
+    return TopDownRelease(h, counts, split(rel.arrays["estimate"], np.float64), variances, (), tuple(invariants),
+                          rel.ledger, rel.private, rel.noise or "gaussian", rel.secure, dict(desc))

@@ -1,0 +1,292 @@
+"""Non-negative integer counts that add up, level by level from the top (post-processing).
+
+Given the real-valued estimates of every level (the GLS) and the invariants, the counts are fixed
+top-down.  The root's cells are projected onto ``{v >= 0}`` (and onto its invariant marginal, if
+any) and rounded.  Then, for each level, with the parents' integer counts fixed:
+
+* **1-D** (no invariant at the level): for every parent and cell, the children's values are
+  projected onto ``{v >= 0, sum v = parent's count}`` in the weighted norm
+  ``sum w_i (v_i - e_i)^2`` (``w = 1 / variance``), then rounded by largest remainders, which keeps
+  each sum: a controlled rounding of a one-dimensional sum (every value goes to its floor or its
+  ceiling, and among those roundings this one is the closest in squared distance).
+* **2-D** (the children's invariant marginal is fixed too, e.g. each state's total population):
+  the children x cells table of each parent must have the parent's cells as column sums and the
+  invariant as (grouped) row sums: a transportation polytope.  The projection onto it is computed
+  by Dykstra's alternating projections (the two families are batched simplex projections), and the
+  integer table closest to the projection in squared distance, with every value within one of its
+  floor / ceiling, by one linear program (HiGHS): the constraint matrix is the incidence matrix of a
+  bipartite graph (every variable in one row group and one column), totally unimodular, so the
+  simplex vertex is integral; with convex piecewise-linear costs between consecutive integers it is
+  the integer optimum over the window.
+
+Everything here is vectorised over all parents and cells of a level (sorting by group), except
+that the 2-D linear program is one solve per level.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..errors import InfeasibleConstraintsError, SparseDPError
+
+__all__ = ["simplex_project", "round_groups", "project_transport", "round_transport"]
+
+
+def _group_ids(starts: np.ndarray) -> np.ndarray:
+    sizes = np.diff(starts)
+    return np.repeat(np.arange(sizes.size), sizes)
+
+
+def simplex_project(v: np.ndarray, w: np.ndarray, starts: np.ndarray, totals: np.ndarray) -> np.ndarray:
+    """For every group ``g`` (the contiguous slice ``starts[g] : starts[g + 1]``), the point of
+    ``{x >= 0, sum x = totals[g]}`` closest to ``v`` in ``sum w_i (x_i - v_i)^2`` (``w > 0``):
+    ``x_i = max(0, v_i - lam_g / w_i)``, ``lam_g`` found by sorting the breakpoints ``v_i w_i``."""
+    v = np.asarray(v, dtype=np.float64)
+    w = np.asarray(w, dtype=np.float64)
+    totals = np.asarray(totals, dtype=np.float64)
+    n = v.size
+    if n == 0:
+        return v.copy()
+    if np.any(totals < 0):
+        raise InfeasibleConstraintsError("a group's total is negative")
+    sizes = np.diff(starts)
+    if np.any((sizes == 0) & (totals > 0)):
+        raise InfeasibleConstraintsError("a group with a positive total has no members")
+    if sizes.size and sizes[0] > 0 and np.all(sizes == sizes[0]):
+        return _simplex_project_equal(v.reshape(-1, int(sizes[0])), w.reshape(-1, int(sizes[0])), totals).ravel()
+    gid = _group_ids(starts)
+    bp = v * w
+    order = np.lexsort((-bp, gid))
+    vs, iws, bs = v[order], 1.0 / w[order], bp[order]
+    cv, ci = np.cumsum(vs), np.cumsum(iws)
+    first = starts[:-1]
+    nz = sizes > 0
+    before_v = np.zeros(sizes.size)
+    before_i = np.zeros(sizes.size)
+    before_v[nz & (first > 0)] = cv[first[nz & (first > 0)] - 1]
+    before_i[nz & (first > 0)] = ci[first[nz & (first > 0)] - 1]
+    lam = (cv - before_v[gid] - totals[gid]) / (ci - before_i[gid])
+    ok = bs > lam
+    pos = np.where(ok, np.arange(n), -1)
+    last = np.full(sizes.size, -1)
+    last[nz] = np.maximum.reduceat(pos, first[nz])
+    lam_g = np.where(last >= 0, lam[np.maximum(last, 0)], np.inf)
+    # a group with total 0 has no breakpoint above its lam: every member is 0
+    x = np.maximum(0.0, v - lam_g[gid] / w)
+    x[~np.isfinite(lam_g[gid])] = 0.0
+    # one Newton step on lam per group removes the rounding of the cumulative sums
+    act = x > 0
+    s = np.zeros(sizes.size)
+    a = np.zeros(sizes.size)
+    s[nz] = np.add.reduceat(x, first[nz])
+    a[nz] = np.add.reduceat(np.where(act, 1.0 / w, 0.0), first[nz])
+    fix = (a > 0) & np.isfinite(lam_g)
+    lam_g = np.where(fix, lam_g + (s - totals) / np.where(a > 0, a, 1.0), lam_g)
+    x2 = np.where(act, v - lam_g[gid] / w, 0.0)
+    return np.maximum(x2, 0.0)
+
+
+def _simplex_project_equal(v: np.ndarray, w: np.ndarray, totals: np.ndarray) -> np.ndarray:
+    """:func:`simplex_project` for groups of one size, as the rows of ``(groups, size)`` arrays."""
+    bp = v * w
+    order = np.argsort(-bp, axis=1, kind="stable")
+    vs, iws, bs = (np.take_along_axis(a, order, axis=1) for a in (v, 1.0 / w, bp))
+    cv, ci = np.cumsum(vs, axis=1), np.cumsum(iws, axis=1)
+    lam = (cv - totals[:, None]) / ci
+    ok = bs > lam
+    k = v.shape[1]
+    last = np.where(ok.any(axis=1), k - 1 - np.argmax(ok[:, ::-1], axis=1), -1)
+    lam_g = np.where(last >= 0, lam[np.arange(v.shape[0]), np.maximum(last, 0)], np.inf)
+    x = np.where(np.isfinite(lam_g)[:, None], np.maximum(0.0, v - lam_g[:, None] / w), 0.0)
+    act = x > 0
+    a = np.where(act, 1.0 / w, 0.0).sum(axis=1)
+    fix = (a > 0) & np.isfinite(lam_g)
+    lam_g = np.where(fix, lam_g + (x.sum(axis=1) - totals) / np.where(a > 0, a, 1.0), lam_g)
+    return np.maximum(np.where(act, v - lam_g[:, None] / w, 0.0), 0.0)
+
+
+def round_groups(x: np.ndarray, starts: np.ndarray, totals: np.ndarray) -> np.ndarray:
+    """Integers, each ``floor(x_i)`` or ``floor(x_i) + 1``, that add up to the integer
+    ``totals[g]`` in every contiguous group (largest remainders first); ``x >= 0`` with group sums
+    within less than one of the totals.  Raises if a group cannot be rounded that way."""
+    x = np.asarray(x, dtype=np.float64)
+    totals = np.asarray(totals)
+    fl = np.floor(x)
+    frac = x - fl
+    fl = fl.astype(np.int64)
+    sizes = np.diff(starts)
+    nz = sizes > 0
+    have = np.zeros(sizes.size, dtype=np.int64)
+    if x.size:
+        have[nz] = np.add.reduceat(fl, starts[:-1][nz])
+    need = totals.astype(np.int64) - have
+    if np.any(need < 0) or np.any(need > sizes):
+        g = int(np.flatnonzero((need < 0) | (need > sizes))[0])
+        raise InfeasibleConstraintsError(f"a group cannot be rounded to its total (needs {int(need[g])} more units "
+                                         f"over {int(sizes[g])} values)")
+    if x.size == 0:
+        return fl
+    gid = _group_ids(starts)
+    order = np.lexsort((-frac, gid))
+    rank = np.arange(x.size) - starts[:-1][gid[order]]
+    up = np.zeros(x.size, dtype=bool)
+    up[order] = rank < need[gid[order]]
+    return fl + up
+
+
+def _column_groups(parents: np.ndarray, n_parents: int, C: int) -> tuple[np.ndarray, np.ndarray]:
+    """For children sorted by parent, the (cell, parent) groups of the children x cells table
+    laid out cell-major (``table.T.ravel()``): group starts and the parents with children."""
+    n = parents.size
+    counts = np.bincount(parents, minlength=n_parents)
+    has = np.flatnonzero(counts > 0)
+    ptr = np.concatenate(([0], np.cumsum(counts)))[has]
+    starts = (ptr[None, :] + (np.arange(C) * n)[:, None]).ravel()
+    return np.append(starts, n * C), has
+
+
+def project_children(est: np.ndarray, w: np.ndarray, parents: np.ndarray, parent_counts: np.ndarray) -> np.ndarray:
+    """1-D: each parent's children, cell by cell, onto ``{v >= 0, sum v = parent's count}``."""
+    n, C = est.shape
+    starts, has = _column_groups(parents, parent_counts.shape[0], C)
+    totals = parent_counts[has].T.ravel().astype(np.float64)
+    x = simplex_project(est.T.ravel(), w.T.ravel(), starts, totals)
+    return x.reshape(C, n).T
+
+
+def round_children(x: np.ndarray, parents: np.ndarray, parent_counts: np.ndarray) -> np.ndarray:
+    """1-D: largest-remainder rounding of each parent's children, cell by cell, to the parent's count."""
+    n, C = x.shape
+    starts, has = _column_groups(parents, parent_counts.shape[0], C)
+    totals = parent_counts[has].T.ravel()
+    return round_groups(x.T.ravel(), starts, totals).reshape(C, n).T
+
+
+def _row_groups(c2m: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """For a units x cells table with its cells reordered by marginal cell (``order``), the
+    (unit, marginal cell) groups of ``table[:, order].ravel()``: ``(order, starts)``."""
+    C = c2m.size
+    order = np.argsort(c2m, kind="stable")
+    m = int(c2m.max()) + 1
+    per = np.bincount(c2m, minlength=m)
+    local = np.concatenate(([0], np.cumsum(per)))[:-1]
+    starts = (local[None, :] + (np.arange(n) * C)[:, None]).ravel()
+    return order, np.append(starts, n * C)
+
+
+def project_marginal(est: np.ndarray, w: np.ndarray, c2m: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Each unit's cells onto ``{v >= 0, marginal(v) = values}`` (groups of cells by ``c2m``)."""
+    n, C = est.shape
+    order, starts = _row_groups(c2m, n)
+    x = simplex_project(est[:, order].ravel(), w[:, order].ravel(), starts, values.ravel().astype(np.float64))
+    out = np.empty_like(est)
+    out[:, order] = x.reshape(n, C)
+    return out
+
+
+def round_marginal(x: np.ndarray, c2m: np.ndarray, values: np.ndarray) -> np.ndarray:
+    n, C = x.shape
+    order, starts = _row_groups(c2m, n)
+    r = round_groups(x[:, order].ravel(), starts, values.ravel())
+    out = np.empty((n, C), dtype=np.int64)
+    out[:, order] = r.reshape(n, C)
+    return out
+
+
+def project_transport(est: np.ndarray, w: np.ndarray, parents: np.ndarray, parent_counts: np.ndarray,
+                      c2m: np.ndarray, values: np.ndarray, tol: float = 1e-9, max_iter: int = 5000) -> np.ndarray:
+    """2-D: each parent's children x cells table onto ``{X >= 0, column sums = the parent's cells,
+    grouped row sums = values}`` (weighted), by Dykstra's alternating projections."""
+    x = est.astype(np.float64, copy=True)
+    p = np.zeros_like(x)
+    q = np.zeros_like(x)
+    scale = max(1.0, float(np.abs(parent_counts).max()) if parent_counts.size else 1.0)
+    for _ in range(max_iter):
+        y = project_children(x + p, w, parents, parent_counts)
+        p = x + p - y
+        x_new = project_marginal(y + q, w, c2m, values)
+        q = y + q - x_new
+        gap = float(np.abs(x_new - y).max()) if x_new.size else 0.0
+        x = x_new
+        if gap <= tol * scale:
+            break
+    return x
+
+
+def round_transport(x: np.ndarray, w: np.ndarray, parents: np.ndarray, parent_counts: np.ndarray, c2m: np.ndarray,
+                    values: np.ndarray, window: int = 0, block: int = 1 << 16) -> np.ndarray:
+    """2-D controlled rounding: the integer table with the parents' cells as column sums and
+    ``values`` as grouped row sums that is closest to ``x`` in ``sum w (X - x)^2`` among the tables
+    within ``window`` of ``x``'s floors and ceilings (``window=0``: each value to its floor or its
+    ceiling).  One HiGHS linear program over unit segments per block of parents (at most about
+    ``block`` values each; the parents' problems are independent): the bipartite constraint matrix
+    is totally unimodular, so the solution is integral.  A block with no solution in the window is
+    solved again with a wider one (``window + 1``, then ``+ 3``) before giving up."""
+    n, C = x.shape
+    out = np.empty((n, C), dtype=np.int64)
+    counts = np.bincount(parents, minlength=parent_counts.shape[0])
+    ptr = np.concatenate(([0], np.cumsum(counts)))
+    has = np.flatnonzero(counts > 0)
+    i = 0
+    while i < has.size:  # blocks of consecutive parents (their children are consecutive)
+        j = i + 1
+        while j < has.size and (ptr[has[j] + 1] - ptr[has[i]]) * C <= block:
+            j += 1
+        ps = has[i:j]
+        lo_c, hi_c = int(ptr[ps[0]]), int(ptr[ps[-1] + 1])
+        local = parents[lo_c:hi_c] - ps[0]
+        args = (x[lo_c:hi_c], w[lo_c:hi_c], local, parent_counts[ps[0]:ps[-1] + 1], c2m, values[lo_c:hi_c])
+        for extra in (0, 1, 3):
+            try:
+                out[lo_c:hi_c] = _round_transport_block(*args, window=window + extra)
+                break
+            except InfeasibleConstraintsError:
+                if extra == 3:
+                    raise
+        i = j
+    return out
+
+
+def _round_transport_block(x: np.ndarray, w: np.ndarray, parents: np.ndarray, parent_counts: np.ndarray,
+                           c2m: np.ndarray, values: np.ndarray, window: int) -> np.ndarray:
+    from scipy.optimize import linprog
+
+    n, C = x.shape
+    near = np.abs(x - np.rint(x)) <= 1e-9  # integral up to the projection's rounding: fixed unless widened
+    xs = np.where(near, np.rint(x), x)
+    lo = np.maximum(0.0, np.floor(xs) - window).astype(np.int64)
+    hi = (np.ceil(xs) + window).astype(np.int64)
+    seg = (hi - lo).ravel()
+    entry = np.repeat(np.arange(n * C), seg)
+    t = lo.ravel()[entry] + (np.arange(entry.size) - np.repeat(np.cumsum(seg) - seg, seg))
+    xv, wv = x.ravel()[entry], np.maximum(w.ravel()[entry], 1e-12)
+    cost = wv * (2.0 * (t - xv) + 1.0)  # (t + 1 - x)^2 - (t - x)^2: increasing in t, convex
+    unit, cell = entry // C, entry % C
+    m = int(c2m.max()) + 1
+    nrow = n * m
+    ncol = parent_counts.shape[0] * C
+    A = sp.csr_matrix((np.ones(entry.size), (unit * m + c2m[cell], np.arange(entry.size))), shape=(nrow, entry.size))
+    B = sp.csr_matrix((np.ones(entry.size), (parents[unit] * C + cell, np.arange(entry.size))),
+                      shape=(ncol, entry.size))
+    lo_rows = np.bincount((np.arange(n)[:, None] * m + c2m[None, :]).ravel(), weights=lo.ravel(), minlength=nrow)
+    lo_cols = np.bincount((parents[:, None] * C + np.arange(C)[None, :]).ravel(), weights=lo.ravel(),
+                          minlength=ncol)
+    keep = np.repeat(np.bincount(parents, minlength=parent_counts.shape[0]) > 0, C)
+    b_eq = np.concatenate([values.ravel() - lo_rows, (parent_counts.ravel() - lo_cols)[keep]])
+    if entry.size == 0:
+        if np.any(b_eq != 0):
+            raise InfeasibleConstraintsError("the controlled rounding has no solution in its window")
+        return lo
+    # HiGHS' presolve takes minutes on one large family (3,669 districts of a county x 16 cells:
+    # 51 s) where the dual simplex alone takes 0.14 s
+    res = linprog(cost, A_eq=sp.vstack([A, B[keep]], format="csr"), b_eq=b_eq, bounds=(0.0, 1.0),
+                  method="highs-ds", options={"presolve": False})
+    if res.status != 0:
+        raise InfeasibleConstraintsError(f"the controlled rounding has no solution within {window} of the estimate "
+                                         f"({res.message})")
+    s = res.x
+    if np.any(np.abs(s - np.round(s)) > 1e-6):  # pragma: no cover - a vertex of a TU system is integral
+        raise SparseDPError("the controlled rounding's solution is not integral")
+    X = lo.ravel() + np.bincount(entry, weights=np.round(s), minlength=n * C).astype(np.int64)
+    return X.reshape(n, C)

@@ -1,0 +1,617 @@
+"""Issue 28: TopDown releases of hierarchical tables (sparsedp.topdown).
+
+Hierarchy from tables (unbalanced, codes), the tree x Kronecker GLS against a dense GLS, exact
+variances against draws, the post-processing rule bit for bit, non-negative integer consistent
+output with exact invariants, the privacy loss by brute force, and bad input refused before any
+noise is drawn or budget charged."""
+
+from __future__ import annotations
+
+import itertools
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+from test_postprocessing_rule import NoiseTape, assert_same_bits
+
+from sparsedp import Accountant
+from sparsedp.audit import audit, plan_release
+from sparsedp.errors import (
+    BudgetExceededError,
+    InfeasibleConstraintsError,
+    NegativeCountError,
+    NonFiniteInputError,
+    ShapeError,
+    SparseDPError,
+    UnsupportedStructureError,
+)
+from sparsedp.privacy import zcdp_to_approx_dp
+from sparsedp.validation import budget_fraction
+from sparsedp.topdown import (
+    CellDomain,
+    HierarchicalTable,
+    Invariant,
+    estimate_from_measurements,
+    hierarchy_gls,
+    load_topdown,
+    plan_topdown,
+    read_table,
+    resolve_invariants,
+    topdown,
+    topdown_from_result,
+)
+from sparsedp.releases import load_release
+
+CELLS = ["vap_a", "vap_b", "vap_c", "u18_a", "u18_b", "u18_c"]  # age (2) x race (3)
+
+
+def small_frame(seed=0, unbalanced=True, high=9):
+    """A state > county > district table; with ``unbalanced`` some counties are leaves (no
+    district code).  Codes keep leading zeros and mix letters."""
+    gen = np.random.default_rng(seed)
+    rows = []
+    for s in ("01", "02", "10"):
+        for c in range(int(gen.integers(1, 4))):
+            county = f"{c * 2 + 1:03d}"
+            if unbalanced and gen.random() < 0.3:
+                rows.append((s, county, None))
+                continue
+            for v in range(int(gen.integers(1, 4))):
+                rows.append((s, county, f"00{v}A" if v % 2 else f"000{v}0"))
+    frame = pd.DataFrame(rows, columns=["state", "county", "vtd"])
+    for c in CELLS:
+        frame[c] = gen.integers(0, high, len(frame))
+    frame.loc[gen.random(len(frame)) < 0.3, "vap_c"] = 0  # many zero cells
+    return frame
+
+
+def table(seed=0, unbalanced=True, high=9):
+    return HierarchicalTable.from_counts(small_frame(seed, unbalanced, high), ["state", "county", "vtd"], "vap_*,u18_*",
+                                         attributes=("age", "race"), root="nation")
+
+
+def leaves_below(h):
+    """Leaves (level, index) and, per level, the 0/1 matrix from the leaves to the level's units."""
+    leaves = [(d, i) for d in range(h.depth + 1) for i in np.flatnonzero(h.leaves(d))]
+    G = [np.zeros((h.sizes[d], len(leaves))) for d in range(h.depth + 1)]
+    for j, (d, i) in enumerate(leaves):
+        while True:
+            G[d][i, j] = 1.0
+            if d == 0:
+                break
+            i, d = h.parents[d][i], d - 1
+    return leaves, G
+
+
+def full_matrix(design):
+    """The matrix every measured level applies to the leaf-cell counts (the effect of one person
+    in each leaf cell on every measurement), and the rows' noise scales."""
+    h = design.hierarchy
+    C = h.cells.size
+    _, G = leaves_below(h)
+    blocks, scales = [], []
+    for lp in design.measured:
+        agg = sp.kron(sp.csr_matrix(G[lp.depth]), sp.identity(C), format="csr")
+        # the strategy as calibrated (diag(f) H for the integer-row form the plan measures)
+        blocks.append(sp.csr_matrix(lp.plan.strategy.tosparse()) @ agg)
+        scales.append(np.asarray(lp.plan.scales))
+    return sp.vstack(blocks, format="csr"), np.concatenate(scales)
+
+
+# -- the hierarchy ---------------------------------------------------------------------------------
+
+
+def test_hierarchy_from_an_unbalanced_table_with_codes():
+    frame = pd.DataFrame({
+        "st": ["01", "01", "01", "02", "02", "10"],
+        "co": ["003", "003", "001", "005", "005", None],
+        "vtd": ["00A1", "0002", None, "0001", "000B", None],
+        "x_p": [1, 2, 3, 4, 5, 6], "x_q": [0, 1, 0, 1, 0, 1],
+    })
+    t = HierarchicalTable.from_counts(frame, ["st", "co", "vtd"], ["x_*"], root="us")
+    h = t.hierarchy
+    assert h.levels == ("us", "st", "co", "vtd")
+    assert h.sizes == (1, 3, 3, 4)
+    assert list(h.codes[1]) == ["01", "02", "10"]  # leading zeros kept, sorted
+    assert list(h.codes[2]) == ["001", "003", "005"] and list(h.parents[2]) == [0, 0, 1]
+    assert list(h.codes[3]) == ["0002", "00A1", "0001", "000B"] and list(h.parents[3]) == [1, 1, 2, 2]
+    assert list(h.leaves(1)) == [False, False, True] and list(h.leaves(2)) == [True, False, False]
+    assert t.cells.columns == ("x_p", "x_q")
+    np.testing.assert_array_equal(t.counts[0], [[21, 3]])
+    np.testing.assert_array_equal(t.counts[1], [[6, 1], [9, 1], [6, 1]])
+    np.testing.assert_array_equal(t.counts[2], [[3, 0], [3, 1], [9, 1]])
+    uf = h.unit_frame()
+    assert len(uf) == h.units and list(uf.columns) == ["level", "depth", "st", "co", "vtd"]
+    assert uf.iloc[-1].tolist() == ["vtd", 3, "02", "005", "000B"]
+
+
+def test_cells_from_column_names_and_basis():
+    cells = CellDomain.from_columns(["u18_b", "vap_a", "vap_b", "u18_a"], ("age", "race"))
+    assert cells.names == ("age", "race") and cells.values == (("u18", "vap"), ("b", "a"))
+    assert cells.columns == ("u18_b", "u18_a", "vap_b", "vap_a")
+    B = table().cells.basis()
+    np.testing.assert_allclose(B @ B.T, np.eye(6), atol=1e-14)
+    for axes in [(), (0,), (1,), (0, 1)]:  # every marginal's Gram matrix is diagonal in the basis
+        Q = np.zeros((table().cells.marginal_size(axes), 6))
+        Q[table().cells.cell_to_marginal(axes), np.arange(6)] = 1
+        G = B @ Q.T @ Q @ B.T
+        np.testing.assert_allclose(G, np.diag(np.diag(G)), atol=1e-12)
+    with pytest.raises(ShapeError):
+        CellDomain.from_columns(["vap_a", "vap_b", "u18_a"], ("age", "race"))  # not a product
+
+
+def test_records_are_aggregated_over_public_units():
+    units = pd.DataFrame({"st": ["1", "1", "2"], "co": ["a", "b", "c"]})
+    rec = pd.DataFrame({"st": ["1", "1", "2", "1"], "co": ["a", "a", "c", "a"],
+                        "age": ["old", "young", "old", "old"], "sex": ["f", "m", "f", "f"]})
+    dom = {"age": ["young", "old"], "sex": ["f", "m"]}
+    t = HierarchicalTable.from_records(rec, ["st", "co"], ["age", "sex"], domain=dom, units=units)
+    assert t.hierarchy.sizes == (1, 2, 3) and t.cells.columns == ("young/f", "young/m", "old/f", "old/m")
+    np.testing.assert_array_equal(t.counts[2], [[0, 1, 2, 0], [0, 0, 0, 0], [0, 0, 1, 0]])  # unit b: no records
+    assert not t.units_observed
+    with pytest.raises(ShapeError, match="domain"):
+        HierarchicalTable.from_records(rec, ["st", "co"], ["age", "sex"], units=units)
+    with pytest.raises(ShapeError, match="units"):
+        HierarchicalTable.from_records(rec, ["st", "co"], ["age", "sex"], domain=dom)
+    obs = HierarchicalTable.from_records(rec, ["st", "co"], ["age", "sex"], domain=dom, units="observed")
+    assert obs.units_observed and obs.hierarchy.sizes == (1, 2, 2)
+    assert topdown(obs, rho=1.0, rng=0).description["units_observed"] is True
+
+
+def test_read_table_csv_and_parquet(tmp_path):
+    frame = small_frame(3)
+    frame.to_csv(tmp_path / "t.csv", index=False)
+    t = read_table(tmp_path / "t.csv", "state,county,vtd", "vap_*,u18_*", attributes=("age", "race"))
+    ref = table(3)
+    assert t.hierarchy.sizes == ref.hierarchy.sizes and list(t.hierarchy.codes[1]) == ["01", "02", "10"]
+    for a, b in zip(t.counts, ref.counts):
+        np.testing.assert_array_equal(a, b)
+    odd = frame.copy()
+    odd.loc[0, "county"] = "NA"  # a code, not a missing value
+    odd.loc[1, "vap_a"] = np.nan
+    odd.iloc[:1].to_csv(tmp_path / "na.csv", index=False)
+    assert list(read_table(tmp_path / "na.csv", "state,county,vtd", CELLS).hierarchy.codes[2]) == ["NA"]
+    odd.iloc[:2].to_csv(tmp_path / "nan.csv", index=False)
+    with pytest.raises(NonFiniteInputError):
+        read_table(tmp_path / "nan.csv", "state,county,vtd", CELLS)
+    pytest.importorskip("pyarrow")
+    frame.to_parquet(tmp_path / "t.parquet")
+    tp = read_table(tmp_path / "t.parquet", ["state", "county", "vtd"], CELLS, attributes=("age", "race"))
+    for a, b in zip(tp.counts, ref.counts):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("edit, error", [
+    (lambda f: f.__setitem__("vap_a", f["vap_a"].astype(float).where(f.index != 2, np.nan)), NonFiniteInputError),
+    (lambda f: f.__setitem__("vap_b", f["vap_b"].where(f.index != 1, -1)), NegativeCountError),
+    (lambda f: f.__setitem__("vap_b", f["vap_b"].astype(float).where(f.index != 1, 1.5)), NegativeCountError),
+    (lambda f: f.__setitem__("vap_b", f["vap_b"].astype(str)), ShapeError),
+])
+def test_bad_counts_are_refused(edit, error):
+    frame = small_frame(1)
+    edit(frame)
+    with pytest.raises(error):
+        HierarchicalTable.from_counts(frame, ["state", "county", "vtd"], CELLS)
+
+
+def test_bad_tables_are_refused():
+    frame = small_frame(1, unbalanced=False)
+    with pytest.raises(ShapeError, match="no column matches"):
+        HierarchicalTable.from_counts(frame, ["state", "county", "vtd"], "vap_*,pop_*")
+    with pytest.raises(ShapeError, match="unknown geography"):
+        HierarchicalTable.from_counts(frame, ["state", "tract"], CELLS)
+    with pytest.raises(ShapeError, match="more than once"):
+        HierarchicalTable.from_counts(pd.concat([frame, frame.iloc[:1]]), ["state", "county", "vtd"], CELLS)
+    gap = frame.copy()
+    gap.loc[0, "county"] = None
+    with pytest.raises(ShapeError, match="below an empty"):
+        HierarchicalTable.from_counts(gap, ["state", "county", "vtd"], CELLS)
+    both = pd.concat([frame, frame.iloc[:1].assign(vtd=None)])
+    with pytest.raises(ShapeError, match="own row and rows below"):
+        HierarchicalTable.from_counts(both, ["state", "county", "vtd"], CELLS)
+
+
+# -- the estimate ----------------------------------------------------------------------------------
+
+
+def test_hierarchy_gls_equals_a_dense_gls_with_exact_and_missing_values():
+    h = table(2).hierarchy
+    gen = np.random.default_rng(0)
+    k = 3
+    own = [gen.normal(size=(n, k)) * 5 for n in h.sizes]
+    var = [gen.uniform(0.5, 3.0, size=(n, k)) for n in h.sizes]
+    var[0][0, 0] = np.inf  # the root unmeasured in column 0
+    var[1][:, 1] = np.inf  # the states unmeasured in column 1
+    leaves, G = leaves_below(h)
+    # column 2: the states exact (an invariant), the root consistent with them
+    x_true = gen.normal(size=len(leaves)) * 5
+    var[1][:, 2] = 0.0
+    own[1][:, 2] = G[1] @ x_true
+    var[0][:, 2] = 0.0
+    own[0][:, 2] = G[0] @ x_true
+    res = hierarchy_gls(h, own, var)
+    A = np.vstack(G)
+    for c in range(k):
+        y = np.concatenate([o[:, c] for o in own])
+        v = np.concatenate([w[:, c] for w in var])
+        meas, exact = np.isfinite(v) & (v > 0), v == 0
+        W = np.diag(1.0 / v[meas])
+        Am, Ae = A[meas], A[exact]
+        # KKT of min (y - A x)' W (y - A x) s.t. Ae x = ye
+        K = np.block([[2 * Am.T @ W @ Am, Ae.T], [Ae, np.zeros((Ae.shape[0], Ae.shape[0]))]])
+        Kp = np.linalg.pinv(K)
+        rhs = np.concatenate([2 * Am.T @ W @ y[meas], y[exact]])
+        x = (Kp @ rhs)[:len(leaves)]
+        # covariance of x: the map from y to x, times the noise covariance
+        Mmap = Kp[:len(leaves)] @ np.vstack([np.hstack([2 * Am.T @ W, np.zeros((len(leaves), Ae.shape[0]))]),
+                                              np.hstack([np.zeros((Ae.shape[0], Am.shape[0])), np.eye(Ae.shape[0])])])
+        cov = Mmap[:, :Am.shape[0]] @ np.diag(v[meas]) @ Mmap[:, :Am.shape[0]].T
+        for d in range(h.depth + 1):
+            np.testing.assert_allclose(res.estimate[d][:, c], G[d] @ x, atol=1e-9)
+            np.testing.assert_allclose(res.variance[d][:, c], np.einsum("ij,jk,ik->i", G[d], cov, G[d]), atol=1e-9)
+    np.testing.assert_allclose(res.variance[1][:, 2], 0.0)
+
+
+def test_tree_kronecker_gls_equals_the_dense_gls_of_all_levels():
+    """Marginal queries at every level (cells, total, age) and a state-total invariant: the
+    component-wise hierarchy GLS is the GLS of the whole stacked measurement, with its variances."""
+    t = table(4)
+    h = t.hierarchy
+    inv = ["state:total"]
+    design = plan_topdown(h, rho=0.7, queries={"cells": 2, "total": 1, "age": 1}, split=[2, 1, 1, 1],
+                          invariants=inv)
+    pins = resolve_invariants(t, design, inv)
+    gen = np.random.default_rng(5)
+    ys = [lp.plan.measure(t.counts[lp.depth].ravel(), rng=gen).y for lp in design.levels]
+    est, var = estimate_from_measurements(design, ys, pins)
+    C = h.cells.size
+    M, _ = full_matrix(design)
+    M = M.toarray()
+    v = np.concatenate([lp.plan.variances() for lp in design.levels])
+    y = np.concatenate(ys)
+    _, G = leaves_below(h)
+    Q = np.ones((1, C))
+    E = np.kron(G[1], Q)  # the invariant rows: every state's total
+    e = t.counts[1].sum(axis=1).astype(float)
+    n = M.shape[1]
+    K = np.block([[M.T @ (M / v[:, None]), E.T], [E, np.zeros((E.shape[0], E.shape[0]))]])
+    Kp = np.linalg.pinv(K)
+    sol = Kp @ np.concatenate([M.T @ (y / v), e])
+    x = sol[:n]
+    T = Kp[:n, :n] @ M.T / v  # d x / d y
+    cov = T @ np.diag(v) @ T.T
+    for d in range(h.depth + 1):
+        Gd = np.kron(G[d], np.eye(C))
+        np.testing.assert_allclose(est[d].ravel(), Gd @ x, atol=1e-8)
+        np.testing.assert_allclose(var[d].ravel(), np.einsum("ij,jk,ik->i", Gd, cov, Gd), atol=1e-8)
+        np.testing.assert_allclose(design.gls_variances()[d], var[d], atol=1e-12)
+
+
+def test_variances_match_draws_and_the_estimate_is_unbiased():
+    t = table(6)
+    design = plan_topdown(t.hierarchy, rho=0.5, queries={"cells": 3, "race": 1}, split=[1, 2, 1, 1])
+    pins = resolve_invariants(t, design)
+    R = 3000
+    gen = np.random.default_rng(11)
+    draws = [plan_release(lp.plan)(t.counts[lp.depth].ravel(), gen, R) for lp in design.levels]
+    ests = [estimate_from_measurements(design, [Y[r] for Y in draws], pins)[0] for r in range(R)]
+    _, var = estimate_from_measurements(design, [Y[0] for Y in draws], pins)
+    for a, b in zip(var, design.gls_variances()):  # the same without data
+        np.testing.assert_array_equal(a, b)
+    for d in range(t.hierarchy.depth + 1):
+        E = np.stack([e[d] for e in ests])
+        emp = E.var(axis=0, ddof=1)
+        ratio = emp / var[d]
+        assert 0.85 < ratio.min() and ratio.max() < 1.15, (d, ratio.min(), ratio.max())
+        z = (E.mean(axis=0) - t.counts[d]) / np.sqrt(var[d] / R)
+        assert np.abs(z).max() < 5
+
+
+def test_projection_and_controlled_rounding_are_optimal_on_small_cases():
+    from sparsedp.topdown.rounding import round_groups, round_transport, simplex_project
+
+    gen = np.random.default_rng(3)
+    for _ in range(30):
+        sizes = gen.integers(1, 6, gen.integers(1, 5))
+        starts = np.concatenate(([0], np.cumsum(sizes)))
+        v, w = gen.normal(0, 3, starts[-1]), gen.uniform(0.2, 3, starts[-1])
+        t = gen.integers(0, 9, sizes.size).astype(float)
+        x = simplex_project(v, w, starts, t)
+        for g in range(sizes.size):  # KKT: x = max(0, v - lam / w) with one lam per group, sum = t
+            sl = slice(starts[g], starts[g + 1])
+            assert x[sl].min() >= 0 and abs(x[sl].sum() - t[g]) < 1e-9
+            act = x[sl] > 0
+            if act.any():
+                lam = (v[sl] - x[sl]) * w[sl]
+                assert np.ptp(lam[act]) < 1e-8 and np.all(v[sl][~act] * w[sl][~act] <= lam[act][0] + 1e-8)
+        r = round_groups(x, starts, t)
+        assert np.all(np.add.reduceat(r, starts[:-1]) == t) and np.all((r == np.floor(x)) | (r == np.floor(x) + 1))
+    # 2-D: a parent's 3 children x 2 cells, the children's totals fixed; brute force over floor / ceil tables
+    for _ in range(30):
+        truth = gen.integers(0, 5, (3, 2))
+        x = truth + gen.uniform(-0.5, 0.5, (3, 2))
+        x[:, 1] = truth.sum(axis=1) - x[:, 0]  # the rows add up
+        x = np.clip(x, 0, None)
+        cols, rows = truth.sum(axis=0)[None, :], truth.sum(axis=1)[:, None]
+        from sparsedp.topdown.rounding import project_transport
+
+        p = project_transport(x, np.ones_like(x), np.zeros(3, dtype=int), cols, np.zeros(2, dtype=int), rows)
+        X = round_transport(p, np.ones_like(p), np.zeros(3, dtype=int), cols, np.zeros(2, dtype=int), rows)
+        assert np.all(X.sum(axis=0) == cols[0]) and np.all(X.sum(axis=1) == rows[:, 0]) and X.min() >= 0
+        best = min(((np.asarray(c).reshape(3, 2) - p) ** 2).sum()
+                   for c in itertools.product(*[range(int(np.floor(a)), int(np.ceil(a)) + 1) for a in p.ravel()])
+                   if np.all(np.asarray(c).reshape(3, 2).sum(axis=0) == cols[0])
+                   and np.all(np.asarray(c).reshape(3, 2).sum(axis=1) == rows[:, 0]))
+        assert ((X - p) ** 2).sum() <= best + 1e-9
+
+
+# -- the release ----------------------------------------------------------------------------------
+
+
+CONFIGS = [
+    dict(rho=1.0),
+    dict(rho=0.3, invariants=["state:total"]),
+    dict(rho=0.3, invariants=["county:total"], split=[3, 1, 1, 1]),
+    dict(rho=0.3, invariants=["vtd:age", "state:total"]),
+    dict(rho=0.2, invariants=["nation:total"], queries={"cells": 1, "total": 1, "age": 1, "race": 1}),
+    dict(rho=0.2, invariants=["state:cells"]),
+    dict(epsilon=0.5, invariants=["state:race"], split={"nation": 0, "state": 1, "vtd": 2, "county": 1}),
+    dict(epsilon=2.0, split=[0, 0, 1, 2]),
+]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=[str(i) for i in range(len(CONFIGS))])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_counts_are_nonnegative_integers_that_add_up_with_exact_invariants(cfg, seed):
+    t = table(seed, high=4 + 20 * seed)
+    acc = Accountant(rho=1.0) if "rho" in cfg else Accountant(epsilon=2.0)
+    rel = topdown(t, accountant=acc, rng=seed, **cfg)
+    assert rel.check() == {"negative": 0, "non_integer": 0, "inconsistent": 0, "invariant_violations": 0}
+    h = t.hierarchy
+    for d in range(h.depth + 1):
+        assert rel.counts[d].dtype == np.int64
+        if d < h.depth:  # consistency, independently of check()
+            inner = ~h.leaves(d)
+            np.testing.assert_array_equal(h.children_sum(d, rel.counts[d + 1])[inner], rel.counts[d][inner])
+    for spec in cfg.get("invariants", ()):
+        level, _, marg = spec.partition(":")
+        d = h.level_index(level)
+        axes = h.cells.axes(marg)
+        for e in range(d + 1):  # at the level and above
+            np.testing.assert_array_equal(h.cells.marginal(rel.counts[e], axes), h.cells.marginal(t.counts[e], axes))
+    assert len(rel.ledger) == len([b for b in rel.design.split if b > 0])
+    assert Fraction(acc.spent_exact) <= Fraction(acc.total)
+    assert rel.private is False  # seeded
+
+
+def test_release_tables_and_files(tmp_path):
+    t = table(0)
+    rel = topdown(t, rho=1.0, invariants=["state:total"], rng=3)
+    frame = rel.to_pandas()
+    h = t.hierarchy
+    assert len(frame) == h.units
+    assert list(frame.columns) == ["level", "depth", "state", "county", "vtd", *h.cells.columns]
+    np.testing.assert_array_equal(frame.loc[frame.level == "county", list(h.cells.columns)].to_numpy(), rel.counts[2])
+    assert rel.level("state").shape == (3, 1 + 6) and list(rel.level("state").state) == ["01", "02", "10"]
+    r = rel.to_release()
+    assert len(r) == h.units * h.cells.size and r.kind == "topdown" and r.rho == pytest.approx(1.0)
+    lo, hi = r.confidence_intervals(0.9)
+    assert np.all(lo <= hi)
+    path = rel.save(tmp_path / "rel.npz")
+    back = load_topdown(path)
+    for a, b in itertools.chain(zip(back.counts, rel.counts), zip(back.estimate, rel.estimate)):
+        np.testing.assert_array_equal(a, b)
+    assert back.to_pandas().equals(frame)
+    assert back.invariants[0]["level"] == "state" and back.check()["invariant_violations"] == 0
+    assert [e["label"] for e in back.ledger] == [e.label for e in rel.ledger]
+    assert topdown_from_result(r) is rel
+    again = topdown_from_result(load_release(path))
+    assert again.to_pandas().equals(frame)
+
+
+# -- the post-processing rule ---------------------------------------------------------------------
+
+
+def _run(cfg):
+    def run(frame, seed):
+        t = HierarchicalTable.from_counts(frame, ["state", "county", "vtd"], CELLS, attributes=("age", "race"))
+        rel = topdown(t, rng=seed, **cfg)
+        return {"counts": np.concatenate(rel.counts).astype(float), "estimate": np.concatenate(rel.estimate),
+                "variance": np.concatenate(rel.variance)}
+
+    return run
+
+
+@pytest.mark.parametrize("cfg, move", [
+    (dict(rho=0.5), "add"),
+    (dict(rho=0.5, queries={"cells": 2, "total": 1, "age": 1}), "remove"),
+    (dict(epsilon=1.0, split=[1, 1, 2, 3]), "add"),
+    (dict(rho=0.5, invariants=["state:total"]), "move"),  # a neighbour that keeps the invariant
+])
+def test_the_release_is_a_function_of_the_measurement_only(monkeypatch, cfg, move):
+    """The release of ``x0`` with noise ``z`` equals, bit for bit, the release of a neighbour
+    ``x1`` with noise ``z + M (x0 - x1)``: the same measurement ``y``."""
+    x0 = small_frame(7, high=6)
+    x1 = x0.copy()
+    row = 3
+    src = next(c for c in CELLS[1:] if x0.loc[row, c] > 0)  # a person who can be removed or moved
+    if move == "add":
+        x1.loc[row, "vap_b"] += 1
+    elif move == "remove":
+        x1.loc[row, src] -= 1
+    else:
+        x1.loc[row, src] -= 1
+        x1.loc[row, "vap_a"] += 1
+        assert x1[CELLS].to_numpy().sum() == x0[CELLS].to_numpy().sum()
+    assert not x0.equals(x1)
+    run = _run(cfg)
+    tape = NoiseTape(monkeypatch)
+    out0 = run(x0, 5)
+    tape.replay()
+    out1 = run(x1, 5)
+    tape.finish()
+    for key in out0:
+        assert_same_bits(out0[key], out1[key], key)
+
+
+# -- privacy ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cfg", [
+    dict(rho=0.9),
+    dict(rho=0.37, split=[0.3, 0, 0.1, 0.2], queries={"cells": 3, "total": 1, "age": 1, "race": 2}),
+    dict(epsilon=1.3, queries=[None, {"cells": 1, "age": 1}, {"total": 1, "cells": 2}, None]),
+    dict(epsilon=0.7, split=[1, 0, 3, 2], queries={"race": 1, "cells": 1}),
+    dict(rho=0.8, invariants=["county:total"], queries={"cells": 3, "age": 1}),  # contrasts + marginals
+    dict(rho=0.6, invariants=["vtd:age"], split=[1, 2, 2, 3]),  # the cells' contrasts alone
+])
+def test_the_certified_loss_of_all_levels_is_within_the_charge(cfg):
+    """Brute force over the measured matrix of every level applied to the leaf cells (one person
+    in a leaf cell changes that cell at every level by one): the exact loss of the worst leaf
+    cell, in Fractions, is at most what the accountant was charged, which is within the budget."""
+    t = table(8)
+    gauss = "rho" in cfg
+    total = cfg.get("rho", cfg.get("epsilon"))
+    acc = Accountant(rho=total) if gauss else Accountant(epsilon=total)
+    rel = topdown(t, accountant=acc, rng=1, **cfg)
+    M, scales = full_matrix(rel.design)
+    M = sp.csc_matrix(M)
+    worst = Fraction(0)
+    for j in range(M.shape[1]):
+        rows, vals = M.indices[M.indptr[j]:M.indptr[j + 1]], M.data[M.indptr[j]:M.indptr[j + 1]]
+        if gauss:
+            loss = sum(Fraction(a) ** 2 / (2 * Fraction(float(scales[i])) ** 2) for i, a in zip(rows, vals))
+        else:
+            loss = sum(abs(Fraction(a)) / Fraction(float(scales[i])) for i, a in zip(rows, vals))
+        worst = max(worst, loss)
+    # what the accountant adds: each level's budget as written (never above its float)
+    charged = sum((budget_fraction(e.cost.rho if gauss else e.cost.epsilon) for e in rel.ledger), Fraction(0))
+    assert worst <= charged <= budget_fraction(total)
+    assert acc.spent_exact == charged
+    assert worst > charged * Fraction(99, 100)  # the split is used, not wasted
+    with pytest.raises(BudgetExceededError):  # nothing left: refused before anything is drawn
+        topdown(t, accountant=acc, rng=1, **cfg)
+    assert acc.spent_exact == charged
+
+
+def test_audit_of_the_measurement_of_all_levels():
+    """The measurement of every level (what the release post-processes), audited on neighbours that
+    differ by one person in one leaf cell: the bound stays below the claim; a copy calibrated for
+    twice the budget is flagged."""
+    frame = pd.DataFrame({"st": ["1", "1", "2"], "co": ["a", "b", "c"], "p": [3, 1, 2], "q": [0, 2, 1]})
+    t = HierarchicalTable.from_counts(frame, ["st", "co"], ["p", "q"])
+    frame1 = frame.copy()
+    frame1.loc[0, "p"] += 1
+    t1 = HierarchicalTable.from_counts(frame1, ["st", "co"], ["p", "q"])
+
+    def release(eps):
+        design = plan_topdown(t.hierarchy, epsilon=eps, split=[1, 1, 2])
+        plans = [plan_release(lp.plan) for lp in design.levels]
+
+        def run(tab, gen, k):
+            return np.hstack([p(tab.counts[d].ravel(), gen, k) for d, p in enumerate(plans)])
+
+        return run
+
+    ok = audit(release(1.0), t, t1, trials=200_000, rng=1, batched=True)
+    assert ok.epsilon_lower <= 1.0
+    bad = audit(release(2.0), t, t1, trials=200_000, rng=2, batched=True)
+    assert bad.epsilon_lower > 1.0
+
+
+# -- bad input: refused before anything is charged or drawn ----------------------------------------
+
+
+@pytest.mark.parametrize("kw, error", [
+    (dict(invariants=[Invariant("vtd", "total", "ones")]), UnsupportedStructureError),  # county leaves above
+    (dict(invariants=[Invariant("state", "total", np.array([1, 2]))]), ShapeError),
+    (dict(invariants=["state:age", "county:race"]), UnsupportedStructureError),
+    (dict(invariants=["tract:total"]), ShapeError),
+    (dict(invariants=["state:sex"]), ShapeError),
+    (dict(split=[1, 1, 0, 1]), SparseDPError),  # the counties with no districts are leaves
+    (dict(split=[1, 1, 1]), ShapeError),
+    (dict(queries={"total": 1}), SparseDPError),  # the leaves' cells undetermined
+    (dict(rho=2.0), BudgetExceededError),
+])
+def test_bad_designs_are_refused_before_any_charge_or_draw(kw, error):
+    t = table(0)
+    acc = Accountant(rho=1.0)
+    gen = np.random.default_rng(3)
+    state = gen.bit_generator.state
+    first = kw.get("invariants", [None])[0]
+    if isinstance(first, Invariant) and isinstance(first.values, str):
+        kw = dict(invariants=[Invariant("vtd", "total", np.ones(t.hierarchy.sizes[3], dtype=int))])
+    with pytest.raises(error):
+        topdown(t, accountant=acc, rng=gen, **{"rho": 1.0, **kw})
+    assert acc.history == () and gen.bit_generator.state == state
+
+
+def test_infeasible_explicit_invariants_are_refused_before_any_charge():
+    t = table(0, unbalanced=False)
+    h = t.hierarchy
+    states = t.counts[1].sum(axis=1)
+    counties = t.counts[2].sum(axis=1)
+    acc = Accountant(rho=1.0)
+    gen = np.random.default_rng(4)
+    state = gen.bit_generator.state
+    wrong = counties.copy()
+    wrong[0] += 1  # the counties no longer add up to the states' totals
+    for invs, error in [
+        ([Invariant("state", "total", states), Invariant("county", "total", wrong)], InfeasibleConstraintsError),
+        ([Invariant("county", "total", -counties)], InfeasibleConstraintsError),
+        ([Invariant("county", "total", counties + 0.5)], InfeasibleConstraintsError),
+        ([Invariant("county", "total", counties[:-1])], ShapeError),
+    ]:
+        with pytest.raises(error):
+            topdown(t, rho=1.0, invariants=invs, accountant=acc, rng=gen)
+    design = plan_topdown(h, rho=1.0, invariants=["state:total"])
+    with pytest.raises(ShapeError):  # values for another invariant than the design's
+        topdown(t, design=design, invariants=[Invariant("county", "total", counties)], accountant=acc, rng=gen)
+    assert acc.history == () and gen.bit_generator.state == state
+    # consistent explicit values (official figures that differ from the data) are kept exactly
+    official = counties + np.arange(counties.size)
+    rel = topdown(t, rho=1.0, invariants=[Invariant("county", "total", official)], rng=1)
+    np.testing.assert_array_equal(rel.counts[2].sum(axis=1), official)
+    np.testing.assert_array_equal(rel.counts[0].sum(), official.sum())
+    assert rel.check()["inconsistent"] == 0 and h.sizes == rel.hierarchy.sizes
+
+
+def test_gaussian_zcdp_claim_and_ledger():
+    t = table(1)
+    acc = Accountant(rho=1.0)
+    rel = topdown(t, rho=1.0, split=[1, 1, 1, 1], accountant=acc)
+    assert [e.label for e in acc.ledger] == [f"topdown {lv} (cells)" for lv in t.hierarchy.levels]
+    assert all(e.noise == "gaussian" and e.secure and e.private for e in acc.ledger)
+    assert [e.cost.rho for e in acc.ledger] == [0.25] * 4 and rel.private
+    assert zcdp_to_approx_dp(acc.spent, 1e-6) > 0
+
+
+def test_command_line(tmp_path, capsys):
+    import argparse
+
+    from sparsedp.releases import load_release
+    from sparsedp.topdown.cli import register
+
+    small_frame(5).to_csv(tmp_path / "t.csv", index=False)
+    parser = argparse.ArgumentParser(prog="sparsedp")
+    register(parser.add_subparsers(dest="command"))
+    base = ["topdown", str(tmp_path / "t.csv"), "--geo", "state,county,vtd", "--counts", "vap_*,u18_*",
+            "--attributes", "age,race", "--root", "nation", "--invariant", "state:total", "--seed", "1"]
+    args = parser.parse_args(base + ["--rho", "0.5", "--split", "2,1,1,1", "--out", str(tmp_path / "r.npz")])
+    assert args.func(args) == 0
+    assert "released" in capsys.readouterr().out
+    r = load_release(tmp_path / "r.npz")
+    assert r.kind == "topdown" and not r.private and [e["rho"] for e in r.ledger] == [0.2, 0.1, 0.1, 0.1]
+    back = load_topdown(tmp_path / "r.npz")
+    assert back.check() == {"negative": 0, "non_integer": 0, "inconsistent": 0, "invariant_violations": 0}
+    args = parser.parse_args(base + ["--epsilon", "1", "--out", str(tmp_path / "r.csv")])
+    assert args.func(args) == 0
+    frame = pd.read_csv(tmp_path / "r.csv", dtype={"state": str, "county": str, "vtd": str})
+    assert len(frame) == back.hierarchy.units and (tmp_path / "r.csv.release.json").is_file()
+    for bad in (["--rho", "1", "--epsilon", "1", "--out", str(tmp_path / "x.npz")],
+                ["--rho", "1", "--out", str(tmp_path / "x.txt")]):
+        args = parser.parse_args(base + bad)
+        with pytest.raises(SparseDPError):
+            args.func(args)
