@@ -311,7 +311,7 @@ def optimize(
     bounds = [c.lower_bound for c in cands if math.isfinite(getattr(c, "lower_bound", math.nan))]
     per_budget = budget ** (2 if model.kind == "laplace" else 1)
     lower = max(bounds) / per_budget if bounds else None
-    winner_continuous = cands[scored.index(best)].total / per_budget
+    winner_continuous = cands[next(i for i, c in enumerate(scored) if c is best)].total / per_budget
     report = ErrorReport(best.total, best.total / m, best.method, noise=model.kind, secure=bool(secure))
     return OptimizedStrategy(
         strategy=best.strategy,
