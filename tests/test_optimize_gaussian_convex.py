@@ -311,4 +311,8 @@ def test_optimize_auto_under_gaussian_noise_returns_the_certified_optimum():
         assert half.lower_bound == pytest.approx(2 * res.lower_bound, rel=1e-12)
     with pytest.raises(SparseDPError, match="Gaussian noise"):
         optimize(wl.prefix(16), family="gaussian")
-    assert optimize(wl.prefix(16)).lower_bound is None  # Laplace: computed on request (bounds.lower_bound)
+    lap = optimize(wl.prefix(16))  # Laplace, small n: a bound too (4x the Gaussian dual)
+    assert lap.lower_bound is not None and lap.gap >= 1.0
+    flo = optimize(wl.prefix(16), secure=False)  # continuous noise: no candidate beats the bound
+    assert flo.lower_bound == pytest.approx(lap.lower_bound, rel=1e-9)
+    assert all(t.error >= flo.lower_bound * (1 - 1e-9) for t in flo.history)

@@ -58,6 +58,9 @@ FAMILIES = ("auto", "templates", "tree", "pidentity", "hybrid", "gaussian")
 #: Seconds :func:`optimize` takes by default (measured, one BLAS thread: ``prefix(2^20)`` 51-59 s at
 #: 0.74x the best template; ``all_ranges(1024)`` finishes in 6 s, below HDMM's error).
 DEFAULT_TIME_LIMIT = 52.0
+#: Up to this many cells every result carries a certified lower bound (:mod:`~sparsedp.optimize.bounds`,
+#: a dual solve); above it, the Gaussian family's when it ran, else ``bounds.lower_bound`` on request.
+BOUND_AUTO_MAX_N = 512
 #: The share of ``time_limit`` the families search for (the rest: scoring under the noise that runs).
 SEARCH_SHARE = 0.85
 
@@ -94,8 +97,8 @@ class OptimizedStrategy:
     budget: float = 1.0  # the epsilon (Laplace) / rho (Gaussian) the error is at
     secure: bool = True  # scored with the exact discrete noise the mechanism draws by default
     #: certified lower bound on the error of EVERY strategy with continuous noise of the same
-    #: calibration at the budget (``None`` when not computed: the Gaussian family computes it;
-    #: :func:`sparsedp.optimize.bounds.lower_bound` computes it for any workload on request)
+    #: calibration at the budget: always for ``n <= BOUND_AUTO_MAX_N``, and whenever the Gaussian
+    #: family ran; else ``None`` (:func:`sparsedp.optimize.bounds.lower_bound` computes it on request)
     lower_bound: float | None = None
     continuous_error: float | None = None  # the winner's error with continuous noise, at the budget
 
@@ -309,6 +312,10 @@ def optimize(
     # the certified lower bound (continuous noise of the same calibration, at the budget) and the
     # winner's gap: known when the Gaussian family ran (its dual value at a feasible point)
     bounds = [c.lower_bound for c in cands if math.isfinite(getattr(c, "lower_bound", math.nan))]
+    if not bounds and n <= BOUND_AUTO_MAX_N:  # cheap here (0.1 s at n = 256): every result carries one
+        from .bounds import lower_bound as _lower_bound  # local: bounds imports this package's solver
+
+        bounds = [_lower_bound(Wop, model.kind, time_limit=10.0)]
     per_budget = budget ** (2 if model.kind == "laplace" else 1)
     lower = max(bounds) / per_budget if bounds else None
     winner_continuous = cands[next(i for i, c in enumerate(scored) if c is best)].total / per_budget
