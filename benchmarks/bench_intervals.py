@@ -39,7 +39,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 import sparsedp  # noqa: E402
 from sparsedp import strategies as st  # noqa: E402
 from sparsedp import workloads as wl  # noqa: E402
-from sparsedp.accuracy import ErrorReport, ErrorShape, error_shape  # noqa: E402
+from sparsedp.accuracy import ErrorReport, error_shape  # noqa: E402
 from sparsedp._tails import vg_multiplier  # noqa: E402
 
 LEVEL = 0.95
@@ -142,7 +142,7 @@ def publishers(R: int) -> list[dict]:
 
 
 def counters(R: int) -> list[dict]:
-    from _counter_draws import counter_releases
+    from _counter_draws import counter_offset_shape, counter_releases
     from sparsedp import continual as c
 
     kinds = {
@@ -159,10 +159,7 @@ def counters(R: int) -> list[dict]:
         ctr = make(7)
         ctr.run(x)
         rep = ctr.error_report()
-        plan = make(7).plan
-        sh = error_shape(make(7)._offset_matrix(), plan.noise, secure=plan.secure, variances=plan.variances(),
-                         unit_scales=plan.unit_scales, answer_variances=rep.variances)
-        shaped = dataclasses.replace(rep, shape=sh)
+        shaped = dataclasses.replace(rep, shape=counter_offset_shape(make, rep.variances))
         exact = _exact_single(shaped)
         rows.append(_measure(label + " default", rep, errs, exact))
         rows.append(_measure(label + " (shape)", shaped, errs, exact))
@@ -170,23 +167,18 @@ def counters(R: int) -> list[dict]:
 
 
 def consistency(R: int) -> list[dict]:
+    from _restaurant_draws import restaurant_affine, restaurant_errors
+
     from sparsedp.audit import plan_release
-    from sparsedp.consistency import solve
-    from sparsedp.consistency.restaurant import (restaurant, restaurant_constraints, restaurant_layout,
-                                                 restaurant_plan, restaurant_release)
+    from sparsedp.consistency.restaurant import restaurant, restaurant_release
     from sparsedp.flows import random_trips, release_flows, road_grid
     from sparsedp.flows.release import _prepare, _project_after_draw
 
     rows = []
     T = 16
     sales = restaurant(T, 5)
-    plan = restaurant_plan(restaurant_layout(T), 1.0, True)
-    cons = restaurant_constraints(T, "leaves")
-    items = np.ascontiguousarray(sales.sales.T).ravel()
-    truth = plan.measured.matvec(items)
-    c0 = solve(np.zeros(truth.size), cons).x
-    P = np.column_stack([solve(e, cons).x - c0 for e in np.eye(truth.size)])
-    errs = plan_release(plan)(items, np.random.default_rng(0), R) @ P.T + c0 - truth
+    plan, items, truth, P, c0 = restaurant_affine(sales, T, True)
+    errs = restaurant_errors(plan, items, truth, P, c0, R)
     rep = restaurant_release(sales=sales, epsilon=1.0, seed=0).error_report()
     sh = error_shape(P, "laplace", secure=True, variances=plan.variances(), scales=plan.scales,
                      answer_variances=rep.variances)

@@ -634,13 +634,19 @@ def _array_path(side: Path, meta: Mapping[str, Any], given: Path | None) -> Path
     raise SparseDPError(f"{side}: the release's array ({name or est}) is missing")
 
 
-def _load_side(side: Path, given: Path | None) -> ReleaseResult:
+def _json_object(p: Path, what: str) -> dict:
+    """The JSON object in ``p`` (:class:`SparseDPError` if it cannot be read or is not one)."""
     try:
-        meta = json.loads(side.read_text())
+        meta = json.loads(p.read_text())
     except (OSError, ValueError) as exc:
-        raise SparseDPError(f"cannot read release record {side}: {exc}") from exc
+        raise SparseDPError(f"cannot read {what} {p}: {exc}") from exc
     if not isinstance(meta, dict):
-        raise SparseDPError(f"{side} is not a sparsedp release record")
+        raise SparseDPError(f"{p} is not a sparsedp {what}")
+    return meta
+
+
+def _load_side(side: Path, given: Path | None) -> ReleaseResult:
+    meta = _json_object(side, "release record")
     arr_path = _array_path(side, meta, given if given is not None and given.exists() else None)
     raw = _read_array(arr_path)
     answers = raw.reshape(-1)
@@ -699,12 +705,7 @@ def _histogram_side_bound(meta: Mapping[str, Any]) -> float | None:
 
 
 def _load_json(p: Path) -> ReleaseResult:
-    try:
-        meta = json.loads(p.read_text())
-    except (OSError, ValueError) as exc:
-        raise SparseDPError(f"cannot read {p} as JSON: {exc}") from exc
-    if not isinstance(meta, dict):
-        raise SparseDPError(f"{p} is not a sparsedp release")
+    meta = _json_object(p, "release")
     if "marginals" in meta and "domain" in meta:
         from .marginals.release import marginals_from_json
 

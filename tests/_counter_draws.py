@@ -66,3 +66,15 @@ def memoise_fit_blt(monkeypatch):
         return _BLT_FITS[key]
 
     monkeypatch.setattr(toeplitz, "fit_blt", memo)
+
+
+def counter_offset_shape(make, answer_variances):
+    """The error shape a counter's released values have: ``cumsum(x) + B z`` with ``B`` the offset
+    matrix of a fresh counter (``make(seed)``) and ``z`` its plan's noise
+    (:func:`sparsedp.accuracy.error_shape`)."""
+    from sparsedp.accuracy import error_shape
+
+    ctr = make(7)
+    plan = ctr.plan
+    return error_shape(ctr._offset_matrix(), plan.noise, secure=plan.secure, variances=plan.variances(),
+                       unit_scales=plan.unit_scales, answer_variances=answer_variances)

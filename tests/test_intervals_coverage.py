@@ -27,8 +27,9 @@ from sparsedp import strategies as st
 from sparsedp import workloads as wl
 from sparsedp.accuracy import ErrorReport, ErrorShape, error_shape, expected_error
 
-from _counter_draws import counter_releases
+from _counter_draws import counter_offset_shape, counter_releases
 from _mechanism_draws import mechanism_answers
+from _restaurant_draws import restaurant_affine, restaurant_errors
 
 R = 2000
 LEVEL = 0.95
@@ -205,9 +206,7 @@ def test_counter_default_intervals_cover(name):
     rep = ctr.error_report()
     # the shape a counter knows: its released values are cumsum(x) + B z (B: the counter's own
     # offset matrix), with the plan's noise
-    plan = make(7).plan
-    shape = error_shape(make(7)._offset_matrix(), plan.noise, secure=plan.secure, variances=plan.variances(),
-                        unit_scales=plan.unit_scales, answer_variances=rep.variances)
+    shape = counter_offset_shape(make, rep.variances)
     _check(dataclasses.replace(rep, shape=shape), errs, name + " (offset-matrix shape)")
     # the counter's own report carries that shape (computed on the first interval request)
     assert rep.shape is not None and rep.interval_method() == "accurate"
@@ -223,22 +222,15 @@ def test_counter_default_intervals_cover(name):
 
 
 def test_restaurant_default_intervals_cover():
-    from sparsedp.audit import plan_release
-    from sparsedp.consistency import solve
-    from sparsedp.consistency.restaurant import (restaurant, restaurant_constraints, restaurant_layout,
-                                                 restaurant_plan, restaurant_release)
+    from sparsedp.consistency.restaurant import restaurant, restaurant_release
 
     T = 16
     sales = restaurant(T, 5)
-    plan = restaurant_plan(restaurant_layout(T), 1.0, True)
-    cons = restaurant_constraints(T, "leaves")
-    items = np.ascontiguousarray(sales.sales.T).ravel()
-    truth = plan.measured.matvec(items)
-    c0 = solve(np.zeros(truth.size), cons).x  # the consistent release is affine in the noisy values
-    P = np.column_stack([solve(e, cons).x - c0 for e in np.eye(truth.size)])
+    # the consistent release is affine in the noisy values
+    plan, items, truth, P, c0 = restaurant_affine(sales, T, True)
     rel = restaurant_release(sales=sales, epsilon=1.0, seed=0)
     np.testing.assert_allclose(rel.x, P @ rel.noisy + c0, rtol=1e-7, atol=1e-7)
-    errs = plan_release(plan)(items, np.random.default_rng(0), R) @ P.T + c0 - truth
+    errs = restaurant_errors(plan, items, truth, P, c0, R)
     rep = rel.error_report()
     assert rep.interval_method() == "accurate"
     _check(rep, errs, "restaurant")

@@ -15,6 +15,7 @@ from functools import cache
 import numpy as np
 import pytest
 from _coverage import assert_certified_coverage, assert_default_coverage
+from _restaurant_draws import restaurant_affine, restaurant_errors
 
 from sparsedp import trees
 from sparsedp.errors import SparseDPError
@@ -350,21 +351,12 @@ def test_restaurant_variances_match_dense_projection_and_empirical():
     # measurements come from the plan's batched release (audit.plan_release, the plan's own measure on
     # a block-diagonal copy) and go through solve as its affine map x = P y + c (built column by
     # column, checked against restaurant_release itself for two seeds)
-    from sparsedp.audit import plan_release
-    from sparsedp.consistency import solve
-    from sparsedp.consistency.restaurant import restaurant_constraints, restaurant_plan
-
-    plan = restaurant_plan(restaurant_layout(T), 1.0, False)
-    cons = restaurant_constraints(T, "leaves")
-    items = np.ascontiguousarray(sales.sales.T).ravel()
-    truth = plan.measured.matvec(items)
-    c0 = solve(np.zeros(truth.size), cons).x
-    Pm = np.column_stack([solve(e, cons).x - c0 for e in np.eye(truth.size)])
+    plan, items, truth, Pm, c0 = restaurant_affine(sales, T, False)
     for seed in (0, 1):
         rel = restaurant_release(sales=sales, epsilon=1.0, seed=seed, secure=False, evaluate=True)
         np.testing.assert_allclose(rel.truth, truth)
         np.testing.assert_allclose(rel.x, Pm @ rel.noisy + c0, rtol=1e-7, atol=1e-7)
-    errs = plan_release(plan)(items, np.random.default_rng(0), R) @ Pm.T + c0 - truth
+    errs = restaurant_errors(plan, items, truth, Pm, c0, R)
     var = rel.variances()
     lay = restaurant_layout(T)
     lo, hi = _layout_intervals(lay)

@@ -506,7 +506,7 @@ class StreamingCounter:
             return
         if self.horizon * self.plan.rows > SHAPE_LIMIT:
             return
-        self._shape_copy = copy.deepcopy(self, {id(self.plan): self.plan, id(self._noise): None})
+        self._shape_copy = self._noiseless_copy()
 
     def _shape_source(self) -> "StreamingCounter | None":
         """What :meth:`_offset_matrix` is computed on (``None``: no shape)."""
@@ -553,12 +553,7 @@ class StreamingCounter:
         plan's noise is ``z`` (one value per row, data units).  Runs this counter's own steps on a
         copy made before its first step, fed ``z`` instead of its noise stream, on all-zero data
         (the offsets do not depend on the data: :mod:`.adaptive`).  Nothing is drawn or charged."""
-        if self.t:
-            raise SparseDPError("_offsets_for needs a counter before its first step")
-        assert self.plan is not None
-        clone = copy.deepcopy(self, {id(self.plan): self.plan, id(self._noise): None})
-        clone._noise = _GivenNoise(np.asarray(z, dtype=np.float64), self._noise)
-        return clone.run(np.zeros(self.horizon))
+        return self._given_copy(z, "_offsets_for").run(np.zeros(self.horizon))
 
     def _release_for(self, increments: Any, z: np.ndarray) -> np.ndarray:
         """Test hook: what this counter releases for the stream ``increments`` when its plan's noise
@@ -567,13 +562,23 @@ class StreamingCounter:
         drawn or charged.  The privacy tests use it for the post-processing rule: with ``y = M x + z``
         (``M`` = :meth:`measured_strategy`), two (stream, noise) pairs with the same ``y`` must give
         the same release, bit for bit."""
+        return self._given_copy(z, "_release_for").run(increments)
+
+    def _noiseless_copy(self) -> "StreamingCounter":
+        """A deep copy of this counter that shares its plan and has no noise stream (it can never
+        hand out this counter's noise)."""
+        return copy.deepcopy(self, {id(self.plan): self.plan, id(self._noise): None})
+
+    def _given_copy(self, z: np.ndarray, hook: str) -> "StreamingCounter":
+        """Test hooks: a copy of this counter before its first step, fed the noise ``z`` (data
+        units, plan row order) instead of its noise stream."""
         if self.t:
-            raise SparseDPError("_release_for needs a counter before its first step")
+            raise SparseDPError(f"{hook} needs a counter before its first step")
         assert self.plan is not None
-        clone = copy.deepcopy(self, {id(self.plan): self.plan, id(self._noise): None})
+        clone = self._noiseless_copy()
         clone._noise = _GivenNoise(np.asarray(z, dtype=np.float64), self._noise)
         clone._given_noise()
-        return clone.run(increments)
+        return clone
 
     def _given_noise(self) -> None:
         """Called on a test-hook clone after its noise was replaced (:meth:`_release_for`): counters
