@@ -98,9 +98,9 @@ def _release(args: argparse.Namespace) -> int:
     if args.seed is not None:
         print("WARNING: --seed makes the noise reproducible: this release is NOT private", file=sys.stderr)
     res = run_spec(args.spec, rng=args.seed, force=args.force)
-    m = res.release.measurement
-    cost = f"epsilon {m.cost.epsilon:g}" if m.cost.epsilon else f"rho {m.cost.rho:g}"
-    print(f"released {res.answers.size} answers ({cost}, {'exact' if m.secure else 'float'} noise)")
+    r = res.result
+    cost = f"epsilon {r.epsilon:g}" if r.epsilon else f"rho {r.rho:g}"
+    print(f"released {res.answers.size} answers ({cost}, {'exact' if r.secure else 'float'} noise)")
     for name, path in res.files.items():
         print(f"{name}: {path}")
     return 0

@@ -39,11 +39,14 @@ is replaced only with ``overwrite = true`` or ``force=True`` (``sparsedp release
 the budget is charged once (one measurement through the measurement path), the estimate
 reconstructed by GLS (NNLS with ``nonnegative``), then made consistent with the public total by
 post-processing.  Nothing computed from the raw data other than the release is written.
+
+A spec whose ``[data]`` names several ``columns`` releases their marginals instead
+(:mod:`sparsedp.spec_marginals`); the sections and keys of both kinds are checked by
+:mod:`sparsedp.spec_file`.
 """
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,89 +55,27 @@ import numpy as np
 
 from . import strategies as st
 from . import workloads as wl
-from ._cli_util import OutputFile, check_output_paths
 from .errors import InfeasibleConstraintsError, InputBoundError, SparseDPError
 from .io import as_bins, load_histogram
 from .mechanism import MatrixMechanism, Release
 from .privacy import Accountant
 from .releases import ReleaseResult, workload_labels
+from .spec_file import flag, load_spec, matplotlib_pyplot, outputs, refuse_keys
+from .spec_marginals import MARGINAL_ONLY, is_marginal_spec, run_marginal_spec
 from .validation import MAX_MAGNITUDE
 
 __all__ = ["SpecResult", "load_spec", "run_spec"]
-
-#: The keys each section may hold (anything else is refused: a misspelt key must not be ignored).
-_KEYS: dict[str, frozenset[str]] = {
-    "data": frozenset({"path", "column", "bins", "clip"}),
-    "workload": frozenset({"kind", "ranges"}),
-    "strategy": frozenset({"kind", "branching", "time_limit"}),
-    "privacy": frozenset({"epsilon", "rho", "delta", "noise", "secure"}),
-    "consistency": frozenset({"nonnegative", "total"}),
-    "output": frozenset({"release", "report", "plot", "overwrite"}),
-}
-_SECTIONS = set(_KEYS)
-
 
 @dataclass(frozen=True)
 class SpecResult:
     """What :func:`run_spec` produced."""
 
     answers: np.ndarray
-    estimate: np.ndarray
-    release: Release
+    estimate: np.ndarray | None  # the histogram estimate (None for a marginal spec)
+    release: Any  # the mechanism's Release, or the marginal release
     accountant: Accountant
     files: dict[str, Path]
-
-
-def load_spec(path: str | Path) -> dict[str, Any]:
-    """Parse and check a spec file's sections (unknown sections or keys raise)."""
-    p = Path(path)
-    try:
-        spec = tomllib.loads(p.read_text())
-    except FileNotFoundError as exc:
-        raise SparseDPError(f"no such spec file: {p}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise SparseDPError(f"{p} is not valid TOML: {exc}") from exc
-    unknown = set(spec) - _SECTIONS
-    if unknown:
-        raise SparseDPError(f"{p}: unknown section(s) {_named(unknown, _SECTIONS, '[{}]')}; known: {sorted(_SECTIONS)}")
-    for name, section in spec.items():
-        if not isinstance(section, dict):
-            raise SparseDPError(f"{p}: {name} must be a section [{name}], got a {type(section).__name__}")
-        extra = set(section) - _KEYS[name]
-        if extra:
-            raise SparseDPError(f"{p}: unknown key(s) {_named(extra, _KEYS[name], '{}')} in [{name}]; "
-                                f"known: {sorted(_KEYS[name])}")
-    for needed in ("data", "privacy"):
-        if needed not in spec:
-            raise SparseDPError(f"{p}: the [{needed}] section is required")
-    spec["_base"] = p.parent
-    return spec
-
-
-def _named(unknown: set[str], known: Any, fmt: str) -> str:
-    """The unknown names, each with the closest known one ("did you mean ...?") when there is one."""
-    import difflib
-
-    parts = []
-    for name in sorted(unknown):
-        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
-        hint = f" (did you mean {fmt.format(close[0])!r}?)" if close else ""
-        if not close and fmt == "{}":  # a key of another section, perhaps misspelt
-            for section, keys in _KEYS.items():
-                other = difflib.get_close_matches(name, sorted(keys), n=1, cutoff=0.75)
-                if other:
-                    hint = f" (did you mean {other[0]!r} in [{section}]?)"
-                    break
-        parts.append(repr(name) + hint)
-    return ", ".join(parts)
-
-
-def _flag(section: dict[str, Any], key: str, where: str, default: bool = False) -> bool:
-    """A true / false key of a section (a string or a number is refused, not read as a truth value)."""
-    value = section.get(key, default)
-    if not isinstance(value, bool):
-        raise SparseDPError(f"{where}.{key} must be true or false, got {value!r}")
-    return value
+    result: ReleaseResult | None = None  # what the release file holds
 
 
 def _total(value: Any) -> float | None:
@@ -153,26 +94,6 @@ def _total(value: Any) -> float | None:
     if total > MAX_MAGNITUDE:
         raise InputBoundError(f"consistency.total = {value!r} is above the supported bound 2^50")
     return total
-
-
-def _outputs(spec: dict[str, Any], spec_path: Path, data_path: Path, force: bool) -> dict[str, Path]:
-    """The output files of a spec, checked (:func:`~sparsedp._cli_util.check_output_paths`): in the
-    spec's directory, never the spec or its data, distinct, in an existing directory, and an
-    existing release file only with ``overwrite = true`` / ``force``."""
-    out = spec.get("output", {})
-    base: Path = spec["_base"]
-    wanted: list[OutputFile] = []
-    for key in ("release", "report", "plot"):
-        if key in out:
-            if not isinstance(out[key], str) or not out[key]:
-                raise SparseDPError(f"output.{key} must be a file name, got {out[key]!r}")
-            wanted.append(OutputFile(f"output.{key}", base / out[key], release=key == "release"))
-    force = force or _flag(out, "overwrite", "output")
-    check_output_paths(wanted, [spec_path, data_path], force=force, within=base,
-                       force_hint="'overwrite = true' in [output] (or sparsedp release --force)")
-    if "plot" in out:
-        _matplotlib()  # a missing extra is found before the charge, not after it
-    return {o.name.removeprefix("output."): Path(o.path) for o in wanted}
 
 
 def _workload(section: dict[str, Any], n: int) -> Any:
@@ -226,6 +147,10 @@ def run_spec(path: str | Path, *, rng: Any = None, accountant: Accountant | None
     existing release file (as ``overwrite = true`` in ``[output]``).  Every check, the outputs'
     included, comes before the budget is charged."""
     spec = load_spec(path)
+    if is_marginal_spec(spec):
+        res, rel, acc, files = run_marginal_spec(spec, path, rng=rng, accountant=accountant, force=force)
+        return SpecResult(np.asarray(res.answers), None, rel, acc, files, res)
+    refuse_keys(spec, MARGINAL_ONLY, "histogram (data.column)")
     base: Path = spec["_base"]
     data = spec["data"]
     if "path" not in data:
@@ -235,13 +160,13 @@ def run_spec(path: str | Path, *, rng: Any = None, accountant: Accountant | None
     if not isinstance(data.get("column", ""), str):
         raise SparseDPError(f"data.column must be a column name, got {data['column']!r}")
     cons = spec.get("consistency", {})
-    nonneg = _flag(cons, "nonnegative", "consistency")
+    nonneg = flag(cons, "nonnegative", "consistency")
     total = _total(cons.get("total"))
     priv = spec["privacy"]
-    secure = _flag(priv, "secure", "privacy", default=True)
-    files_out = _outputs(spec, Path(path), base / data["path"], force)
+    secure = flag(priv, "secure", "privacy", default=True)
+    files_out = outputs(spec, Path(path), base / data["path"], force)
     x = load_histogram(base / data["path"], data.get("column"), as_bins(data.get("bins")),
-                       _flag(data, "clip", "data"))
+                       flag(data, "clip", "data"))
     n = x.size
     W = _workload(spec.get("workload", {}), n)
     M = _strategy(spec.get("strategy", {}), n)
@@ -281,7 +206,7 @@ def run_spec(path: str | Path, *, rng: Any = None, accountant: Accountant | None
         files["report"] = _report(files_out["report"], description, result, release)
     if "plot" in files_out:
         files["plot"] = _plot(files_out["plot"], result, W.name)
-    return SpecResult(answers, estimate, release, accountant, files)
+    return SpecResult(answers, estimate, release, accountant, files, result)
 
 
 def _answer_label(labels: dict[str, Any], i: int) -> str:
@@ -323,22 +248,10 @@ def _report(path: Path, desc: dict[str, Any], result: Any, release: Release) -> 
     return path
 
 
-def _matplotlib() -> Any:
-    """``matplotlib.pyplot`` on the Agg backend, or :class:`SparseDPError` without the plot extra."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:  # pragma: no cover - the plot extra
-        raise SparseDPError("the plot needs matplotlib: pip install 'sparsedp[plot]'") from exc
-    return plt
-
-
 def _plot(path: Path, result: Any, workload: str) -> Path:
     """The released answers with their 95% intervals (a per-bin estimate is not plotted: the
     strategy may determine single bins only with a large variance; the answers are what was asked)."""
-    plt = _matplotlib()
+    plt = matplotlib_pyplot()
     answers = np.asarray(result.answers, dtype=np.float64)
     lo, hi = result.confidence_intervals(0.95)
     fig, ax = plt.subplots(figsize=(8, 3))

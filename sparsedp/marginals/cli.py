@@ -21,7 +21,6 @@ logs and tests.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 from pathlib import Path
@@ -30,83 +29,12 @@ import numpy as np
 
 from .._cli_util import warn_not_private
 from ..progress import loop_disable, progress_bar
-from ..errors import InputBoundError, NonFiniteInputError, ShapeError, SparseDPError
-from ..io import load_npy_table
+from ..errors import ShapeError, SparseDPError
 from ..release_file import FORMAT
 from .domain import Domain
 from .release import release_marginals
 from .select import marginals_up_to
-
-
-def _read_table(path: str, columns: list[str]):
-    """The named columns of a CSV / Parquet file as a DataFrame (CSV values as text), or of an
-    ``(n, d)`` ``.npy`` array (``columns`` names its columns in order); every unreadable, empty or
-    incomplete file raises :class:`SparseDPError` naming the problem."""
-    try:
-        import pandas as pd
-    except ImportError as exc:  # pragma: no cover - the io extra
-        raise SparseDPError("sparsedp marginals reads tables with pandas: pip install 'sparsedp[io]'") from exc
-    p = Path(path)
-    if not p.is_file():
-        raise SparseDPError(f"no such file: {p}")
-    suffix = p.suffix.lower()
-    if suffix == ".npy":
-        arr = load_npy_table(p, len(columns), f"an (n, {len(columns)}) array of codes, one column per --columns name",
-                             "codes are not numeric")
-        df = pd.DataFrame(arr, columns=columns)
-    elif suffix in (".parquet", ".pq"):
-        try:
-            import pyarrow.parquet as pq
-
-            names = pq.read_schema(p).names
-        except ImportError as exc:  # pragma: no cover - the io extra
-            raise SparseDPError("reading Parquet needs pyarrow: pip install 'sparsedp[io]'") from exc
-        except Exception as exc:  # pyarrow's ArrowInvalid etc.: not a Parquet file
-            raise SparseDPError(f"cannot read {p} as Parquet: {exc}") from exc
-        _check_columns(p, names, columns)
-        df = pd.read_parquet(p, columns=columns)
-    elif suffix == ".csv":
-        with open(p, newline="") as fh:
-            header = next(csv.reader(fh), None)
-        if header is None:
-            raise SparseDPError(f"{p} is empty")
-        _check_columns(p, header, columns)
-        df = pd.read_csv(p, usecols=columns, dtype=str, keep_default_na=True)
-    else:
-        raise SparseDPError(f"unsupported data file {p.name}: use .csv, .parquet or .npy")
-    if len(df) == 0:
-        raise SparseDPError(f"{p} holds no records")
-    return df
-
-
-def _check_columns(p: Path, names: list[str], columns: list[str]) -> None:
-    missing = [c for c in columns if c not in names]
-    if missing:
-        raise ShapeError(f"{p} has no column(s) {', '.join(map(repr, missing))}; columns: {', '.join(names)}")
-
-
-def _encode(df, columns: list[str], sizes: list[int] | None, categories: dict | None) -> tuple[Domain, np.ndarray]:
-    if categories is not None:
-        cats = [list(map(str, categories[c])) for c in columns]
-        dom = Domain(columns, [len(c) for c in cats])
-        X = np.empty((len(df), len(columns)), dtype=np.int64)
-        for j, (c, cs) in enumerate(zip(columns, cats)):
-            col = df[c]
-            if col.isna().any():
-                raise NonFiniteInputError(f"column {c!r} has missing values")
-            lookup = {v: k for k, v in enumerate(cs)}
-            codes = col.astype(str).map(lookup)
-            if codes.isna().any():
-                bad = col[codes.isna()].iloc[0]
-                raise InputBoundError(f"column {c!r} has the value {bad!r}, not among its {len(cs)} categories")
-            X[:, j] = codes.to_numpy(dtype=np.int64)
-        return dom, X
-    dom = Domain(columns, sizes)
-    try:
-        X = df[columns].astype(float).to_numpy()
-    except ValueError as exc:
-        raise ShapeError(f"--sizes needs integer codes in the columns; a value is non-numeric ({exc})") from exc
-    return dom, dom.encode(X)  # NaN, fractional or out-of-domain codes: refused here, before any release
+from .table import encode_records, read_records
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -138,10 +66,10 @@ def _run(args: argparse.Namespace) -> int:
     with progress_bar(total=4, desc="marginals", unit="stage", disable=loop_disable(),
                       bar_format="{desc}: {n_fmt}/{total_fmt} stages |{bar}| {postfix}") as bar:
         bar.set_postfix_str(f"reading {Path(args.data).name}")
-        df = _read_table(args.data, columns)
+        df = read_records(args.data, columns)
         bar.update(1)
         bar.set_postfix_str("encoding the records")  # not how many: the record count is private (issue 26)
-        dom, X = _encode(df, columns, sizes, categories)
+        dom, X = encode_records(df, columns, sizes, categories)
         del df
         bar.update(1)
         bar.set_postfix_str("selecting, measuring, reconstructing")

@@ -78,7 +78,7 @@ def _setup(domain: Domain, ms: list[tuple[int, ...]]):
 def _objective(theta: np.ndarray, E: np.ndarray, c: np.ndarray) -> tuple[float, np.ndarray]:
     s = float(theta.sum())
     lam = E @ (theta * theta)
-    lam = np.maximum(lam, 1e-300)
+    lam = np.maximum(lam, 1e-100)  # lam**2 stays a normal number: no division by zero
     g = float(np.sum(c / lam))
     dg = -(E.T @ (c / lam**2)) * 2.0 * theta
     f = s * s * g

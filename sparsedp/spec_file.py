@@ -1,0 +1,124 @@
+"""A release spec file: its sections and keys, checked before anything else (:mod:`sparsedp.spec`
+runs it; :mod:`sparsedp.spec_marginals` runs the marginal kind).
+
+Every section and key is listed here: anything else is refused with the closest known name ("did
+you mean ...?"), since a misspelt key must never be ignored.  The outputs are checked here too
+(in the spec's directory, never over the spec or its data, an existing release file replaced only
+with ``overwrite = true`` or ``--force``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from ._cli_util import OutputFile, check_output_paths
+from .errors import SparseDPError
+
+__all__ = ["flag", "load_spec", "matplotlib_pyplot", "outputs", "refuse_keys"]
+
+#: The keys each section may hold (anything else is refused: a misspelt key must not be ignored).
+_KEYS: dict[str, frozenset[str]] = {
+    "data": frozenset({"path", "column", "bins", "clip", "columns", "sizes", "categories"}),
+    "workload": frozenset({"kind", "ranges", "k", "lower", "marginals"}),
+    "strategy": frozenset({"kind", "branching", "time_limit"}),
+    "privacy": frozenset({"epsilon", "rho", "delta", "noise", "secure"}),
+    "consistency": frozenset({"nonnegative", "total"}),
+    "output": frozenset({"release", "report", "plot", "overwrite"}),
+}
+_SECTIONS = set(_KEYS)
+
+
+def load_spec(path: str | Path) -> dict[str, Any]:
+    """Parse and check a spec file's sections (unknown sections or keys raise)."""
+    p = Path(path)
+    try:
+        spec = tomllib.loads(p.read_text())
+    except FileNotFoundError as exc:
+        raise SparseDPError(f"no such spec file: {p}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise SparseDPError(f"{p} is not valid TOML: {exc}") from exc
+    unknown = set(spec) - _SECTIONS
+    if unknown:
+        raise SparseDPError(f"{p}: unknown section(s) {_named(unknown, _SECTIONS, '[{}]')}; known: {sorted(_SECTIONS)}")
+    for name, section in spec.items():
+        if not isinstance(section, dict):
+            raise SparseDPError(f"{p}: {name} must be a section [{name}], got a {type(section).__name__}")
+        extra = set(section) - _KEYS[name]
+        if extra:
+            raise SparseDPError(f"{p}: unknown key(s) {_named(extra, _KEYS[name], '{}')} in [{name}]; "
+                                f"known: {sorted(_KEYS[name])}")
+    for needed in ("data", "privacy"):
+        if needed not in spec:
+            raise SparseDPError(f"{p}: the [{needed}] section is required")
+    spec["_base"] = p.parent
+    return spec
+
+
+def _named(unknown: set[str], known: Any, fmt: str) -> str:
+    """The unknown names, each with the closest known one ("did you mean ...?") when there is one."""
+    parts = []
+    for name in sorted(unknown):
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+        hint = f" (did you mean {fmt.format(close[0])!r}?)" if close else ""
+        if not close and fmt == "{}":  # a key of another section, perhaps misspelt
+            for section, keys in _KEYS.items():
+                other = difflib.get_close_matches(name, sorted(keys), n=1, cutoff=0.75)
+                if other:
+                    hint = f" (did you mean {other[0]!r} in [{section}]?)"
+                    break
+        parts.append(repr(name) + hint)
+    return ", ".join(parts)
+
+
+def flag(section: dict[str, Any], key: str, where: str, default: bool = False) -> bool:
+    """A true / false key of a section (a string or a number is refused, not read as a truth value)."""
+    value = section.get(key, default)
+    if not isinstance(value, bool):
+        raise SparseDPError(f"{where}.{key} must be true or false, got {value!r}")
+    return value
+
+
+def outputs(spec: dict[str, Any], spec_path: Path, data_path: Path, force: bool) -> dict[str, Path]:
+    """The output files of a spec, checked (:func:`~sparsedp._cli_util.check_output_paths`): in the
+    spec's directory, never the spec or its data, distinct, in an existing directory, and an
+    existing release file only with ``overwrite = true`` / ``force``."""
+    out = spec.get("output", {})
+    base: Path = spec["_base"]
+    wanted: list[OutputFile] = []
+    for key in ("release", "report", "plot"):
+        if key in out:
+            if not isinstance(out[key], str) or not out[key]:
+                raise SparseDPError(f"output.{key} must be a file name, got {out[key]!r}")
+            wanted.append(OutputFile(f"output.{key}", base / out[key], release=key == "release"))
+    force = force or flag(out, "overwrite", "output")
+    check_output_paths(wanted, [spec_path, data_path], force=force, within=base,
+                       force_hint="'overwrite = true' in [output] (or sparsedp release --force)")
+    if "plot" in out:
+        matplotlib_pyplot()  # a missing extra is found before the charge, not after it
+    return {o.name.removeprefix("output."): Path(o.path) for o in wanted}
+
+
+def matplotlib_pyplot() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend, or :class:`SparseDPError` without the plot extra."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:  # pragma: no cover - the plot extra
+        raise SparseDPError("the plot needs matplotlib: pip install 'sparsedp[plot]'") from exc
+    return plt
+
+
+def refuse_keys(spec: dict[str, Any], keys: dict[str, frozenset[str]], why: str) -> None:
+    """Refuse the ``keys`` (``{section: names}``) a spec of one kind holds but does not use (a key
+    that would be ignored is an error, as a misspelt one is); ``why`` names the kind."""
+    for section, names in keys.items():
+        present = sorted(set(spec.get(section, {})) & names) if section in spec else []
+        if names == frozenset({"*"}) and section in spec:
+            raise SparseDPError(f"a {why} spec takes no [{section}] section")
+        if present:
+            raise SparseDPError(f"[{section}] {', '.join(map(repr, present))}: not used by a {why} spec")
