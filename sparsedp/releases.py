@@ -44,6 +44,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ._tails import ErrorShape
 from .errors import SparseDPError
 from .release_file import FORMAT, ReleaseFile, load_release_file, release_record, save_release
 
@@ -192,6 +193,7 @@ class ReleaseResult:
     report: Any = field(default=None, repr=False)
     source: Any = field(default=None, repr=False)
     path: str | None = None
+    error_shape: Any = field(default=None, repr=False)  # saved ErrorShape of a loaded release (its intervals)
 
     def __post_init__(self) -> None:
         n = _length(self.answers)
@@ -259,7 +261,17 @@ class ReleaseResult:
         var = np.asarray(self.variances, dtype=np.float64)
         total = float(var.sum())
         return ErrorReport(total, total / max(var.size, 1), self.variance_method or "stored", variances=var,
-                           noise=self.noise, secure=bool(self.secure))
+                           noise=self.noise, secure=bool(self.secure), shape=self.error_shape)
+
+    def _shape_to_save(self) -> Any:
+        """The :class:`~sparsedp.accuracy.ErrorShape` the intervals use (saved with the release, so
+        that a loaded release gives the same intervals), or ``None``."""
+        if self.variances is None:
+            return None
+        try:
+            return self.error_report().error_shape()
+        except SparseDPError:
+            return None
 
     def confidence_intervals(self, level: float = 0.95, method: str = "auto") -> tuple[np.ndarray, np.ndarray]:
         """``(lower, upper)`` around every answer at confidence ``level``:
@@ -348,6 +360,9 @@ class ReleaseResult:
                 raise SparseDPError("the release's arrays hold another 'variances'")
             arrays[_VARIANCES] = self.variances
             model["variances"] = _VARIANCES
+        shape_spec = _shape_spec(self._shape_to_save(), arrays)
+        if shape_spec is not None:
+            model["error_shape"] = shape_spec
         return save_release(p, self.kind, arrays, ledger=self.ledger, description=dict(self.description),
                             private=self.private, model=model)
 
@@ -368,6 +383,9 @@ class ReleaseResult:
         model.update(answers=p.name, shape=list(shape),
                      labels={name: col.spec() for name, col in self.labels.items()},
                      variances=None if const is None else {"constant": const})
+        shape_spec = _shape_spec(self._shape_to_save(), None)  # constant fields only (no arrays here)
+        if shape_spec is not None:
+            model["error_shape"] = shape_spec
         record = release_record(self.kind, ledger=self.ledger, description=dict(self.description),
                                 private=self.private, model=model)
         # the description's fields also at the top level: the layout of the side files of earlier versions
@@ -413,6 +431,50 @@ def _write_array(p: Path, answers: Any, shape: tuple[int, ...], block: int = 2**
 
 
 # -- the mix-in of the subsystem classes -----------------------------------------------------------
+
+
+_SHAPE_FIELDS = ("kurtosis", "lead", "unit", "unit_min", "lattice")
+_SHAPE = "error_shape."
+
+
+def _shape_spec(shape: Any, arrays: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The record of an :class:`~sparsedp.accuracy.ErrorShape`: each field a constant, or (when
+    ``arrays`` is given) the name of an array added to ``arrays``; ``None`` when a field varies and
+    there is no room for arrays (a chunked release: its intervals then use the variances only)."""
+    if shape is None:
+        return None
+    spec: dict[str, Any] = {}
+    for name in _SHAPE_FIELDS:
+        v = getattr(shape, name)
+        if v is None:
+            continue
+        v = np.asarray(v, dtype=np.float64)
+        const = _constant(v) if v.ndim else float(v)
+        if const is not None:
+            spec[name] = {"constant": const}
+        elif arrays is None:
+            return None
+        else:
+            arrays[_SHAPE + name] = np.ascontiguousarray(v)
+            spec[name] = _SHAPE + name
+    return spec
+
+
+def _shape_from_spec(spec: Any, arrays: dict[str, Any]) -> Any:
+    """The :class:`~sparsedp.accuracy.ErrorShape` a release file saved (its arrays taken out of
+    ``arrays``), or ``None``."""
+    if not isinstance(spec, Mapping):
+        return None
+    fields = {}
+    for name in _SHAPE_FIELDS:
+        s = spec.get(name)
+        if isinstance(s, str):
+            fields[name] = np.asarray(arrays.pop(s), dtype=np.float64)
+        elif isinstance(s, Mapping):
+            fields[name] = float(s["constant"])
+    if "kurtosis" not in fields:
+        return None
+    return ErrorShape(**fields)
 
 
 class ReleaseMethods:
@@ -539,11 +601,12 @@ def _from_file(rf: ReleaseFile, p: Path) -> ReleaseResult:
     var = _variances_from_model(m.get("variances"), arrays, n)
     if isinstance(m.get("variances"), str):
         arrays.pop(m["variances"], None)
+    shape = _shape_from_spec(m.get("error_shape"), arrays)
     arrays = {k: (answers if k == m.get("answers") else v) for k, v in arrays.items()}
     rel = ReleaseResult(kind=rf.kind, answers=answers, labels=labels, variances=var, noise=m.get("noise"),
                         secure=bool(m.get("secure", True)), strategy=m.get("strategy") or "", ledger=rf.ledger,
                         private=rf.private, description=rf.description, arrays=arrays,
-                        variance_method=m.get("variance_method"), path=str(p))
+                        variance_method=m.get("variance_method"), path=str(p), error_shape=shape)
     return _attach_source(rel)
 
 

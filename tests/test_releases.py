@@ -196,6 +196,22 @@ def test_every_kind_has_the_same_interval_call(kinds, name):
         assert np.all(hi2 - lo2 >= hi - lo - 1e-9)
 
 
+@pytest.mark.parametrize("name", KINDS)
+def test_a_loaded_release_gives_the_intervals_of_the_live_one(kinds, name):
+    # the file keeps the error's shape (kurtosis, lattice, single noise terms) with the variances, so
+    # the default ("accurate") intervals of a loaded release are those of the object it was saved from
+    want, path = kinds[name]
+    if want is None or want.variances is None:
+        pytest.skip("no live object or no variances")
+    got = load_release(path)
+    if got.variances is None or np.shape(got.variances) != np.shape(want.variances):
+        pytest.skip("this layout keeps no per-answer variances")
+    if got.variance_method == "bound" or want.variance_method == "bound":
+        pytest.skip("a chunked layout keeps a variance bound, not the variances")
+    np.testing.assert_allclose(got.confidence_intervals(0.95), want.confidence_intervals(0.95), rtol=1e-12, atol=1e-9)
+    assert got.error_report().interval_method() == want.error_report().interval_method()
+
+
 def _release_classes():
     from sparsedp.consistency.restaurant import RestaurantRelease
     from sparsedp.continual._stream import StreamingCounter
