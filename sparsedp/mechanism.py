@@ -37,6 +37,8 @@ from .inference import Reconstruction, reconstruct
 from .calibration import gaussian_sigma, laplace_scale
 from .measure import Measurement, plan_measurement
 from .operators import aslinearoperator
+from .marginals.mechanism import MarginalPlan, is_marginal_strategy, marginal_plan
+from .marginals.workload import MarginalWorkload
 from .privacy import Accountant
 from .releases import ReleaseResult, workload_labels
 
@@ -231,9 +233,17 @@ class MatrixMechanism:
         accountant: Accountant | None = None,
         optimize_options: dict[str, Any] | None = None,
     ):
+        self.optimized = _optimized_strategy(W, M, noise, optimize_options)
+        target = M if self.optimized is None else self.optimized.strategy
+        self._marginal: MarginalPlan | None = None
+        if is_marginal_strategy(target):  # ResidualPlanner / weighted marginals: measured by marginals.mechanism
+            self._init_marginal(W, target, epsilon, rho, delta, noise, secure, accountant)
+            return
+        if isinstance(W, MarginalWorkload):
+            raise ShapeError("a marginal workload is measured with the optimiser's marginal strategy: pass "
+                             "M='optimized' or sparsedp.optimize(W) (or build the matrix with workloads.marginals)")
         self.W = aslinearoperator(W, name="workload")
-        self.optimized = _optimized_strategy(self.W, M, noise, optimize_options)
-        self.M = aslinearoperator(M if self.optimized is None else self.optimized.strategy, name="strategy")
+        self.M = aslinearoperator(target, name="strategy")
         if self.W.shape[1] != self.M.shape[1]:
             raise ShapeError(f"workload has {self.W.shape[1]} columns, strategy {self.M.shape[1]}")
         self.noise = noise
@@ -260,6 +270,27 @@ class MatrixMechanism:
             self.rho = self.cost.rho
         self.sensitivity = self._plan.data_sensitivity
 
+    def _init_marginal(self, W: Any, strategy: Any, epsilon: float | None, rho: float | None, delta: float | None,
+                       noise: str, secure: bool, accountant: Accountant | None) -> None:
+        """A marginal strategy (:mod:`sparsedp.marginals.mechanism`): checked, nothing measured."""
+        if accountant is not None and not isinstance(accountant, Accountant):
+            raise InvalidPrivacyParameterError(f"accountant must be an Accountant, got {type(accountant).__name__}")
+        plan = marginal_plan(W, strategy, noise=noise, epsilon=epsilon, rho=rho, delta=delta, secure=secure)
+        self._marginal = plan
+        self.W, self.M = W, plan.strategy
+        self.noise, self.secure, self.accountant = noise, bool(secure), accountant
+        self.grid = 1.0
+        self.cost = plan.cost
+        if noise == "laplace":
+            self.epsilon = self.cost.epsilon
+        else:
+            self.rho = self.cost.rho
+
+    def _not_marginal(self, what: str) -> None:
+        if self._marginal is not None:
+            raise SparseDPError(f"{what} is not defined for a marginal strategy (one noise scale per residual or "
+                                "table): run(x) releases the marginals, error_report() gives their variances")
+
     # -- calibration -----------------------------------------------------------------------------
     @property
     def _grid_exact(self) -> bool:
@@ -274,6 +305,7 @@ class MatrixMechanism:
     def noise_scale(self) -> float:
         """Laplace ``b = Delta_1 / epsilon`` or Gaussian ``sigma = Delta_2 / sqrt(2 rho)`` (float
         noise), rounded up so that the stated budget is never exceeded."""
+        self._not_marginal("noise_scale()")
         if self.noise == "laplace":
             return laplace_scale(self.sensitivity, self.epsilon)
         return gaussian_sigma(self.sensitivity, self.rho)
@@ -284,6 +316,7 @@ class MatrixMechanism:
 
     def variances(self) -> np.ndarray:
         """Per-row noise variance of one measurement (exact discrete variances when secure)."""
+        self._not_marginal("variances()")
         return self._plan.variances()
 
     # -- measuring -------------------------------------------------------------------------------
@@ -294,6 +327,7 @@ class MatrixMechanism:
         ``counts=False``), at most ``2^50`` in magnitude, as must ``M x``.  Input is checked, then
         the budget charged, then noise drawn.
         """
+        self._not_marginal("measure()")
         return self._plan.measure(x, accountant=self.accountant, rng=rng, counts=counts,
                                   label=f"MatrixMechanism({self.M.name})")
 
@@ -315,6 +349,11 @@ class MatrixMechanism:
 
         if not isinstance(method, str) or method not in RECONSTRUCTION_METHODS:  # before anything is charged
             raise SparseDPError(f"method must be one of {sorted(RECONSTRUCTION_METHODS)}, got {method!r}")
+        if self._marginal is not None:  # the marginal release (GLS over the residuals), in the workload's order
+            if method != "ls" or not counts or any(v is not None for v in (executor, out, chunk, scratch)):
+                raise SparseDPError("a marginal strategy runs in process on a histogram of counts with method='ls' "
+                                    "(the GLS of its residuals)")
+            return self._marginal.run(x, accountant=self.accountant, rng=rng)
         if executor is not None or out is not None or chunk is not None or scratch is not None or is_partitioned(x):
             return run_scaleout(self, x, rng=rng, method=method, counts=counts, executor=executor, chunk=chunk,
                                 out=out, scratch=scratch, progress=progress)
@@ -332,6 +371,10 @@ class MatrixMechanism:
         (``.confidence_intervals(answers, level)``) for this mechanism's noise, with the plan's
         scales (``scales``, ``unit_scales``), so the intervals use the exact law of exact noise.
         """
+        if self._marginal is not None:
+            if kwargs:
+                raise SparseDPError("a marginal strategy's error report takes no options")
+            return self._marginal.error_report()
         kwargs.setdefault("noise", self.noise)
         kwargs.setdefault("secure", self.secure)
         if kwargs["noise"] == self.noise and bool(kwargs["secure"]) == self.secure:

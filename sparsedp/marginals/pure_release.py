@@ -26,9 +26,10 @@ from itertools import combinations
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from ..errors import InputBoundError, InvalidPrivacyParameterError, ShapeError
-from ..measure import plan_measurement
+from ..measure import MeasurementPlan, plan_measurement
 from ..noise import SecureRandomBits, as_generator
 from ..operators import SparseOperator
 from ..privacy import Accountant, LedgerEntry, PrivacyCost, ledger_time
@@ -36,7 +37,8 @@ from ..releases import ReleaseMethods, ReleaseResult
 from ..validation import budget_fraction, check_epsilon
 from .domain import Domain
 from .pure import MarginalsStrategy
-from .release import _cell_variance, _reconstruct_batch, marginal_tables, marginals_result
+from .release import (_cell_variance, _reconstruct_batch, _records_or_counts, marginal_tables, marginals_result,
+                      tables_from_counts)
 from .residual import residual_operator
 
 __all__ = ["PureMarginalRelease", "release_marginals_laplace"]
@@ -81,28 +83,16 @@ class PureMarginalRelease(ReleaseMethods):
                                 "noise, marginals by GLS", source=self)
 
 
-def release_marginals_laplace(records: Any, strategy: MarginalsStrategy, *, accountant: Accountant | None = None,
-                              rng: Any = None, secure: bool = True, label: str = "marginals (laplace)"
-                              ) -> PureMarginalRelease:
-    """Measure ``strategy`` (from :func:`~sparsedp.marginals.optimize_marginals_laplace`) on
-    ``records`` at its ``epsilon`` and reconstruct its workload (see the module doc)."""
-    import scipy.sparse as sp
-
-    t0 = time.perf_counter()
-    domain = strategy.domain
-    eps = check_epsilon(strategy.epsilon)
-    if accountant is not None and not isinstance(accountant, Accountant):
-        raise InvalidPrivacyParameterError(f"accountant must be an Accountant, got {type(accountant).__name__}")
-    X = domain.encode(records)
-    if X.shape[0] > 2**50:
-        raise InputBoundError("too many records")
-    seeded = rng is not None and not (isinstance(rng, SecureRandomBits) and rng.secure)
-    gen = rng if rng is None or isinstance(rng, SecureRandomBits) else as_generator(rng)
+def fit_table_plans(strategy: MarginalsStrategy, epsilon: float, secure: bool
+                    ) -> tuple[list[tuple[MeasurementPlan, list[int]]], Fraction]:
+    """``(plans, certified total loss)``: one identity plan per weight on the stacked tables of that
+    weight, scale ``b = 1 / (theta epsilon)`` per cell, rounded up until the certified total fits
+    ``epsilon`` as written.  What :func:`release_marginals_laplace` measures; the plans' variances
+    are those of the noise drawn (exact discrete Laplace when ``secure``)."""
+    domain, eps = strategy.domain, epsilon
     theta = np.asarray(strategy.weights, dtype=np.float64)
-    if np.any(theta <= 0) or abs(float(theta.sum()) - 1.0) > 1e-9:
-        raise ShapeError("strategy weights must be > 0 and sum to 1")
     measured = list(strategy.measured)
-    tables = marginal_tables(X, domain, measured)
+    sizes = [math.prod(domain.shape(S)) for S in measured]
     # plans: identity on the stacked tables of one weight; scale b = 1 / (theta epsilon) per cell
     groups: dict[float, list[int]] = {}
     for j, th in enumerate(theta):
@@ -112,7 +102,7 @@ def release_marginals_laplace(records: Any, strategy: MarginalsStrategy, *, acco
         plans = []
         total = Fraction(0)
         for th, members in groups.items():
-            size = int(sum(tables[measured[j]].size for j in members))
+            size = int(sum(sizes[j] for j in members))
             plan = plan_measurement(SparseOperator(sp.identity(size, format="csr"), name="marginal tables"),
                                     scales=widen / (th * eps), noise="laplace", secure=secure)
             plans.append((plan, members))
@@ -122,6 +112,32 @@ def release_marginals_laplace(records: Any, strategy: MarginalsStrategy, *, acco
         widen *= float(total / budget_fraction(eps)) * (1 + 1e-12)
     else:  # pragma: no cover
         raise InvalidPrivacyParameterError(f"the plans cost {float(total)!r} > epsilon {eps!r}")
+    return plans, total
+
+
+def release_marginals_laplace(records: Any, strategy: MarginalsStrategy, *, accountant: Accountant | None = None,
+                              rng: Any = None, secure: bool = True, label: str = "marginals (laplace)",
+                              counts: Any = None) -> PureMarginalRelease:
+    """Measure ``strategy`` (from :func:`~sparsedp.marginals.optimize_marginals_laplace`) on
+    ``records`` at its ``epsilon`` and reconstruct its workload (see the module doc); ``counts``
+    (with ``records=None``): the data as a histogram over the whole domain (C order)."""
+
+    t0 = time.perf_counter()
+    domain = strategy.domain
+    eps = check_epsilon(strategy.epsilon)
+    if accountant is not None and not isinstance(accountant, Accountant):
+        raise InvalidPrivacyParameterError(f"accountant must be an Accountant, got {type(accountant).__name__}")
+    X, hist, n_records = _records_or_counts(records, counts, domain)
+    if n_records > 2**50:
+        raise InputBoundError("too many records")
+    seeded = rng is not None and not (isinstance(rng, SecureRandomBits) and rng.secure)
+    gen = rng if rng is None or isinstance(rng, SecureRandomBits) else as_generator(rng)
+    theta = np.asarray(strategy.weights, dtype=np.float64)
+    if np.any(theta <= 0) or abs(float(theta.sum()) - 1.0) > 1e-9:
+        raise ShapeError("strategy weights must be > 0 and sum to 1")
+    measured = list(strategy.measured)
+    tables = marginal_tables(X, domain, measured) if hist is None else tables_from_counts(hist, domain, measured)
+    plans, total = fit_table_plans(strategy, eps, bool(secure))
     cost = PrivacyCost(epsilon=eps)
     entry = LedgerEntry(label=label, cost=cost, rows=int(sum(p.rows for p, _ in plans)),
                         columns=int(sum(t.size for t in tables.values())), noise="laplace", secure=bool(secure),

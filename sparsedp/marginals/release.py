@@ -52,13 +52,13 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from ..errors import InputBoundError, InvalidPrivacyParameterError, ShapeError
+from ..errors import InputBoundError, InvalidPrivacyParameterError, ShapeError, SparseDPError
 from ..measure import MeasurementPlan, plan_measurement
 from ..noise import SecureRandomBits, as_generator
 from ..operators import SparseOperator
 from ..privacy import Accountant, LedgerEntry, PrivacyCost, ledger_time
 from ..releases import ReleaseMethods, ReleaseResult
-from ..validation import check_rho
+from ..validation import check_counts, check_rho
 from .domain import Domain
 from .kron import KronOperator, apply_factors
 from .residual import cell_variance_factor, contrast_basis, residual_operator
@@ -213,6 +213,29 @@ def marginal_tables(X: np.ndarray, domain: Domain, sets: list[tuple[int, ...]], 
     return {A: tables[A] for A in sets}
 
 
+def tables_from_counts(counts: np.ndarray, domain: Domain, sets: list[tuple[int, ...]]) -> dict:
+    """``{A: t_A}`` for every set in ``sets`` (index tuples) from a histogram over the whole domain
+    (C order: the layout of :func:`sparsedp.workloads.marginals`): the histogram summed over the
+    attributes not in ``A``."""
+    full = np.asarray(counts, dtype=np.float64).reshape(domain.sizes)
+    out = {}
+    for A in sets:
+        drop = tuple(i for i in range(len(domain)) if i not in A)
+        out[A] = full.sum(axis=drop) if drop else full.copy()
+    return out
+
+
+def _records_or_counts(records: Any, counts: Any, domain: Domain) -> tuple[Any, Any, int]:
+    """``(codes, None, n)`` from records, or ``(None, histogram, n)`` from ``counts``; checked."""
+    if counts is None:
+        X = domain.encode(records)
+        return X, None, int(X.shape[0])
+    if records is not None:
+        raise SparseDPError("give the records or counts=, not both")
+    hist = check_counts(counts, math.prod(domain.sizes), "counts")
+    return None, hist, int(hist.sum())
+
+
 def _cover(sets: list[tuple[int, ...]], sizes: tuple[int, ...], max_cells: int
            ) -> list[tuple[tuple[int, ...], list[int]]]:
     """Greedy blocks of attributes (joint table of at most ``max_cells`` cells, or a single set if
@@ -306,6 +329,35 @@ _BLOCK_NNZ = 2**19  # non-zeros of one block plan's explicit matrix (I_m (x) Q_A
 _IMPLICIT_NNZ = _BLOCK_NNZ
 
 
+def fit_residual_plans(sel: ResidualSelection, rho: float, secure: bool, max_records: int = 2**24
+                       ) -> tuple[list[tuple[MeasurementPlan, list[int]]], Fraction, np.ndarray]:
+    """``(plans, certified total loss, sigma_A^2)``: the residual plans of ``sel`` (:func:`_plans`)
+    with every ``sigma_A^2`` scaled up until the certified total fits ``rho`` (exact noise: its grid
+    rounding costs a little; ``max_records`` fixes the grid).  What :func:`release_marginals`
+    measures; the plans' variances are those of the noise drawn."""
+    g = _grid(max_records)
+    sigma2 = sel.sigma2.copy()
+    for it in range(8):
+        plans, total = _plans(sel, sigma2, bool(secure), g)
+        if total <= Fraction(rho):
+            return plans, total, sigma2
+        # the grid-rounding part of the loss does not shrink as 1 / sigma^2: a margin growing 100x
+        # per round (1e-12, 1e-10, ...) ends the loop in a few rounds for any such part
+        sigma2 = sigma2 * (float(total / Fraction(rho)) * (1 + 1e-12 * 100.0**it))
+    raise InvalidPrivacyParameterError("could not fit the residual plans into rho")  # pragma: no cover
+
+
+def residual_variances(sel: ResidualSelection, plans: list[tuple[MeasurementPlan, list[int]]]
+                       ) -> dict[tuple[int, ...], float]:
+    """``{residual: per-entry noise variance}`` of the plans (exact for exact noise)."""
+    out = {}
+    for plan, chunk in plans:
+        v = float(plan.variances()[0]) if plan.rows else 0.0
+        for j in chunk:
+            out[sel.residuals[j]] = v
+    return out
+
+
 def _plans(sel: ResidualSelection, sigma2: np.ndarray, secure: bool, g: float
            ) -> tuple[list[tuple[MeasurementPlan, list[int]]], Fraction]:
     """Block plans: the residuals with the same table shape and ``sigma_A`` are measured ``m`` at a
@@ -365,6 +417,7 @@ def release_marginals(
     secure: bool = True,
     max_records: int = 2**24,
     label: str = "marginals",
+    counts: Any = None,
 ) -> MarginalRelease:
     """Release ``marginals`` of ``records`` on ``domain`` under ``rho``-zCDP (see the module doc).
 
@@ -373,14 +426,16 @@ def release_marginals(
     :func:`~sparsedp.marginals.select.select_residuals`.  ``secure=True`` (default): exact discrete
     Gaussian noise; ``rng`` an ``int`` / ``Generator`` gives reproducible, **non-private** noise.
     ``max_records``: a public bound on ``n`` that fixes the exact sampler's grid; more records raise
-    :class:`InputBoundError` before anything is spent."""
+    :class:`InputBoundError` before anything is spent.  ``counts`` (with ``records=None``): the data
+    as a histogram over the whole domain instead (C order, length ``prod(sizes)``: what
+    ``MatrixMechanism`` measures)."""
     t0 = time.perf_counter()
     r = check_rho(rho, "rho")
     if accountant is not None and not isinstance(accountant, Accountant):
         raise InvalidPrivacyParameterError(f"accountant must be an Accountant, got {type(accountant).__name__}")
-    X = domain.encode(records)
-    if X.shape[0] > int(max_records):
-        raise InputBoundError(f"{X.shape[0]} records, above max_records={int(max_records)} (the grid's bound)")
+    X, hist, n_records = _records_or_counts(records, counts, domain)
+    if n_records > int(max_records):
+        raise InputBoundError(f"{n_records} records, above max_records={int(max_records)} (the grid's bound)")
     seeded = rng is not None and not (isinstance(rng, SecureRandomBits) and rng.secure)
     gen = rng if rng is None or isinstance(rng, SecureRandomBits) else as_generator(rng)
     sel = select_residuals(domain, marginals, r, weights=weights, objective=objective)
@@ -393,20 +448,13 @@ def release_marginals(
                         f"marginal {S} needs residual {A}, which no positive weight asks for: give it a weight > 0")
     t1 = time.perf_counter()
     # blocks of at most ~n/8 cells (2^10 .. 2^17): a block's table must not cost more than its records
-    cells = int(min(2**17, max(2**10, X.shape[0] // 8)))
-    tables = marginal_tables(X, domain, list(sel.residuals), max_cells=cells)
+    if hist is None:
+        cells = int(min(2**17, max(2**10, n_records // 8)))
+        tables = marginal_tables(X, domain, list(sel.residuals), max_cells=cells)
+    else:
+        tables = tables_from_counts(hist, domain, list(sel.residuals))
     t2 = time.perf_counter()
-    g = _grid(max_records)
-    sigma2 = sel.sigma2.copy()
-    for it in range(8):
-        plans, total = _plans(sel, sigma2, bool(secure), g)
-        if total <= Fraction(r):
-            break
-        # the grid-rounding part of the loss does not shrink as 1 / sigma^2: a margin growing 100x
-        # per round (1e-12, 1e-10, ...) ends the loop in a few rounds for any such part
-        sigma2 = sigma2 * (float(total / Fraction(r)) * (1 + 1e-12 * 100.0**it))
-    else:  # pragma: no cover - the scaling converges in a few steps
-        raise InvalidPrivacyParameterError("could not fit the residual plans into rho")
+    plans, total, sigma2 = fit_residual_plans(sel, r, bool(secure), max_records)
     t3 = time.perf_counter()
     cost = PrivacyCost(rho=r)
     rows = int(sum(p.rows for p, _ in plans))

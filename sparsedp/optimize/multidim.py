@@ -5,8 +5,9 @@
   - ``noise="gaussian"``: ResidualPlanner's optimum (Xiao et al., NeurIPS 2023) by
     :func:`~sparsedp.marginals.select_residuals` at ``rho = 1``, family ``"residual"``.  It is the
     optimum over all Gaussian linear mechanisms for the workload; the strategy is the
-    :class:`~sparsedp.marginals.ResidualSelection` (noise per residual), *not* an operator for
-    ``MatrixMechanism``: release it with :func:`~sparsedp.marginals.release_marginals`.
+    :class:`~sparsedp.marginals.ResidualSelection` (noise per residual), not one matrix:
+    ``MatrixMechanism`` measures it through :func:`~sparsedp.marginals.release_marginals`
+    (:mod:`sparsedp.marginals.mechanism`), or release records with that function directly.
   - ``noise="laplace"``: HDMM's weighted-marginals parametrisation (McKenna et al., VLDB 2018) by
     :func:`~sparsedp.marginals.optimize_marginals_laplace` at ``epsilon = 1``, family
     ``"marginals"``; the strategy is the :class:`~sparsedp.marginals.MarginalsStrategy`, released by
