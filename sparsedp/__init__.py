@@ -24,8 +24,7 @@ from .errors import (
     UnsupportedStructureError,
     InputBoundError,
 )
-from . import marginals
-from . import topdown
+from . import flows, marginals, topdown, trees  # each registers its readers with sparsedp.load_release
 from .marginals import Domain
 from .marginals.kron import kron  # implicit KronOperator (operators.kron is the explicit product)
 from .inference import Reconstruction, l1_fit, least_squares, nnls, reconstruct
@@ -43,9 +42,11 @@ __all__ = [
     "accuracy",
     "consistency",
     "executors",
+    "flows",
     "inference",
     "marginals",
     "topdown",
+    "trees",
     "Domain",
     "noise",
     "operators",

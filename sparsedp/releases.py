@@ -40,12 +40,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from ._tails import ErrorShape
 from .errors import SparseDPError
+from .noise import discrete_laplace_variance
 from .release_file import FORMAT, ReleaseFile, load_release_file, release_record, save_release
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "SIDE_SUFFIX",
     "axis_labels",
     "load_release",
+    "register_reader",
     "workload_labels",
 ]
 
@@ -500,6 +502,28 @@ class ReleaseMethods:
 
 
 # -- loading ---------------------------------------------------------------------------------------
+#: What the subsystems add to :func:`load_release`: each registers its readers when imported
+#: (:func:`register_reader`), so this module, which they all build on, imports none of them.
+_READERS: dict[str, Callable[..., Any]] = {}
+
+
+def register_reader(name: str, reader: Callable[..., Any]) -> None:
+    """Let a subsystem read its files in :func:`load_release`: ``name`` is one of
+    ``"histogram.load"`` (an ``.npz`` of the first histogram layout -> ``HistogramRelease``),
+    ``"histogram.from_release"`` (a histogram :class:`ReleaseResult` -> its ``HistogramRelease``),
+    ``"restaurant.result"``, ``"flows.result"`` (earlier files' arrays -> :class:`ReleaseResult`),
+    ``"marginals.from_json"`` (the marginals command's JSON) and ``"topdown.load_directory"`` (a
+    chunked TopDown directory -> ``TopDownRelease``).  Called by those modules at import."""
+    _READERS[name] = reader
+
+
+def _reader(name: str) -> Callable[..., Any]:
+    try:
+        return _READERS[name]
+    except KeyError:  # every subsystem is imported with sparsedp; a stripped import may lack one
+        raise SparseDPError(f"reading this release needs sparsedp.{name.split('.')[0]}: import it first") from None
+
+
 
 
 def load_release(path: str | Path) -> ReleaseResult:
@@ -515,6 +539,8 @@ def load_release(path: str | Path) -> ReleaseResult:
         return _load_side(p, Path(str(p)[: -len(SIDE_SUFFIX)]))
     if not p.exists():
         raise SparseDPError(f"no such release file: {p}")
+    if p.is_dir() and (p / "topdown.json").is_file():  # a TopDown release chunked by subtree (a directory)
+        return _reader("topdown.load_directory")(p).to_release()
     head = b"" if p.is_dir() else _head(p)
     if p.is_dir() or p.suffix in (".npy", ".zarr") or head.startswith(b"\x93NUMPY"):
         side = Path(str(p) + SIDE_SUFFIX)
@@ -543,9 +569,7 @@ def _oldest_histogram(p: Path) -> ReleaseResult | None:
         return None
     if not {"estimate", "method"} <= names:
         return None
-    from .trees.publishers import load_release as load_histogram
-
-    return load_histogram(p).to_release(path=str(p))
+    return _reader("histogram.load")(p).to_release(path=str(p))
 
 
 def _head(p: Path) -> bytes:
@@ -613,9 +637,7 @@ def _from_file(rf: ReleaseFile, p: Path) -> ReleaseResult:
 def _attach_source(rel: ReleaseResult) -> ReleaseResult:
     """Histogram files: the :class:`~sparsedp.trees.HistogramRelease` (any range, exactly)."""
     if rel.kind == "histogram" and "method" in rel.description and "estimate" in rel.arrays:
-        from .trees.publishers import histogram_from_release
-
-        return replace(rel, source=histogram_from_release(rel))
+        return replace(rel, source=_reader("histogram.from_release")(rel))
     return rel
 
 
@@ -626,26 +648,18 @@ def _legacy_file(rf: ReleaseFile, p: Path) -> ReleaseResult:
     common = dict(kind=kind, ledger=rf.ledger, private=rf.private, description=desc, noise=noise, secure=secure,
                   path=str(p))
     if kind == "histogram":
-        from .trees.publishers import histogram_from_release
-
         base = ReleaseResult(answers=arrays["estimate"], labels=axis_labels((arrays["estimate"].size,), ["bin"]),
                              arrays=arrays, **{**common, "noise": "laplace"})
-        h = histogram_from_release(base)
+        h = _reader("histogram.from_release")(base)
         return h.to_release(private=rf.private, ledger=rf.ledger, description=desc, arrays=arrays, path=str(p))
     if kind == "restaurant":
-        from .consistency.restaurant import restaurant_result
-
         var = desc.get("noise_variance")
         if var is None and desc.get("laplace_scale") is not None:  # the CLI's files: from the scale
-            from .noise import discrete_laplace_variance
-
             b = float(desc["laplace_scale"])
             var = discrete_laplace_variance(b) if secure else 2.0 * b * b
-        return restaurant_result(arrays["x"], int(desc["days"]), var, **common, arrays=arrays)
+        return _reader("restaurant.result")(arrays["x"], int(desc["days"]), var, **common, arrays=arrays)
     if kind == "flows":
-        from .flows.release import flows_result
-
-        return flows_result(arrays["x"], desc, **{k: v for k, v in common.items() if k != "description"},
+        return _reader("flows.result")(arrays["x"], desc, **{k: v for k, v in common.items() if k != "description"},
                             arrays=arrays)
     if kind == "completion":
         left, right = arrays["left"], arrays["right"]
@@ -770,9 +784,7 @@ def _histogram_side_bound(meta: Mapping[str, Any]) -> float | None:
 def _load_json(p: Path) -> ReleaseResult:
     meta = _json_object(p, "release")
     if "marginals" in meta and "domain" in meta:
-        from .marginals.release import marginals_from_json
-
-        return marginals_from_json(meta, str(p))
+        return _reader("marginals.from_json")(meta, str(p))
     if "stack" in meta and "horizon" in meta:
         raise SparseDPError(f"{p} is a continual counter's state (it holds the exact running sums: SECRET), not a "
                             "release; the counter's released sums are ContinualCounter.to_release()")

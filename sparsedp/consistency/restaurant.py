@@ -55,6 +55,7 @@ from ..intervals import IntervalRows
 from ..measure import MeasurementPlan, plan_measurement
 from ..noise import as_generator
 from ..privacy import Accountant, LedgerEntry
+from ..releases import ReleaseResult, register_reader
 from ..strategies import TreeLayout
 from ..validation import (
     MAX_MAGNITUDE,
@@ -394,8 +395,6 @@ def restaurant_result(x: np.ndarray, days: int, variance: float | None, **fields
     ``x`` (node-major, 5 items per node) over ``days`` days with noise ``variance`` per measured
     value: labels ``lo`` / ``hi`` (the node's days, inclusive) and ``item``, exact variances
     (``None`` when the variance is unknown); ``fields``: the other fields."""
-    from ..releases import ReleaseResult
-
     layout = restaurant_layout(days)
     lo, hi = _layout_intervals(layout)
     p = len(ITEMS)
@@ -565,3 +564,6 @@ def restaurant_release(
         ledger=meas.entry,
         _truth=truth,
     )
+
+
+register_reader("restaurant.result", restaurant_result)  # load_release reads earlier restaurant files with it

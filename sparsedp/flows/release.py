@@ -42,6 +42,7 @@ from ..accuracy import ErrorReport
 from ..errors import SparseDPError
 from ..measure import MeasurementPlan, plan_measurement
 from ..privacy import Accountant, LedgerEntry
+from ..releases import ReleaseResult, register_reader
 from ..range_variance import DEFAULT_MEMORY_LIMIT, check_memory
 from ..validation import check_epsilon, check_magnitude, check_positive
 from .conservation import FlowSystem, conservation_system
@@ -190,8 +191,6 @@ def flows_result(x: np.ndarray, description: dict, *, report: Any = None, **fiel
     variables ``[edge flows, starts, ends]``, or edge flows only with ``fixed_endpoints``), else the
     index; variances from ``report`` (an :class:`~sparsedp.accuracy.ErrorReport`), else the exact
     upper bound ``noise_variance`` of every value (``variance_method="bound"``)."""
-    from ..releases import ReleaseResult
-
     x = np.asarray(x)
     nodes, edges = description.get("nodes"), description.get("edges")
     labels: dict[str, np.ndarray] = {}
@@ -410,3 +409,6 @@ def _prepare(road: RoadNetwork, trips: Trips, epsilon: Any, method: Any, fixed_e
     how, reason = check_method(system, method)
     plan = plan_measurement(st.identity(truth.size), epsilon=eps, unit=unit, noise="laplace", secure=bool(secure))
     return _Prepared(plan, truth, system, eps, L, unit, how, reason, tol)
+
+
+register_reader("flows.result", flows_result)  # load_release reads earlier flows files with it

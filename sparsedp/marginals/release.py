@@ -57,7 +57,7 @@ from ..measure import MeasurementPlan, plan_measurement
 from ..noise import SecureRandomBits, as_generator
 from ..operators import SparseOperator
 from ..privacy import Accountant, LedgerEntry, PrivacyCost, ledger_time
-from ..releases import ReleaseMethods, ReleaseResult
+from ..releases import ReleaseMethods, ReleaseResult, register_reader
 from ..validation import check_counts, check_rho
 from .domain import Domain
 from .kron import KronOperator, apply_factors
@@ -492,3 +492,6 @@ def release_marginals(
         cost=cost, loss=float(total), entry=entry, secure=bool(secure), private=not seeded,
         seconds={"select": t1 - t0, "tables": t2 - t1, "plan": t3 - t2, "measure": t4 - t3, "reconstruct": t5 - t4},
     )
+
+
+register_reader("marginals.from_json", marginals_from_json)  # load_release reads the marginals JSON through it

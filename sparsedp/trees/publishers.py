@@ -77,7 +77,7 @@ from ..mechanism import MatrixMechanism
 from ..privacy import Accountant, LedgerEntry, PrivacyCost
 from ..range_variance import IntervalTreeCovariance, structured_covariance
 from ..release_file import load_release_file
-from ..releases import ReleaseResult, axis_labels
+from ..releases import ReleaseResult, axis_labels, register_reader
 from ..strategies import _interval_rows
 from ..validation import MAX_MAGNITUDE, check_counts, check_epsilon, check_vector
 from .blue import blue
@@ -843,3 +843,7 @@ class Dwork(TreePublisher):
 
 
 PUBLISHERS = {"lue": LUEDPTree, "boost": Boost, "boost-un": BoostUN, "privelet": Privelet, "dwork": Dwork}
+
+
+register_reader("histogram.load", load_release)  # load_release reads histogram files through these
+register_reader("histogram.from_release", histogram_from_release)
