@@ -9,7 +9,11 @@ noise is exact discrete Laplace noise (the default, ``secure=True``; ``secure=Fa
 float64 noise, which leaks through its low bits), drawn through the one measurement path
 (``sparsedp.measure``): the accountant's ledger records the measurement.  The seeds below make the run
 reproducible, which is for a demonstration only: a seeded run is NOT private (omit ``rng`` to draw the
-noise from operating-system entropy).
+noise from operating-system entropy).  The GLS tree counter's 120 values end in the common release
+model (``to_release()``: one answer per month, its exact variance and 95% interval, the ledger),
+saved to a release file in a temporary directory and read back with ``sparsedp.load_release``;
+the counter's own ``save`` writes its state, which holds the exact running sums and is never
+published.  The true totals and errors printed are an evaluation, not part of a release.
 
     python examples/continual_counter.py
 """
@@ -24,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sparsedp import Accountant, BudgetExceededError, InputBoundError  # noqa: E402
+from sparsedp import Accountant, BudgetExceededError, InputBoundError, load_release  # noqa: E402
 from sparsedp.continual import (  # noqa: E402
     ContinualCounter,
     GLSTreeCounter,
@@ -42,7 +46,7 @@ budget = Accountant(epsilon=2 * EPS)  # two releases below, each of cost EPS
 counter = ContinualCounter(N, epsilon=EPS, rng=2026, accountant=budget)
 print(f"horizon {N} months, epsilon {EPS}: Laplace scale {counter.scale:.3f} / lambda_i per node, exact noise "
       f"(Delta_1(Sigma M) = {counter.sensitivity:.6f})")
-print("month  true total  published   std")
+print("month  true total (evaluation)  published   std")
 published = []
 with tempfile.TemporaryDirectory() as tmp:
     state = Path(tmp) / "counter.json"
@@ -53,7 +57,7 @@ with tempfile.TemporaryDirectory() as tmp:
         published.append(counter.update(a))
         counter.save(state)
         if t <= 3 or t % 24 == 0:
-            print(f"{t:5d}  {admissions[:t].sum():10.0f}  {published[-1]:9.1f}  {counter.last_variance ** 0.5:5.1f}")
+            print(f"{t:5d}  {admissions[:t].sum():23.0f}  {published[-1]:9.1f}  {counter.last_variance ** 0.5:5.1f}")
 try:
     counter.update(400)
 except BudgetExceededError as exc:
@@ -78,3 +82,12 @@ print(f"budget spent: {budget.spent} of {budget.total} ({len(budget.history)} re
 for entry in budget.ledger:
     print(f"  ledger: {entry.label}: {entry.rows} rows, {entry.noise}, secure={entry.secure}, "
           f"private={entry.private}, epsilon={entry.cost.epsilon}")
+
+rel = gls.to_release()  # the common release model: label step (1..120), exact variances, the ledger
+lower, upper = rel.confidence_intervals(0.95)
+print(f"GLS tree release: {len(rel)} steps, month 120: {rel.answers[-1]:.1f}, "
+      f"95% interval [{lower[-1]:.1f}, {upper[-1]:.1f}]")
+with tempfile.TemporaryDirectory() as tmp:
+    back = load_release(rel.save(Path(tmp) / "gls_counter.npz"))  # the released values, not the state
+    print(f"gls_counter.npz: {back.kind}, {len(back)} values, ledger total epsilon {back.epsilon:g}, "
+          f"private={back.private} (seeded)")

@@ -1,7 +1,15 @@
 """Quick start: answer every running sum of a histogram with a 16-ary tree strategy.
 
+The last release ends in the common release model (``to_release()``: labelled answers, exact
+variances, 95% intervals, the ledger), saved to a release file in a temporary directory and read
+back with ``sparsedp.load_release``.  The errors against the true running sums ("this run") are an
+evaluation, not part of a release.
+
     python examples/quickstart.py
 """
+
+import tempfile
+from pathlib import Path
 
 import numpy as np
 
@@ -29,8 +37,12 @@ for name, M in [
 # is a single draw, and with the identity strategy the errors of all running sums are one random
 # walk (answer t adds up t noisy bins, Var grows from ~32 to ~32,000), so one run's mean can land
 # far from the expected value. Each answer's variance and a 95% interval are in the report:
-lo, hi = report.confidence_intervals(release.answers, level=0.95)
-print(f"last running sum: {release.answers[-1]:.0f}, 95% interval [{lo[-1]:.0f}, {hi[-1]:.0f}]")
+rel = release.to_release()  # the common release model: labels lo, hi; exact variances; the ledger
+lo, hi = rel.confidence_intervals(0.95)
+print(f"last running sum: {rel.answers[-1]:.0f}, 95% interval [{lo[-1]:.0f}, {hi[-1]:.0f}]")
+with tempfile.TemporaryDirectory() as tmp:
+    back = sparsedp.load_release(rel.save(Path(tmp) / "running_sums.npz"))  # never the data
+    print(f"running_sums.npz: {len(back)} answers, ledger total epsilon {back.epsilon:g}, private={back.private}")
 
 print(f"budget spent {budget.spent:g} of {budget.total:g}")
 try:
