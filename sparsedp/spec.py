@@ -41,8 +41,9 @@ reconstructed by GLS (NNLS with ``nonnegative``), then made consistent with the 
 post-processing.  Nothing computed from the raw data other than the release is written.
 
 A spec whose ``[data]`` names several ``columns`` releases their marginals instead
-(:mod:`sparsedp.spec_marginals`); the sections and keys of both kinds are checked by
-:mod:`sparsedp.spec_file`.
+(:mod:`sparsedp.spec_marginals`), and one whose ``[data]`` names ``geo`` columns a TopDown release
+of a hierarchical table (:mod:`sparsedp.spec_topdown`); the sections and keys of every kind are
+checked by :mod:`sparsedp.spec_file`.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from .privacy import Accountant
 from .releases import ReleaseResult, workload_labels
 from .spec_file import flag, load_spec, matplotlib_pyplot, outputs, refuse_keys
 from .spec_marginals import MARGINAL_ONLY, is_marginal_spec, run_marginal_spec
+from .spec_topdown import TOPDOWN_ONLY, is_topdown_spec, run_topdown_spec
 from .validation import MAX_MAGNITUDE
 
 __all__ = ["SpecResult", "load_spec", "run_spec"]
@@ -147,10 +149,18 @@ def run_spec(path: str | Path, *, rng: Any = None, accountant: Accountant | None
     existing release file (as ``overwrite = true`` in ``[output]``).  Every check, the outputs'
     included, comes before the budget is charged."""
     spec = load_spec(path)
+    if is_topdown_spec(spec):
+        if is_marginal_spec(spec):
+            raise SparseDPError("data.geo (a TopDown table) and data.columns (marginals) name two kinds of spec: "
+                                "give one")
+        res, rel, acc, files = run_topdown_spec(spec, path, rng=rng, accountant=accountant, force=force)
+        return SpecResult(np.asarray(res.answers), None, rel, acc, files, res)
     if is_marginal_spec(spec):
+        refuse_keys(spec, TOPDOWN_ONLY, "marginal (data.columns)")
         res, rel, acc, files = run_marginal_spec(spec, path, rng=rng, accountant=accountant, force=force)
         return SpecResult(np.asarray(res.answers), None, rel, acc, files, res)
     refuse_keys(spec, MARGINAL_ONLY, "histogram (data.column)")
+    refuse_keys(spec, TOPDOWN_ONLY, "histogram (data.column)")
     base: Path = spec["_base"]
     data = spec["data"]
     if "path" not in data:

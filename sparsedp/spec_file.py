@@ -21,11 +21,12 @@ __all__ = ["flag", "load_spec", "matplotlib_pyplot", "outputs", "refuse_keys"]
 
 #: The keys each section may hold (anything else is refused: a misspelt key must not be ignored).
 _KEYS: dict[str, frozenset[str]] = {
-    "data": frozenset({"path", "column", "bins", "clip", "columns", "sizes", "categories"}),
+    "data": frozenset({"path", "column", "bins", "clip", "columns", "sizes", "categories", "geo", "counts",
+                       "attributes", "sep", "root"}),
     "workload": frozenset({"kind", "ranges", "k", "lower", "marginals"}),
-    "strategy": frozenset({"kind", "branching", "time_limit"}),
+    "strategy": frozenset({"kind", "branching", "time_limit", "split"}),
     "privacy": frozenset({"epsilon", "rho", "delta", "noise", "secure"}),
-    "consistency": frozenset({"nonnegative", "total"}),
+    "consistency": frozenset({"nonnegative", "total", "invariants"}),
     "output": frozenset({"release", "report", "plot", "overwrite"}),
 }
 _SECTIONS = set(_KEYS)

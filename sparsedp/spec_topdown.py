@@ -1,0 +1,192 @@
+"""TopDown specs: a ``sparsedp release`` spec whose ``[data]`` names geography columns.
+
+A table with one row per leaf unit of a geography (state > county > district, any depth) and
+count columns becomes a TopDown release (:func:`sparsedp.topdown.topdown`): every unit's counts at
+every level, non-negative integers, every parent the sum of its children, the invariants exact::
+
+    [data]
+    path = "counts.csv"                       # .csv (.csv.gz) or .parquet
+    geo = ["state_fips", "county_fips", "vtd_code"]   # outermost first; codes read as text
+    counts = ["vap_*", "u18_*"]               # count columns: names or glob patterns
+    attributes = ["age", "race"]              # optional: the cells' attributes (column NAME_VALUE_...)
+
+    [strategy]
+    kind = "topdown"                          # the default when [data] has geo
+    split = [0.25, 0.25, 0.25, 0.25]          # optional: each level's share of the budget (root first)
+
+    [privacy]
+    rho = 1.0                                 # zCDP, exact discrete Gaussian noise (or epsilon: Laplace)
+
+    [consistency]
+    invariants = ["state_fips:total"]         # published EXACTLY (not protected)
+
+    [output]
+    release = "release.npz"                   # the release file (sparsedp.load_release, sparsedp ledger)
+    report = "release.md"                     # per level: units, cells, standard deviation, checks
+    plot = "release.png"                      # per-level standard deviation of a published count
+
+Neighbours add or remove one person (one unit in one cell of the leaf, and so of every level).
+Everything is checked before the budget is charged: the keys (those of the other kinds are
+refused), the table (missing columns, non-numeric or negative counts), the budget, the split and
+the invariants, and the outputs.  The report and plot show what the release's own variances say
+(data-free: they depend on the hierarchy, the budget and the split), never the data.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import InvalidPrivacyParameterError, SparseDPError
+from .privacy import Accountant
+from .releases import ReleaseResult
+from .spec_file import flag, matplotlib_pyplot, outputs, refuse_keys
+from .topdown.hierarchy import read_table
+from .topdown.release import TopDownRelease, topdown
+
+__all__ = ["TOPDOWN_ONLY", "is_topdown_spec", "run_topdown_spec"]
+
+#: Keys of the other kinds that a TopDown spec would ignore: refused.
+_OTHERS: dict[str, frozenset[str]] = {
+    "data": frozenset({"column", "bins", "clip", "columns", "sizes", "categories"}),
+    "workload": frozenset({"*"}),
+    "strategy": frozenset({"branching", "time_limit"}),
+    "consistency": frozenset({"total", "nonnegative"}),
+}
+#: Keys of a TopDown spec that the other kinds would ignore: refused there.
+TOPDOWN_ONLY: dict[str, frozenset[str]] = {
+    "data": frozenset({"geo", "counts", "attributes", "sep", "root"}),
+    "strategy": frozenset({"split"}),
+    "consistency": frozenset({"invariants"}),
+}
+
+
+def is_topdown_spec(spec: dict[str, Any]) -> bool:
+    """Whether a loaded spec is of the TopDown kind (``[data] geo``)."""
+    return "geo" in spec.get("data", {})
+
+
+def _names(value: Any, key: str, *, empty: bool = False) -> list[str]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or (not value and not empty) or not all(isinstance(v, str) and v for v in value):
+        raise SparseDPError(f"{key} must be a list of names, got {value!r}")
+    return list(value)
+
+
+def _budget(priv: dict[str, Any]) -> tuple[float | None, float | None, bool]:
+    if "delta" in priv or "noise" in priv:
+        raise InvalidPrivacyParameterError("a TopDown spec takes rho (zCDP, Gaussian) or epsilon (pure DP, Laplace); "
+                                           "the noise follows from it")
+    if ("rho" in priv) == ("epsilon" in priv):
+        raise InvalidPrivacyParameterError("a TopDown spec takes privacy.rho or privacy.epsilon: exactly one")
+    for k in ("rho", "epsilon"):
+        v = priv.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise InvalidPrivacyParameterError(f"privacy.{k} must be a number, got {v!r}")
+    rho, eps = priv.get("rho"), priv.get("epsilon")
+    return (None if rho is None else float(rho)), (None if eps is None else float(eps)), \
+        flag(priv, "secure", "privacy", default=True)
+
+
+def _split(strategy: dict[str, Any]) -> Any:
+    kind = strategy.get("kind", "topdown")
+    if kind != "topdown":
+        raise SparseDPError(f"a spec with data.geo is a TopDown release: strategy.kind must be 'topdown', got {kind!r}")
+    split = strategy.get("split")
+    if split is None or isinstance(split, str):
+        return split
+    if isinstance(split, dict):
+        return dict(split)
+    if not isinstance(split, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in split):
+        raise SparseDPError(f"strategy.split must be a list of numbers (one per level, root first), a table "
+                            f"{{level = share}} or a name, got {split!r}")
+    return list(split)
+
+
+def run_topdown_spec(spec: dict[str, Any], path: str | Path, *, rng: Any = None,
+                     accountant: Accountant | None = None, force: bool = False
+                     ) -> tuple[ReleaseResult, TopDownRelease, Accountant, dict[str, Path]]:
+    """Run a loaded TopDown spec: ``(release, the TopDown release, accountant, files)``.  Every
+    check comes before the charge (:func:`~sparsedp.topdown.topdown` checks the design before it
+    measures); then one release, saved, reported and plotted."""
+    refuse_keys(spec, _OTHERS, "TopDown (data.geo)")
+    data = spec["data"]
+    geo = _names(data["geo"], "data.geo")
+    if "counts" not in data:
+        raise SparseDPError("a TopDown spec names its count columns: data.counts (names or glob patterns)")
+    counts = _names(data["counts"], "data.counts")
+    attributes = _names(data["attributes"], "data.attributes") if "attributes" in data else None
+    sep, root = data.get("sep", "_"), data.get("root", "root")
+    if not isinstance(sep, str) or not isinstance(root, str) or not root:
+        raise SparseDPError("data.sep and data.root must be text")
+    rho, eps, secure = _budget(spec["privacy"])
+    split = _split(spec.get("strategy", {}))
+    invariants = _names(spec.get("consistency", {}).get("invariants", []), "consistency.invariants", empty=True)
+    if not isinstance(data.get("path"), str) or not data["path"]:
+        raise SparseDPError(f"data.path must be a file name, got {data.get('path')!r}")
+    base: Path = spec["_base"]
+    out = spec.get("output", {})
+    if "release" in out and Path(str(out["release"])).suffix.lower() != ".npz":
+        raise SparseDPError(f"output.release of a TopDown spec is an .npz release file, got {out['release']!r} "
+                            "(its table: sparsedp.load_release(FILE).to_pandas())")
+    files_out = outputs(spec, Path(path), base / data["path"], force)
+    table = read_table(base / data["path"], geo, counts, attributes=attributes, sep=sep, root=root)
+    if accountant is None:
+        accountant = Accountant(rho=rho) if rho is not None else Accountant(epsilon=eps)
+    rel = topdown(table, rho=rho, epsilon=eps, split=split, invariants=invariants, secure=secure,
+                  accountant=accountant, rng=rng, keep_noisy=False)
+    del table
+    result = rel.to_release()
+    files: dict[str, Path] = {}
+    if "release" in files_out:
+        files["release"] = rel.save(files_out["release"])
+    if "report" in files_out:
+        files["report"] = _report(files_out["report"], rel, Path(path).name, invariants)
+    if "plot" in files_out:
+        files["plot"] = _plot(files_out["plot"], rel)
+    return result, rel, accountant, files
+
+
+def _level_sd(rel: TopDownRelease) -> list[float]:
+    """Per level, the root mean of the per-cell variances of the GLS estimate (data-free)."""
+    return [float(np.sqrt(np.mean(v))) if np.size(v) else 0.0 for v in rel.variance]
+
+
+def _report(path: Path, rel: TopDownRelease, name: str, invariants: list[str]) -> Path:
+    h = rel.hierarchy
+    res = rel.to_release()
+    cost = f"rho {res.rho:g}" if res.rho else f"epsilon {res.epsilon:g}"
+    checks = rel.check()
+    lines = [f"# sparsedp release: {name}", "",
+             f"- TopDown release of {' > '.join(h.levels)} x {h.cells.size} cells "
+             f"({sum(c.size for c in rel.counts)} published counts)",
+             f"- privacy: {cost}, {'exact' if res.secure else 'float'} {res.noise} noise"
+             + ("" if res.private else " **(seeded: NOT private)**"),
+             f"- invariants (published exactly, not protected): {', '.join(invariants) or 'none'}",
+             f"- checks: {', '.join(f'{k} {v}' for k, v in checks.items())}", "",
+             "| level | units | cells per unit | standard deviation of a count (GLS, before rounding) |",
+             "|---|---:|---:|---:|"]
+    lines += [f"| {lv} | {n} | {h.cells.size} | {sd:.4g} |" for lv, n, sd in zip(h.levels, h.sizes, _level_sd(rel))]
+    lines += ["", "Ledger:"] + [f"- {e.get('label', '')}: {', '.join(f'{k} {e[k]:g}' for k in ('rho', 'epsilon') if e.get(k))}"
+                                for e in res.ledger]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _plot(path: Path, rel: TopDownRelease) -> Path:
+    """The per-level standard deviation of a published count's GLS estimate (data-free)."""
+    plt = matplotlib_pyplot()
+    h = rel.hierarchy
+    fig, ax = plt.subplots(figsize=(6, 3))
+    ax.bar(range(len(h.levels)), _level_sd(rel))
+    ax.set_xticks(range(len(h.levels)))
+    ax.set_xticklabels([f"{lv}\n({n} units)" for lv, n in zip(h.levels, h.sizes)], fontsize=8)
+    ax.set_ylabel("standard deviation of a count")
+    ax.set_title("TopDown release: accuracy by level (before rounding)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

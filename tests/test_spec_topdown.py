@@ -1,0 +1,103 @@
+"""TopDown specs (``[data] geo``): the release topdown() makes, consistent non-negative integers
+with exact invariants, a report from the release's own variances, refusals before any charge."""
+
+import numpy as np
+import pytest
+
+from sparsedp import SparseDPError, load_release
+from sparsedp.cli import main
+from sparsedp.privacy import Accountant
+from sparsedp.spec import run_spec
+from sparsedp.topdown import read_table, topdown
+
+SPEC = """
+[data]
+path = "counts.csv"
+geo = ["state", "county", "district"]
+counts = ["adult_*", "child_*"]
+attributes = ["age", "group"]
+
+[strategy]
+split = [1, 1, 1, 1]
+
+[privacy]
+rho = 0.5
+
+[consistency]
+invariants = ["state:total"]
+
+[output]
+release = "td.npz"
+report = "td.md"
+plot = "td.png"
+"""
+
+
+def _write(tmp_path, spec=SPEC):
+    rng = np.random.default_rng(3)
+    rows = ["state,county,district,adult_a,adult_b,child_a,child_b"]
+    for s in ("01", "02"):
+        for c in range(3):
+            for d in range(int(rng.integers(2, 6))):
+                counts = rng.poisson([40, 10, 12, 3])
+                rows.append(f"{s},{c:03d},{d:04d}," + ",".join(map(str, counts)))
+    (tmp_path / "counts.csv").write_text("\n".join(rows) + "\n")
+    path = tmp_path / "td.toml"
+    path.write_text(spec)
+    return path
+
+
+def test_a_topdown_spec_is_the_topdown_release(tmp_path):
+    path = _write(tmp_path)
+    res = run_spec(path, rng=5)
+    table = read_table(tmp_path / "counts.csv", ["state", "county", "district"], ["adult_*", "child_*"],
+                       attributes=["age", "group"])
+    want = topdown(table, rho=0.5, split=[1, 1, 1, 1], invariants=["state:total"], rng=5, keep_noisy=False)
+    for a, b in zip(res.release.counts, want.counts):
+        np.testing.assert_array_equal(a, b)
+    assert res.release.check() == {k: 0 for k in res.release.check()}
+    np.testing.assert_array_equal(res.release.counts[1].sum(axis=1), table.counts[1].sum(axis=1))  # invariant
+    assert res.accountant.spent == pytest.approx(0.5) and len(res.accountant.ledger) == 4
+    back = load_release(res.files["release"])
+    np.testing.assert_array_equal(np.asarray(back.answers), np.asarray(res.result.answers))
+    report = res.files["report"].read_text()
+    assert "negative 0" in report and "state:total" in report and "| district |" in report
+    assert res.files["plot"].stat().st_size > 1000
+
+
+def test_the_command_line_runs_a_topdown_spec(tmp_path, capsys):
+    path = _write(tmp_path)
+    assert main(["release", str(path), "--seed", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "released" in out and "rho 0.5" in out
+    assert main(["ledger", str(tmp_path / "td.npz")]) == 0
+
+
+@pytest.mark.parametrize("edit,match", [
+    (lambda s: s.replace("split = [1, 1, 1, 1]", "split = [1, 1]"), "split"),
+    (lambda s: s.replace('["state:total"]', '["nation:total", "zzz"]'), "invariant|level"),
+    (lambda s: s.replace('counts = ["adult_*", "child_*"]', 'counts = ["adults"]'), "adults"),
+    (lambda s: s.replace('release = "td.npz"', 'release = "td.csv"'), "npz"),
+    (lambda s: s.replace("rho = 0.5", "rho = 0.5\nepsilon = 1.0"), "exactly one"),
+    (lambda s: s.replace("rho = 0.5", "rho = -1"), "rho"),
+    (lambda s: s.replace("[strategy]", "[strategy]\nbranching = 4"), "not used by a TopDown"),
+    (lambda s: s + "\n[workload]\nkind = \"prefix\"\n", "no \\[workload\\]"),
+    (lambda s: s.replace('attributes = ["age", "group"]', 'attributes = ["age", "group"]\ncolumns = ["a"]'),
+     "two kinds"),
+])
+def test_bad_topdown_specs_are_refused_before_any_charge(tmp_path, edit, match):
+    path = _write(tmp_path)
+    path.write_text(edit(path.read_text()))
+    acc = Accountant(rho=1.0)
+    with pytest.raises(SparseDPError, match=match):
+        run_spec(path, accountant=acc)
+    assert not acc.ledger and not (tmp_path / "td.npz").exists()
+
+
+def test_topdown_keys_in_other_specs_are_refused(tmp_path):
+    (tmp_path / "a.csv").write_text("age\n1\n2\n")
+    path = tmp_path / "h.toml"
+    path.write_text('[data]\npath = "a.csv"\ncolumn = "age"\nbins = { start = 0, stop = 4, width = 1 }\n'
+                    '[privacy]\nepsilon = 1.0\n[consistency]\ninvariants = ["state:total"]\n')
+    with pytest.raises(SparseDPError, match="'invariants': not used by a histogram"):
+        run_spec(path)
