@@ -17,7 +17,7 @@ from typing import Any
 from ._cli_util import OutputFile, check_output_paths
 from .errors import SparseDPError
 
-__all__ = ["flag", "load_spec", "matplotlib_pyplot", "outputs", "refuse_keys"]
+__all__ = ["flag", "load_spec", "matplotlib_pyplot", "outputs", "privacy_line", "refuse_keys"]
 
 #: The keys each section may hold (anything else is refused: a misspelt key must not be ignored).
 _KEYS: dict[str, frozenset[str]] = {
@@ -123,3 +123,11 @@ def refuse_keys(spec: dict[str, Any], keys: dict[str, frozenset[str]], why: str)
             raise SparseDPError(f"a {why} spec takes no [{section}] section")
         if present:
             raise SparseDPError(f"[{section}] {', '.join(map(repr, present))}: not used by a {why} spec")
+
+
+def privacy_line(result: Any) -> str:
+    """The report's line on the privacy of a :class:`~sparsedp.releases.ReleaseResult`: its ledger
+    total, the noise, and a warning when it is not private (seeded noise)."""
+    cost = f"rho {result.rho:g}" if result.rho else f"epsilon {result.epsilon:g}"
+    return (f"- privacy: {cost}, {'exact' if result.secure else 'float'} {result.noise} noise"
+            + ("" if result.private else " **(seeded: NOT private)**"))

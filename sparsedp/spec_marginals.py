@@ -56,7 +56,7 @@ from .marginals.select import marginals_up_to
 from .marginals.table import encode_records, read_records
 from .privacy import Accountant
 from .releases import ReleaseResult
-from .spec_file import flag, matplotlib_pyplot, outputs, refuse_keys
+from .spec_file import flag, matplotlib_pyplot, outputs, privacy_line, refuse_keys
 
 __all__ = ["MARGINAL_ONLY", "MarginalSpec", "is_marginal_spec", "marginal_spec", "run_marginal_spec"]
 
@@ -263,12 +263,10 @@ def _report(path: Path, result: ReleaseResult, ms: MarginalSpec, max_rows: int =
     answers = np.asarray(result.answers)
     lo, hi = result.confidence_intervals(0.95)
     sd = np.sqrt(np.asarray(result.variances))
-    cost = f"rho {result.rho:g}" if ms.noise == "gaussian" else f"epsilon {result.epsilon:g}"
     lines = [f"# sparsedp release: {result.description.get('spec', '')}", "",
              f"- marginals of {', '.join(ms.columns)}: {len(result.description['marginals'])} tables, "
              f"{answers.size} cells",
-             f"- privacy: {cost}, {'exact' if result.secure else 'float'} {result.noise} noise"
-             + ("" if result.private else " **(seeded: NOT private)**"),
+             privacy_line(result),
              f"- strategy: {result.strategy}",
              f"- non-negative: {ms.nonnegative}" + (" (the variances are those before this step: the intervals "
                                                      "are indicative)" if ms.nonnegative else ""), ""]

@@ -42,7 +42,7 @@ import numpy as np
 from .errors import InvalidPrivacyParameterError, SparseDPError
 from .privacy import Accountant
 from .releases import ReleaseResult
-from .spec_file import flag, matplotlib_pyplot, outputs, refuse_keys
+from .spec_file import flag, matplotlib_pyplot, outputs, privacy_line, refuse_keys
 from .topdown.hierarchy import read_table
 from .topdown.release import TopDownRelease, topdown
 
@@ -158,13 +158,11 @@ def _level_sd(rel: TopDownRelease) -> list[float]:
 def _report(path: Path, rel: TopDownRelease, name: str, invariants: list[str]) -> Path:
     h = rel.hierarchy
     res = rel.to_release()
-    cost = f"rho {res.rho:g}" if res.rho else f"epsilon {res.epsilon:g}"
     checks = rel.check()
     lines = [f"# sparsedp release: {name}", "",
              f"- TopDown release of {' > '.join(h.levels)} x {h.cells.size} cells "
              f"({sum(c.size for c in rel.counts)} published counts)",
-             f"- privacy: {cost}, {'exact' if res.secure else 'float'} {res.noise} noise"
-             + ("" if res.private else " **(seeded: NOT private)**"),
+             privacy_line(res),
              f"- invariants (published exactly, not protected): {', '.join(invariants) or 'none'}",
              f"- checks: {', '.join(f'{k} {v}' for k, v in checks.items())}", "",
              "| level | units | cells per unit | standard deviation of a count (GLS, before rounding) |",
