@@ -24,15 +24,28 @@ at ``rho = 1/2``, twice these):
 
 BLAS is pinned to ``--threads`` (default 1) with threadpoolctl.
 
+``--large``: the rows at ``n = 2^20`` (``--large-n``) for prefix sums and all ranges, each call in its
+own process so that its peak memory (``VmHWM``) is its own: the default call
+``optimize(W, noise="gaussian")`` (the optimised Toeplitz factorisation,
+:mod:`sparsedp.optimize.gaussian_structured`) against the baseline, the previous default's winner
+at this size (``family="tree"``, the weighted trees, and the best template); columns: error,
+certified bound (closed-form SVD bound), gap, seconds, peak GB, and ``ratio = error / baseline``.
+``--mechanism-check``: the exact-noise mechanism's mean total squared error over 2,000 releases
+(``MatrixMechanism`` with the default exact discrete Gaussian noise, ``rho = 1/2``) against the
+error the optimiser reports, for the Toeplitz strategies of prefix(1024) and all_ranges(64).
+
     python benchmarks/bench_gaussian_optimum.py [--sizes 256 1024 4096] [--out benchmarks/results/gaussian_optimum.json]
+    python benchmarks/bench_gaussian_optimum.py --large --mechanism-check --sizes --merge
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -135,9 +148,86 @@ def print_table(rows: list[dict]) -> None:
               f"target gap <= {t['gap']}{within}: {'met' if t['met'] else 'MISSED'}")
 
 
+def _peak_gb() -> float:
+    """This process's peak resident memory (``VmHWM``), GB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 2**20
+    return math.nan  # pragma: no cover - not Linux
+
+
+def large_child(kind: str, mode: str, n: int, threads: int) -> None:
+    """One large call in this (fresh) process; prints its JSON row on the last line."""
+    with threadpool_limits(limits=threads, user_api="blas"):
+        W, label = build(kind, n, False)
+        t0 = time.perf_counter()
+        if mode == "default":
+            res = optimize(W, noise="gaussian")
+        else:  # the previous default's winner at this size: the weighted trees (and the templates)
+            res = optimize(W, noise="gaussian", family="tree")
+        seconds = time.perf_counter() - t0
+        temps = []
+        if mode != "default":
+            temps = [t for t in optimize(W, noise="gaussian", family="templates").history]
+        best = min([(res.error.total, res.family, res.name)] + [(t.error, t.family, t.name) for t in temps])
+        row = {"workload": kind, "label": label, "n": n, "mode": mode, "error": best[0], "family": best[1],
+               "name": best[2], "bound": res.lower_bound, "gap": best[0] / res.lower_bound, "seconds": seconds,
+               "peak_gb": _peak_gb(), "continuous": res.continuous_error,
+               "history": [[t.family, t.name, t.error, t.seconds] for t in res.history]}
+    print(json.dumps(row, default=float))
+
+
+def run_large(kind: str, n: int, threads: int) -> dict:
+    rows = {}
+    for mode in ("default", "baseline"):
+        cmd = [sys.executable, __file__, "--child", kind, mode, str(n), "--threads", str(threads)]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+        rows[mode] = json.loads(out)
+        r = rows[mode]
+        print(f"  {kind} n={n} {mode}: {r['family']} {r['name']} error {r['error']:.6g} gap {r['gap']:.4f} "
+              f"in {r['seconds']:.1f} s, peak {r['peak_gb']:.2f} GB", flush=True)
+    new, base = rows["default"], rows["baseline"]
+    row = {"workload": kind, "n": n, "label": new["label"], "large": True, "default": new, "baseline": base,
+           "ratio_to_baseline": new["error"] / base["error"]}
+    row["targets"] = {"gap": 1.10, "seconds": 120.0, "peak_gb": 4.0}
+    row["targets"]["met"] = bool(new["gap"] <= 1.10 and new["seconds"] < 120.0 and new["peak_gb"] < 4.0)
+    return row
+
+
+def mechanism_check(kind: str, n: int) -> dict:
+    """Mean total squared error of 2,000 exact-noise releases against the reported error."""
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    from _mechanism_draws import mechanism_answers  # the tests' batched releases (plan's own sampler)
+
+    import sparsedp
+
+    W, label = build(kind, n, False)
+    t0 = time.perf_counter()
+    res = optimize(W, noise="gaussian", family="toeplitz", rho=0.5)
+    mech = sparsedp.MatrixMechanism(W, res, rho=0.5, noise="gaussian")
+    x = np.random.default_rng(0).integers(0, 40, n)
+    truth = W.matvec(x)
+    errs = np.sum((mechanism_answers(mech, x, 2000, 2029) - truth) ** 2, axis=1)
+    mean = float(np.mean(errs))
+    return {"workload": f"mechanism_check:{kind}", "n": n, "label": label, "releases": 2000, "rho": 0.5,
+            "reported": res.error.total, "measured": mean, "ratio": mean / res.error.total,
+            "standard_error": float(np.std(errs) / math.sqrt(2000)) / res.error.total,
+            "seconds": time.perf_counter() - t0, "targets": {"ratio_within": 0.10,
+                                                             "met": bool(abs(mean / res.error.total - 1) <= 0.10)}}
+
+
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        kind, mode, n = sys.argv[2], sys.argv[3], int(sys.argv[4])
+        threads = int(sys.argv[sys.argv.index("--threads") + 1]) if "--threads" in sys.argv else 1
+        large_child(kind, mode, n, threads)
+        return
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[256, 1024])
+    ap.add_argument("--sizes", type=int, nargs="*", default=[256, 1024])
+    ap.add_argument("--large", action="store_true", help="the n = 2^20 prefix / all-range rows (new default vs baseline)")
+    ap.add_argument("--large-n", type=int, default=2**20)
+    ap.add_argument("--mechanism-check", action="store_true",
+                    help="2,000 exact-noise releases of the Toeplitz strategies vs the reported error")
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--skip-optimize", action="store_true", help="do not run optimize(W, noise='gaussian')")
@@ -156,7 +246,29 @@ def main() -> None:
                 r = rows[-1]
                 print(f"done {kind} {n}: bound {r['bound']:.6g} integer {r['integer']:.6g} gap {r['gap']:.5f} "
                       f"in {r['family_seconds']:.1f} s", flush=True)
-    print_table(rows)
+        if args.large:
+            for kind in ("prefix", "all_ranges"):
+                rows.append(run_large(kind, args.large_n, args.threads))
+        if args.mechanism_check:
+            for kind, n in (("prefix", 1024), ("all_ranges", 64)):
+                rows.append(mechanism_check(kind, n))
+    small = [r for r in rows if "bound" in r and "family_note" in r]
+    if small:
+        print_table(small)
+    large = [r for r in rows if r.get("large")]
+    if large:
+        print(f"\n{'workload':<12}{'n':>9}{'mode':>10}{'error':>14}{'bound':>14}{'gap':>8}{'s':>7}{'GB':>6}  family")
+        for r in large:
+            for mode in ("default", "baseline"):
+                d = r[mode]
+                print(f"{r['workload']:<12}{r['n']:>9}{mode:>10}{d['error']:>14.6g}{d['bound']:>14.6g}{d['gap']:>8.4f}"
+                      f"{d['seconds']:>7.1f}{d['peak_gb']:>6.2f}  {d['family']} {d['name']}")
+            print(f"{'':<12}{'':>9}{'ratio':>10}{r['ratio_to_baseline']:>14.4f}  (default / baseline error); targets "
+                  f"gap <= 1.10, < 120 s, < 4 GB: {'met' if r['targets']['met'] else 'MISSED'}")
+    for r in rows:
+        if r["workload"].startswith("mechanism_check"):
+            print(f"{r['workload']} n={r['n']}: measured / reported = {r['ratio']:.4f} (+- {r['standard_error']:.4f}, "
+                  f"2,000 releases, exact discrete Gaussian): {'met' if r['targets']['met'] else 'MISSED'}")
     out = {
         "benchmark": "gaussian_optimum",
         "noise": "gaussian",

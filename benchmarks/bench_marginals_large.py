@@ -1,7 +1,7 @@
 """Large multi-dimensional releases without explicit products (issue 18, helper G).
 
 * ``kron``: all 2-D ranges ``n x n`` (``AllRange (x) AllRange``) at eps = sqrt(2), pure DP: the
-  Kronecker strategy of sparsedp.marginals.optimize_kron (``family="auto"``, seed 0,
+  Kronecker strategy of sparsedp.optimize.optimize_kron (``family="auto"``, seed 0,
   ``--kron-time`` seconds per factor), then sparsedp.marginals.release_kron on a synthetic count
   table (``--kron-records`` records from a mixture of 2-D Gaussian blobs): measure (exact discrete
   Laplace, OS entropy, through plan_measurement with the KronOperator: mode products) and

@@ -15,7 +15,7 @@
   optimum; and the empirical total squared error of one release against the true marginals
   divided by the reported sum of variances (1 in expectation).
 * ``kron``: all 2-D ranges as ``AllRange (x) AllRange`` with a Kronecker strategy of 1-D factors
-  optimised by sparsedp.optimize (sparsedp.marginals.optimize_kron, ``family="auto"``): total
+  optimised by sparsedp.optimize (sparsedp.optimize.optimize_kron, ``family="auto"``): total
   squared error at eps = 1 on 32 x 32 against HDMM's KronPIdentity (6.453e7) and the identity
   strategy (the baseline, same run); per-query RMSE at eps = sqrt(2) on 256 x 256 against HDMM's
   README (32.69), with the optimise + evaluate seconds (``--kron-time`` seconds per factor).
@@ -71,9 +71,10 @@ sys.path.insert(0, str(HERE.parent))
 
 from sparsedp._threads import blas_threads  # noqa: E402
 from sparsedp import workloads as wl  # noqa: E402
-from sparsedp.marginals import (Domain, closure, marginal_tables, marginals_up_to, optimize_kron,  # noqa: E402
+from sparsedp.marginals import (Domain, closure, marginal_tables, marginals_up_to,  # noqa: E402
                                 release_marginals, select_residuals, synthetic_records)
 from sparsedp.marginals import marginal_operator, optimize_marginals_laplace, release_marginals_laplace  # noqa: E402
+from sparsedp.optimize import optimize_kron  # noqa: E402
 from sparsedp.marginals.kron_opt import factor_trace  # noqa: E402
 
 # (label, sizes, order, exact order only, ResidualPlanner's value, its seconds, as measured for the issue)

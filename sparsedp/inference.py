@@ -129,6 +129,9 @@ def _exact_solver(base: Operator, v: np.ndarray):
     layout = tree_layout(base)
     if layout is not None:
         return (lambda Y: tree_gls(layout, Y, v)), "tree-two-pass"
+    solve = getattr(base, "exact_solve", None)  # a square invertible structured strategy (Toeplitz)
+    if solve is not None:
+        return solve, f"exact-solve({base.structure})"
     if base.structure == "lower_triangular":
         L = sp.csr_matrix(base.tosparse())
         return (lambda Y: spsolve_triangular(L, Y, lower=True)), "triangular-solve"

@@ -650,13 +650,11 @@ def plan_measurement(
         if _noise._unique_values(unit_scales).size > int(max_distinct_scales):
             unit_scales = _quantize_up(unit_scales)
     given = unit_scales if scales is not None else None
-    # exact structured loss for interval rows; a Kronecker product from its factors (mode products,
-    # never formed: sparsedp.marginals.kron_calibration); anything else (subclasses included) from its entries
-    from .marginals.kron import KronOperator  # local: marginals imports this module
-    from .marginals.kron_calibration import kron_calibration
-
-    calibrate = (_interval_calibration if type(op) is IntervalRows else
-                 kron_calibration if type(op) is KronOperator else _explicit_calibration)
+    # exact structured loss for interval rows; a structured operator by its own rule (a Kronecker
+    # product from its factors, a Toeplitz strategy from its first column: Operator.calibration_rule);
+    # anything else from its entries
+    rule = op.calibration_rule() if isinstance(op, Operator) else None
+    calibrate = _interval_calibration if type(op) is IntervalRows else rule or _explicit_calibration
     measured, grid_exact, sens, data_sens, given_loss, is_identity = calibrate(op, secure, g, p, given)
     if sens == 0:
         raise ShapeError("the strategy has no non-zero entry: nothing to measure")

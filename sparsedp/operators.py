@@ -78,6 +78,15 @@ class Operator(LinearOperator):
         self.structure = structure
 
     # -- explicit form -------------------------------------------------------------------------
+    def calibration_rule(self) -> Any:
+        """How :func:`sparsedp.measure.plan_measurement` calibrates this operator without reading
+        every entry: a function ``(op, secure, grid, p, given scales) -> (measured operator, grid
+        exact, sensitivity, data sensitivity, loss of the given scales, identity)``, or ``None``
+        (the default: from its explicit entries).  A structured operator whose entries follow from a
+        few numbers (a Kronecker product's factors, a Toeplitz matrix's first column) returns its
+        rule; a subclass that changes the products must return ``None`` again."""
+        return None
+
     def tosparse(self) -> sp.csr_matrix:
         """The operator as a CSR matrix (may be large for implicit workloads)."""
         raise NotImplementedError

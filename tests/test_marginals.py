@@ -352,7 +352,7 @@ def test_synthetic_records_are_valid_and_reproducible():
 
 def test_kron_strategy_error_equals_dense_formula():
     from sparsedp import workloads as wl
-    from sparsedp.marginals import optimize_kron
+    from sparsedp.optimize import optimize_kron
 
     W1, W2 = wl.all_ranges(6), wl.prefix(5)
     k = optimize_kron([W1, W2], family="templates")

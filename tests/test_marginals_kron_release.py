@@ -12,7 +12,8 @@ import scipy.sparse as sp
 
 from sparsedp import Accountant, plan_measurement, workloads as wl
 from sparsedp.errors import SparseDPError
-from sparsedp.marginals import KronOperator, KronStack, optimize_kron
+from sparsedp.marginals import KronOperator, KronStack
+from sparsedp.optimize import optimize_kron
 from sparsedp.marginals.kron_release import kron_squared_error, release_kron
 from sparsedp.operators import SparseOperator
 

@@ -111,8 +111,8 @@ def test_node_split_keeps_every_path_at_one_and_gradient(noise):
     qv = split.shares(x)
     _, dEa = obj(precision(qv, model))
     g = split.pullback(x, precision_pullback(qv, dEa, model))
-    for i in (0, 1, split.inner - 1):
-        assert g[i] == pytest.approx(fd(E, x, i), rel=1e-5)
+    for i in (0, 1, split.inner - 1):  # a component near 0: the finite difference's own error (abs)
+        assert g[i] == pytest.approx(fd(E, x, i), rel=1e-5, abs=1e-6 * float(np.abs(g).max()))
 
 
 def test_level_shares_gradient():

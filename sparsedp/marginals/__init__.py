@@ -4,7 +4,7 @@ workloads at ResidualPlanner's optimum (Xiao et al., NeurIPS 2023) with exact no
 * :class:`Domain` -- named attributes with sizes; records as integer codes.
 * :class:`KronOperator`, :class:`KronStack`, :func:`marginal_operator` -- implicit (sums of)
   Kronecker products with factorised sensitivity and norms.
-* :func:`optimize_kron`, :class:`KronStrategy` -- Kronecker strategies for Kronecker workloads
+* :class:`KronStrategy` (made by :func:`sparsedp.optimize.optimize_kron`) -- Kronecker strategies for Kronecker workloads
   (2-D ranges) from optimised 1-D factors, error by factorisation.
 * :func:`release_kron`, :class:`KronRelease` -- measure with a Kronecker strategy by mode products
   (never formed), factor-wise GLS, workload answers and variances from the factored covariance;
@@ -54,7 +54,6 @@ __all__ = [
     "marginal_workload",
     "marginals_up_to",
     "nonnegative_marginals",
-    "optimize_kron",
     "optimize_marginals_laplace",
     "release_kron",
     "release_marginals",
@@ -64,10 +63,3 @@ __all__ = [
     "synthetic_records",
 ]
 
-
-def __getattr__(name: str):  # PEP 562: the optimiser lives with the others (no import upward at load)
-    if name == "optimize_kron":
-        from ..optimize.multidim import optimize_kron
-
-        return optimize_kron
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

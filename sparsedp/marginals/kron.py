@@ -25,6 +25,7 @@ import scipy.sparse as sp
 from ..errors import ShapeError
 from ..operators import Operator, frozen_csr, readonly_copy
 from .domain import Domain
+from .kron_calibration import kron_calibration
 
 __all__ = ["KronOperator", "KronStack", "marginal_operator", "apply_factors"]
 
@@ -60,6 +61,11 @@ class KronOperator(Operator):
 
     ``factors``: dense arrays, sparse matrices or operators (kept as given; small).  ``tosparse``
     forms the product explicitly and is for small domains and tests only."""
+
+    def calibration_rule(self) -> Any:
+        """Calibrated from the factors (mode products, never the product's entries:
+        :func:`~sparsedp.marginals.kron_calibration.kron_calibration`); a subclass from its entries."""
+        return kron_calibration if type(self) is KronOperator else None
 
     def __init__(self, factors: Sequence[Any], name: str = "kron"):
         fs = [_factor(A) for A in factors]

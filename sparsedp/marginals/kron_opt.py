@@ -13,7 +13,7 @@ is the product of the 1-D errors (at unit budget, over 2 or 1/2), and minimising
 error with :func:`sparsedp.optimize` minimises the product over Kronecker strategies (HDMM's
 ``Kron`` parametrisation, McKenna et al. VLDB 2018, optimises the same product).  The optimiser
 itself, :func:`optimize_kron`, lives with the other optimisers (:mod:`sparsedp.optimize.multidim`;
-``sparsedp.marginals.optimize_kron`` names it): this module holds the result type and the formula.
+``sparsedp.optimize.optimize_kron`` names it): this module holds the result type and the formula.
 """
 
 from __future__ import annotations

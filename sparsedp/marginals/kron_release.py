@@ -1,7 +1,7 @@
 """Release with a Kronecker strategy without forming it: measure, reconstruct, answer, all by factors.
 
 For a strategy ``A = A_1 (x) ... (x) A_k`` (``A_i``: ``m_i x n_i``, full column rank; e.g. the
-:class:`~sparsedp.marginals.KronStrategy` of :func:`~sparsedp.marginals.optimize_kron`) and a count
+:class:`~sparsedp.marginals.KronStrategy` of :func:`~sparsedp.optimize.optimize_kron`) and a count
 vector ``x`` on the product domain ``n_1 x ... x n_k``:
 
 1. **Measure** ``y = A x + z`` through :func:`sparsedp.plan_measurement` with the

@@ -10,7 +10,7 @@ objective and gradient), :mod:`.templates`, :mod:`.tree_family`, :mod:`.pidentit
 :mod:`.search` (L-BFGS-B with a deadline), :mod:`.api`.
 """
 
-from .api import FAMILIES, OptimizedStrategy, optimize
+from .api import FAMILIES, OptimizedStrategy, optimize, optimize_kron
 from .candidate import Trial
 
-__all__ = ["FAMILIES", "OptimizedStrategy", "Trial", "optimize"]
+__all__ = ["FAMILIES", "OptimizedStrategy", "Trial", "optimize", "optimize_kron"]

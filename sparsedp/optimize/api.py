@@ -13,8 +13,11 @@ error is ``E / epsilon^2`` (Laplace), at ``rho`` it is ``E / rho`` (Gaussian).
 Families (``family=``): ``"templates"`` (identity, hierarchical k-ary, Haar, Fenwick),
 ``"tree"`` (weighted interval trees, any ``n``), ``"pidentity"`` (HDMM's p-Identity, dense,
 ``n <= 8192``), ``"hybrid"`` (the lower levels of a weighted tree on blocks plus ``p`` dense
-rows on the block sums, :mod:`~sparsedp.optimize.hybrid`), ``"auto"`` (all that apply; never
-worse than the best template).
+rows on the block sums, :mod:`~sparsedp.optimize.hybrid`), ``"gaussian"`` (the convex optimum under
+Gaussian noise, ``n <= 4096``, :mod:`~sparsedp.optimize.gaussian_convex`), ``"toeplitz"`` (an
+optimised lower-triangular Toeplitz factorisation of prefix sums / all ranges under Gaussian noise,
+any ``n``, :mod:`~sparsedp.optimize.gaussian_structured`), ``"auto"`` (all that apply; never worse
+than the best template).
 
 Multi-dimensional workloads (issue 18, :mod:`sparsedp.optimize.multidim`): a
 :class:`~sparsedp.marginals.MarginalWorkload` gets ResidualPlanner's optimum under Gaussian noise
@@ -39,13 +42,19 @@ from ..measure import plan_measurement
 from ..operators import Operator, SparseOperator, aslinearoperator
 from ..validation import check_positive
 from ..workloads import WeightedUnionWorkload
+from ..marginals.domain import Domain
+from ..marginals.kron_opt import KronStrategy
+from ..marginals.workload import marginal_workload
+from .bounds import lower_bound as dual_lower_bound
+from .bounds import multidim_lower_bound, quick_lower_bound
 from .calibrate import noise_model
 from .exact_score import error_under_noise, noise_factor
 from .gaussian_convex import GAUSSIAN_MAX_N, gaussian_candidates
+from .gaussian_structured import toeplitz_candidates, toeplitz_kind
 from .candidate import Candidate, Trial
 from .gram import Gram
 from .hybrid_family import hybrid_candidates, hybrid_useful
-from .multidim import is_multidim, optimize_multidim
+from .multidim import is_multidim, kron_of_factors, optimize_multidim
 from .pidentity_family import PIDENTITY_MAX_N, pidentity_candidates
 from .search import Deadline
 from .templates import template_candidates
@@ -54,13 +63,21 @@ from .tree_spectral import BlockTraces
 
 __all__ = ["FAMILIES", "OptimizedStrategy", "optimize"]
 
-FAMILIES = ("auto", "templates", "tree", "pidentity", "hybrid", "gaussian")
+FAMILIES = ("auto", "templates", "tree", "pidentity", "hybrid", "gaussian", "toeplitz")
 #: Seconds :func:`optimize` takes by default (measured, one BLAS thread: ``prefix(2^20)`` 51-59 s at
 #: 0.74x the best template; ``all_ranges(1024)`` finishes in 6 s, below HDMM's error).
 DEFAULT_TIME_LIMIT = 52.0
-#: Up to this many cells every result carries a certified lower bound (:mod:`~sparsedp.optimize.bounds`,
-#: a dual solve); above it, the Gaussian family's when it ran, else ``bounds.lower_bound`` on request.
+#: Up to this many cells a result's certified lower bound is the dense dual solve
+#: (:mod:`~sparsedp.optimize.bounds`); above it, the Gaussian / Toeplitz family's bound when one ran,
+#: else :func:`~sparsedp.optimize.bounds.quick_lower_bound` (closed-form / dense SVD bound or the
+#: spectral bound): every result carries one.
 BOUND_AUTO_MAX_N = 512
+#: ``family="auto"`` skips the tree, hybrid and p-Identity searches once a candidate with a
+#: certified gap at most this is found (Gaussian optimum: 1.01).  The Toeplitz factorisations of
+#: prefix sums / all ranges (gap <= 1.06 at n = 2^20) settle at this: the weighted trees, the best
+#: of the other families there, are 1.59 above the bound at n = 2^20.
+SETTLE_GAP = 1.01
+TOEPLITZ_SETTLE_GAP = 1.10
 #: The share of ``time_limit`` the families search for (the rest: scoring under the noise that runs).
 SEARCH_SHARE = 0.85
 
@@ -75,7 +92,9 @@ class OptimizedStrategy:
     :func:`~sparsedp.marginals.release_marginals`, which re-selects the same optimum at its ``rho``)
     and family ``"marginals"`` a :class:`~sparsedp.marginals.MarginalsStrategy` at ``epsilon = 1``
     (release ``strategy.at(epsilon)`` with :func:`~sparsedp.marginals.release_marginals_laplace`);
-    family ``"kron"`` gives a :class:`~sparsedp.marginals.KronOperator`.  The optimised families return an *integer* matrix scaled to
+    family ``"kron"`` gives a :class:`~sparsedp.marginals.KronOperator`; family ``"toeplitz"`` an
+    integer :class:`~sparsedp.optimize.toeplitz_strategy.ToeplitzStrategy` (its first column; ``R x``
+    exact by a number-theoretic transform).  The optimised families return an *integer* matrix scaled to
     ``Delta_p = 2^k`` (p = 1 Laplace, 2 Gaussian; :mod:`~sparsedp.optimize.calibrate`), the
     templates their 0/1 matrices: the mechanism calibrates from the entries, so the scale does not
     change the error, and integer entries let its default exact noise measure ``M x`` without
@@ -97,8 +116,10 @@ class OptimizedStrategy:
     budget: float = 1.0  # the epsilon (Laplace) / rho (Gaussian) the error is at
     secure: bool = True  # scored with the exact discrete noise the mechanism draws by default
     #: certified lower bound on the error of EVERY strategy with continuous noise of the same
-    #: calibration at the budget: always for ``n <= BOUND_AUTO_MAX_N``, and whenever the Gaussian
-    #: family ran; else ``None`` (:func:`sparsedp.optimize.bounds.lower_bound` computes it on request)
+    #: calibration at the budget (the dense dual for ``n <= BOUND_AUTO_MAX_N``, the Gaussian /
+    #: Toeplitz family's when one ran, else ``bounds.quick_lower_bound``; multi-dimensional
+    #: workloads: ``bounds.multidim_lower_bound``); ``None`` only for marginal workloads with
+    #: weights or the ``"max"`` objective
     lower_bound: float | None = None
     continuous_error: float | None = None  # the winner's error with continuous noise, at the budget
 
@@ -144,9 +165,6 @@ def recognise(W: Any) -> Any:
     meta = getattr(W, "meta", None)
     if not isinstance(W, SparseOperator) or not isinstance(meta, dict) or "marginals" not in meta:
         return W
-    from ..marginals import Domain
-    from ..marginals.workload import marginal_workload
-
     sizes, subsets = meta["marginals"]
     try:
         mw = marginal_workload(Domain([f"a{i}" for i in range(len(sizes))], list(sizes)), [list(S) for S in subsets])
@@ -213,7 +231,9 @@ def optimize(
     noise:
         ``"laplace"`` (pure DP, ``Delta_1 = 1``) or ``"gaussian"`` (zCDP, ``Delta_2 = 1``).
     family:
-        ``"auto"``, ``"templates"``, ``"tree"``, ``"pidentity"`` or ``"hybrid"``.
+        ``"auto"``, ``"templates"``, ``"tree"``, ``"pidentity"``, ``"hybrid"``, ``"gaussian"`` or
+        ``"toeplitz"`` (the last two: Gaussian noise only; ``"toeplitz"``: prefix sums and all ranges,
+        and ``"auto"`` uses it for them above ``n = 4096``).
     time_limit:
         Seconds for the whole search (default :data:`DEFAULT_TIME_LIMIT` = 52 s: 85% for the
         families, the rest for scoring under the noise that runs; the templates are always scored);
@@ -257,9 +277,10 @@ def optimize(
             time_limit = check_positive(time_limit, "time_limit")
         strat, fam_m, name, report, sens, hist = optimize_multidim(
             W, model_kind=model.kind, family=family, domain=domain, rng=rng, restarts=restarts,
-            options={"time_limit": time_limit, "per_node": per_node, "p": p})
+            options={"time_limit": time_limit, "per_node": per_node, "p": p}, solve_1d=optimize)
         return OptimizedStrategy(strategy=strat, family=fam_m, name=name, error=report, noise=model.kind,
-                                 sensitivity=sens, history=hist, seconds=time.perf_counter() - t_start)
+                                 sensitivity=sens, history=hist, seconds=time.perf_counter() - t_start,
+                                 lower_bound=multidim_lower_bound(W, model.kind), continuous_error=report.total)
     if domain is not None:
         raise ShapeError("domain= is for multi-dimensional workloads (MarginalWorkload, KronOperator); "
                          "a 1-D workload has none")
@@ -294,7 +315,14 @@ def optimize(
     if fam == "gaussian" or (fam == "auto" and model.kind == "gaussian" and n <= GAUSSIAN_MAX_N):
         # the convex optimum of the factorisation class, with a certified gap (gaussian_convex)
         cands += gaussian_candidates(Wop, gram, model, deadline=deadline)
-    settled = fam == "auto" and any(getattr(c, "gap", math.inf) <= 1.01 for c in cands)
+    if fam == "toeplitz" and model.kind != "gaussian":
+        raise SparseDPError("family 'toeplitz' is for Gaussian noise: use noise='gaussian'")
+    if fam == "toeplitz" or (fam == "auto" and model.kind == "gaussian" and n > GAUSSIAN_MAX_N
+                             and toeplitz_kind(Wop) is not None):
+        # prefix sums / all ranges at any n: an optimised Toeplitz factorisation (gaussian_structured)
+        cands += toeplitz_candidates(Wop, model, deadline=deadline)
+    settled = fam == "auto" and any(
+        getattr(c, "gap", math.inf) <= (TOEPLITZ_SETTLE_GAP if c.family == "toeplitz" else SETTLE_GAP) for c in cands)
     if fam == "tree" or (fam == "auto" and not settled):
         cands += tree_candidates(Wop, gram, traces, model, deadline=deadline, rng=gen, per_node=per_node)
     # the hybrid (O(p nb^2) per step) before the dense p-Identity (O(p^2 n)): under a time limit
@@ -312,10 +340,11 @@ def optimize(
     # the certified lower bound (continuous noise of the same calibration, at the budget) and the
     # winner's gap: known when the Gaussian family ran (its dual value at a feasible point)
     bounds = [c.lower_bound for c in cands if math.isfinite(getattr(c, "lower_bound", math.nan))]
-    if not bounds and n <= BOUND_AUTO_MAX_N:  # cheap here (0.1 s at n = 256): every result carries one
-        from .bounds import lower_bound as _lower_bound  # local: bounds imports this package's solver
-
-        bounds = [_lower_bound(Wop, model.kind, time_limit=10.0)]
+    if not bounds:  # every result carries one: the dual (0.1 s at n = 256), else a closed / quick form
+        if n <= BOUND_AUTO_MAX_N:
+            bounds = [dual_lower_bound(Wop, model.kind, time_limit=10.0)]
+        else:
+            bounds = [quick_lower_bound(Wop, model.kind)]
     per_budget = budget ** (2 if model.kind == "laplace" else 1)
     lower = max(bounds) / per_budget if bounds else None
     winner_continuous = cands[next(i for i, c in enumerate(scored) if c is best)].total / per_budget
@@ -341,3 +370,12 @@ def _under_noise(W: Operator, c: Candidate, model: Any, budget: float, secure: b
     total, how = error_under_noise(W, c.strategy, c.total, model, budget, secure)
     return dataclasses.replace(c, total=total, method=f"{c.method}; {how} at {model.kind} budget {budget:g}",
                                note=(c.note + "; " if c.note else "") + f"continuous unit error {c.total:.6g}")
+
+
+def optimize_kron(workload_factors: Any, *, noise: str = "laplace", **options: Any) -> KronStrategy:
+    """A Kronecker strategy for ``W_1 (x) ... (x) W_k``: each factor optimised by :func:`optimize`
+    (``options`` passed on, e.g. ``family="auto"``, ``time_limit``, ``rng``), their product with its
+    exact error (:class:`~sparsedp.marginals.KronStrategy`; see
+    :func:`~sparsedp.optimize.multidim.kron_of_factors`).  ``optimize(KronOperator([...]))`` runs
+    this for a Kronecker workload."""
+    return kron_of_factors(workload_factors, noise=noise, solve_1d=optimize, **options)

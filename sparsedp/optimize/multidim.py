@@ -14,7 +14,7 @@
     :func:`~sparsedp.marginals.release_marginals_laplace` (``strategy.at(epsilon)``).
 
 * :class:`~sparsedp.marginals.KronOperator` (e.g. ``KronOperator([all_ranges(32)] * 2)``): a
-  Kronecker product of optimised 1-D factors by :func:`~sparsedp.marginals.optimize_kron`, family
+  Kronecker product of optimised 1-D factors by :func:`~sparsedp.optimize.optimize_kron`, family
   ``"kron"``; the strategy is a :class:`~sparsedp.marginals.KronOperator` usable in ``MatrixMechanism``.
   A :class:`~sparsedp.marginals.KronStack` (union of products, e.g. 2-D ranges plus each
   attribute's 1-D ranges) gets one Kronecker strategy whose axes are optimised for the stacked,
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -116,7 +116,7 @@ def _dedup_factors(K: KronOperator) -> list[Any]:
     return out
 
 
-def _union(K: KronStack, model_kind: str, family: str, options: dict):
+def _union(K: KronStack, model_kind: str, family: str, options: dict, solve_1d: Callable[..., Any]):
     """One Kronecker strategy ``M = (x)_i M_i`` for a union of products ``[(x)_i W_{t,i}]_t``.
 
     Exact error: ``Var(Delta(M)) sum_t prod_i tr(W_{t,i}^T W_{t,i} (M_i^T M_i)^{-1})`` (each term's
@@ -124,9 +124,8 @@ def _union(K: KronStack, model_kind: str, family: str, options: dict):
     for the stacked workload ``[sqrt(c_{t,i}) W_{t,i}]_t`` with ``c_{t,i} = prod_{j != i}
     ||W_{t,j}||_F^2`` (the other axes' traces under the identity: HDMM's surrogate for unions);
     the identity product is scored too and the better one kept, so it is never worse than identity.
+    ``solve_1d``: the 1-D optimiser (:func:`sparsedp.optimize`, which dispatches here).
     """
-    from .api import optimize as optimize_1d  # local: api imports this module
-
     t0 = time.perf_counter()
     terms = [[sp.csr_matrix(F) for F in T.factors] for T in K.terms]
     k = len(terms[0])
@@ -150,7 +149,7 @@ def _union(K: KronStack, model_kind: str, family: str, options: dict):
     for i in range(k):
         c = np.prod(np.delete(frob, i, axis=1), axis=1)
         Wi = sp.vstack([math.sqrt(ct) * T[i] for ct, T in zip(c, terms) if ct > 0], format="csr")
-        res = optimize_1d(SparseOperator(Wi, name=f"axis {i} union"), noise=model_kind, family=fam,
+        res = solve_1d(SparseOperator(Wi, name=f"axis {i} union"), noise=model_kind, family=fam,
                           **{"secure": False, **{key: v for key, v in options.items() if v is not None}})
         opt.append(sp.csr_matrix(res.strategy.tosparse())), names.append(res.name)
     e_opt, s_opt = score(opt)
@@ -162,19 +161,19 @@ def _union(K: KronStack, model_kind: str, family: str, options: dict):
     return ident, "identity (x) ... (x) identity", e_id, s_id, hist
 
 
-def _kron(K: Any, model_kind: str, family: str, domain: Any, options: dict):
+def _kron(K: Any, model_kind: str, family: str, domain: Any, options: dict, solve_1d: Callable[..., Any]):
     if isinstance(K, KronStack):
         if any(not isinstance(T, KronOperator) for T in K.terms):
             raise SparseDPError("a union workload must be a KronStack of KronOperators")
         _check_domain(domain, K.terms[0].in_shape, "the union of Kronecker products")
-        Ms, name, total, sens, hist = _union(K, model_kind, family, options)
+        Ms, name, total, sens, hist = _union(K, model_kind, family, options, solve_1d)
         strat = KronOperator(Ms, name="kron strategy")
         return (strat, "kron", name, ErrorReport(total, total / K.shape[0], "exact-kron", noise=model_kind),
                 float(sens), hist)
     _check_domain(domain, K.in_shape, "the Kronecker workload")
     fam = "auto" if family == "kron" else family
-    ks = optimize_kron(_dedup_factors(K), noise=model_kind, family=fam,
-                       **{k: v for k, v in options.items() if v is not None})
+    ks = kron_of_factors(_dedup_factors(K), noise=model_kind, solve_1d=solve_1d, family=fam,
+                         **{k: v for k, v in options.items() if v is not None})
     total = ks.total_error(epsilon=1.0) if model_kind == "laplace" else ks.total_error(rho=1.0)
     name = " (x) ".join(ks.names)
     trial = Trial("kron", name, total, ks.seconds)
@@ -183,22 +182,23 @@ def _kron(K: Any, model_kind: str, family: str, domain: Any, options: dict):
 
 
 def optimize_multidim(W: Any, *, model_kind: str, family: str, domain: Any, rng: Any, restarts: Any,
-                      options: dict) -> tuple:
-    """``(strategy, family, name, ErrorReport, sensitivity, history)`` for a multi-dimensional ``W``."""
+                      options: dict, solve_1d: Callable[..., Any]) -> tuple:
+    """``(strategy, family, name, ErrorReport, sensitivity, history)`` for a multi-dimensional ``W``;
+    ``solve_1d``: the 1-D optimiser for a Kronecker workload's factors (:func:`sparsedp.optimize`)."""
     if isinstance(W, MarginalWorkload):
         return _marginals(W, model_kind, family, domain, rng, restarts)
-    return _kron(W, model_kind, family, domain, dict(options, rng=rng, restarts=restarts))
+    return _kron(W, model_kind, family, domain, dict(options, rng=rng, restarts=restarts), solve_1d)
 
 
-def optimize_kron(workload_factors: Sequence[Any], *, noise: str = "laplace", **options: Any) -> KronStrategy:
-    """Optimise each factor ``W_i`` with :func:`sparsedp.optimize` (``options`` passed on, e.g.
-    ``family="auto"``, ``time_limit``, ``rng``) and return their Kronecker product with its exact
-    error.  Identical factors are optimised once.  The factors are scored with continuous noise
+def kron_of_factors(workload_factors: Sequence[Any], *, noise: str = "laplace", solve_1d: Callable[..., Any],
+                    **options: Any) -> KronStrategy:
+    """Optimise each factor ``W_i`` with ``solve_1d`` (:func:`sparsedp.optimize`; ``options`` passed
+    on, e.g. ``family="auto"``, ``time_limit``, ``rng``) and return their Kronecker product with its
+    exact error (:func:`sparsedp.optimize.optimize_kron` is this with the library's optimiser).
+    Identical factors are optimised once.  The factors are scored with continuous noise
     (``secure=False`` unless given): the product's noise scale is the product of the factors'
     sensitivities, so its exact discrete noise is within ``O(scale^-2)`` of the continuous one, and a
     factor's own discrete correction says nothing about the product."""
-    from .api import optimize  # local: api imports this module
-
     t0 = time.perf_counter()
     Ws = [aslinearoperator(W) for W in workload_factors]
     if not Ws:
@@ -209,7 +209,7 @@ def optimize_kron(workload_factors: Sequence[Any], *, noise: str = "laplace", **
     for W in Ws:
         key = id(W)
         if key not in done:
-            res = optimize(W, noise=noise, **{"secure": False, **options})
+            res = solve_1d(W, noise=noise, **{"secure": False, **options})
             M = res.strategy
             Mm = M.tosparse()
             col = np.asarray(abs(Mm).sum(axis=0)).ravel() if p == 1 else np.sqrt(np.asarray(Mm.multiply(Mm).sum(axis=0)).ravel())
