@@ -77,6 +77,8 @@ class Release:
     reconstruction: Reconstruction
     workload: Any = field(default=None, repr=False, compare=False)  # the answered W (an operator)
     unit_scales: np.ndarray | None = field(default=None, repr=False, compare=False)  # the sampler's (grid units)
+    #: what the optimiser said of the strategy, when ``sparsedp.optimize`` chose it (:func:`optimizer_record`)
+    optimizer: dict | None = field(default=None, repr=False, compare=False)
 
     @property
     def private(self) -> bool:
@@ -124,6 +126,8 @@ class Release:
         m = self.measurement
         desc = {"strategy": m.strategy.name, "noise": m.noise, "secure": m.secure,
                 "sensitivity": m.sensitivity, "epsilon": m.cost.epsilon, "rho": m.cost.rho}
+        if self.optimizer is not None:
+            desc["optimizer"] = dict(self.optimizer)
         desc.update(description or {})
         try:
             rep = self.error_report(**kwargs)
@@ -149,6 +153,20 @@ class Release:
         ledger entry as a release file (:meth:`to_release` saved by
         :meth:`sparsedp.releases.ReleaseResult.save`; never the data)."""
         return self.to_release(description=description).save(path)
+
+
+def optimizer_record(opt: Any) -> dict[str, Any]:
+    """What a release keeps of the :class:`~sparsedp.optimize.OptimizedStrategy` it measured (public:
+    it depends on the workload only): the family and strategy chosen, its expected total squared
+    error under the noise that runs (``exact_error``), the same with continuous noise of the same
+    calibration (``error``) and the certified lower bound on every strategy's (``lower_bound``) at
+    the optimiser's budget, and the gap ``error / lower_bound`` (``None`` when no bound is known)."""
+    gap = opt.gap
+    cont = opt.continuous_error if opt.continuous_error is not None else opt.error.total
+    return {"family": opt.family, "name": opt.name, "noise": opt.noise, "budget": float(opt.budget),
+            "error": float(cont), "exact_error": float(opt.error.total),
+            "lower_bound": None if opt.lower_bound is None else float(opt.lower_bound),
+            "gap": None if gap is None else float(gap)}
 
 
 def _noise_law(kwargs: dict[str, Any], scales: Any, unit_scales: Any) -> None:
@@ -359,7 +377,8 @@ class MatrixMechanism:
                                 out=out, scratch=scratch, progress=progress)
         meas = self.measure(x, rng=rng, counts=counts)
         rec = reconstruct(meas, method=method)
-        return Release(self.W.matvec(rec.x), rec.x, meas, rec, workload=self.W, unit_scales=self._plan.unit_scales)
+        return Release(self.W.matvec(rec.x), rec.x, meas, rec, workload=self.W, unit_scales=self._plan.unit_scales,
+                       optimizer=None if self.optimized is None else optimizer_record(self.optimized))
 
     # -- analytics -------------------------------------------------------------------------------
     def error_report(self, **kwargs: Any) -> ErrorReport:

@@ -173,4 +173,10 @@ def ledger_rows(release: Any) -> list[str]:
         lines.append("  " + ", ".join(parts))
     total = f"epsilon {release.epsilon:g}" if release.epsilon else f"rho {release.rho:g}"
     lines.append(f"total: {total}")
+    opt = (getattr(release, "description", None) or {}).get("optimizer")
+    if isinstance(opt, dict):  # the strategy sparsedp.optimize chose, with its certified gap
+        gap = f", certified gap {opt['gap']:.4g} (error {opt['error']:.6g} >= bound {opt['lower_bound']:.6g} at " \
+              f"{'epsilon' if opt.get('noise') == 'laplace' else 'rho'} {opt.get('budget', 1.0):g})" \
+            if opt.get("gap") is not None else ", no certified bound"
+        lines.append(f"strategy: {opt.get('family')} / {opt.get('name')}{gap}")
     return lines

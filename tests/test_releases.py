@@ -423,3 +423,19 @@ def test_what_is_not_a_release_is_refused_by_name(tmp_path, capsys):
 
 def test_top_level_names():
     assert sparsedp.load_release is load_release and sparsedp.ReleaseResult is ReleaseResult
+
+
+def test_an_optimised_strategy_carries_its_certified_gap_into_the_release_and_ledger(tmp_path, capsys):
+    import sparsedp
+    from sparsedp import workloads
+    from sparsedp.cli import main
+
+    mm = sparsedp.MatrixMechanism(workloads.prefix(64), "optimized", noise="gaussian", rho=0.5)
+    rel = mm.run(np.random.default_rng(0).poisson(5, 64), rng=1).to_release()
+    opt = rel.description["optimizer"]
+    assert opt["family"] == mm.optimized.family and opt["lower_bound"] > 0
+    assert opt["gap"] == pytest.approx(opt["error"] / opt["lower_bound"]) and opt["gap"] >= 1.0
+    path = rel.save(tmp_path / "opt.npz")
+    assert load_release(path).description["optimizer"] == opt
+    assert main(["ledger", str(path)]) == 0
+    assert f"certified gap {opt['gap']:.4g}" in capsys.readouterr().out
