@@ -10,9 +10,16 @@ Rows:
 
 * **release** (``sparsedp.topdown.topdown``): exact discrete Gaussian noise on every level's cells,
   the state totals invariant (published exactly), GLS, then non-negative integer counts that add
-  up -- for the default (equal) split, three other splits and the split chosen for the issue's
-  targets (more releases, for a smaller standard error at the nation, whose 16 cells make it the
-  noisiest figure);
+  up -- for the default (equal) split, three other fixed splits and the split tuned on this table
+  for the issue's targets (more releases, for a smaller standard error at the nation, whose 16
+  cells make it the noisiest figure);
+* **optimiser** rows: the data-free split of ``split="optimal"`` (``OptimalSplit``: minimise a
+  level-weighted expected MAE of the GLS, from the exact GLS variances of the design, no data) with
+  its default (every level weighs the same; as many releases as the tuned split), and three other
+  objectives / level weights: minimax across levels, minimax of error / target for the issue's
+  targets, the nation weighted twice.  Each row prints the shares chosen and the data-free
+  prediction ``sqrt(2/pi) * mean sd`` per level next to the measured MAE (the ratio shows what
+  the non-negativity and rounding change);
 * **GLS** of the same releases before the projection and rounding (real-valued, consistent);
 * **issue GLS row**: every level's 16-cell histogram at ``rho / 4``, continuous Gaussian noise
   (``secure=False``), no invariant, the exact tree GLS, no rounding (the issue's
@@ -31,6 +38,7 @@ memory.  BLAS runs one thread (threadpoolctl).
 
     python benchmarks/bench_topdown.py [--reps 20] [--target-reps 200] [--leaf-reps 3] [--out FILE] [--plot FILE]
     python benchmarks/bench_topdown.py --quick        # 2 releases per row (a smoke test)
+    python benchmarks/bench_topdown.py --replot benchmarks/results/topdown.json --plot docs/topdown_error.png
 
 The releases use seeded generators (reproducible; marked not private), as benchmarks do.
 """
@@ -55,6 +63,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from sparsedp.topdown import plan_topdown, read_table, topdown  # noqa: E402
+from sparsedp.topdown.design import OptimalSplit  # noqa: E402
 
 DATA = HERE.parent.parent / "shared" / "datasets" / "census2020_vtd" / "us2020_vtd_race_eth_age.csv.gz"
 GEO = "state_fips,county_fips,vtd_code"
@@ -70,6 +79,13 @@ SPLITS = {
     "nation-heavy": [0.4, 0.2, 0.2, 0.2],
     "leaf-light": [0.35, 0.25, 0.25, 0.15],
     "district-heavy": [0.2, 0.2, 0.2, 0.4],
+}
+#: data-free optimiser rows (the first: its defaults, with --target-reps releases)
+OPTIMISED = {
+    "optimal (equal weights)": "optimal",
+    "optimal minimax": OptimalSplit(objective="max"),
+    "optimal for targets": OptimalSplit.for_targets([TARGETS[lv] for lv in LEVELS]),
+    "optimal, nation x2": OptimalSplit(level_weights=[2, 1, 1, 1]),
 }
 
 
@@ -102,7 +118,10 @@ def summarise(rows: list[list[float]]) -> dict[str, dict[str, float]]:
 
 def run_row(table: Any, name: str, reps: int, seed: int, **kw: Any) -> dict[str, Any]:
     truth = table.counts
+    t0 = time.perf_counter()
     design = plan_topdown(table.hierarchy, **{k: v for k, v in kw.items() if k not in ("weights",)})
+    plan_s = time.perf_counter() - t0
+    predicted = design.level_errors()  # data-free: sqrt(2/pi) * mean GLS sd per level
     rel_err, gls_err, pred, secs = [], [], [], []
     viol = {"negative": 0, "non_integer": 0, "inconsistent": 0, "invariant_violations": 0}
     inv_exact = True
@@ -119,18 +138,27 @@ def run_row(table: Any, name: str, reps: int, seed: int, **kw: Any) -> dict[str,
         for spec in kw.get("invariants", ()):
             d = table.hierarchy.level_index(spec.split(":")[0])
             inv_exact &= bool(np.array_equal(rel.counts[d].sum(axis=1), truth[d].sum(axis=1)))
+    spec = kw.get("split")
     out = {
         "name": name, "releases": reps, "split": [lp.budget for lp in design.levels],
+        "split_spec": spec if isinstance(spec, (str, list)) else repr(spec),
+        "split_choice": design.split_choice.describe() if design.split_choice is not None else None,
+        "plan_seconds": plan_s,
+        "predicted_gls_mae_data_free": dict(zip(LEVELS, predicted)),
         "invariants": list(kw.get("invariants", ())), "secure": design.secure,
         "queries": [[b.name for b in lp.blocks] for lp in design.levels],
         "release_mae": summarise(rel_err), "gls_mae": summarise(gls_err),
         "gls_mae_predicted_gaussian": dict(zip(LEVELS, np.mean(pred, axis=0).tolist())),
         "violations": viol, "invariants_exact": inv_exact,
+        "meets_targets": {lv: bool(np.mean(np.asarray(rel_err)[:, i]) <= TARGETS[lv]) for i, lv in enumerate(LEVELS)},
         "seconds_per_release": {"median": float(np.median(secs)), "max": float(np.max(secs))},
         "peak_mb_process": peak_mb(),
     }
-    print(f"{name:24s} release " + " / ".join(f"{out['release_mae'][lv]['mean']:.3f}" for lv in LEVELS)
+    shares = "/".join(f"{b:.4g}" for b in out["split"])
+    print(f"{name:26s} {shares:28s} {reps:4d}  release " + " / ".join(
+        f"{out['release_mae'][lv]['mean']:.3f}({out['release_mae'][lv]['se']:.3f})" for lv in LEVELS)
           + "   gls " + " / ".join(f"{out['gls_mae'][lv]['mean']:.3f}" for lv in LEVELS)
+          + "   predicted " + " / ".join(f"{p:.3f}" for p in predicted)
           + f"   {np.median(secs):.2f} s  viol {sum(viol.values())}", flush=True)
     return out
 
@@ -157,21 +185,22 @@ def plot(results: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    fig, ax = plt.subplots(figsize=(10.5, 4.6))
     x = np.arange(len(LEVELS))
-    for row in results["rows"]:
-        if row["kind"] != "release":
-            continue
+    shown = [r for r in results["rows"] if r["kind"] in ("release", "optimiser")]
+    for i, row in enumerate(shown):
         m = [row["release_mae"][lv]["mean"] for lv in LEVELS]
         s = [row["release_mae"][lv]["se"] for lv in LEVELS]
         split = "/".join(f"{b:.3g}" for b in row["split"])
-        ax.errorbar(x, m, yerr=s, marker="o", capsize=3, label=f"{row['name']} ({split})")
+        ax.errorbar(x + 0.015 * (i - len(shown) / 2), m, yerr=s, marker="o" if row["kind"] == "release" else "s",
+                    ls="-" if row["kind"] == "release" else "--", capsize=3, label=f"{row['name']} ({split})")
     ax.plot(x, [TARGETS[lv] for lv in LEVELS], "k--", lw=1, label="issue targets")
     ax.plot(x, [ISSUE_GLS[lv] for lv in LEVELS], ":", color="gray", lw=1, label="issue GLS row")
     ax.set_xticks(x, LEVELS)
     ax.set_ylabel("mean absolute error per cell")
-    ax.set_title("TopDown release, rho = 1, state totals invariant (integer, non-negative, consistent)", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.set_title("TopDown release, rho = 1, state totals invariant (integer, non-negative, consistent); "
+                 "dashed: split='optimal' variants", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -185,7 +214,11 @@ def main() -> None:
     ap.add_argument("--out", default=str(HERE / "results" / "topdown.json"))
     ap.add_argument("--plot", default=str(HERE / "results" / "topdown.png"))
     ap.add_argument("--end-to-end", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--replot", default=None, help="only draw --plot from this results JSON (no releases)")
     args = ap.parse_args()
+    if args.replot:
+        plot(json.loads(Path(args.replot).read_text()), Path(args.plot))
+        return
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(1, user_api="blas"):
@@ -209,6 +242,9 @@ def main() -> None:
                                                        invariants=[INVARIANT])})
         rows.append({"kind": "release", **run_row(table, "target split", target_reps, 200, rho=1.0,
                                                    split=TARGET_SPLIT, invariants=[INVARIANT])})
+        for i, (name, spec) in enumerate(OPTIMISED.items()):
+            rows.append({"kind": "optimiser", **run_row(table, name, target_reps if i == 0 else reps, 600 + i, rho=1.0,
+                                                         split=spec, invariants=[INVARIANT])})
         rows.append({"kind": "issue GLS row", **run_row(table, "issue GLS row (float)", reps, 300, rho=1.0,
                                                          split=[1, 1, 1, 1], secure=False)})
         rows.append({"kind": "leaves only", **run_row(table, "leaves only", reps, 400, rho=1.0, split=[0, 0, 0, 1])})
@@ -217,6 +253,20 @@ def main() -> None:
                                                           split=TARGET_SPLIT, invariants=["vtd_code:total"])})
     target = next(r for r in rows if r["name"] == "target split")
     meets = {lv: target["release_mae"][lv]["mean"] <= TARGETS[lv] for lv in LEVELS}
+    print("\nrelease MAE per cell (standard error), ratio release / data-free GLS prediction; targets "
+          + " / ".join(f"{TARGETS[lv]}" for lv in LEVELS))
+    print(f"{'row':26s} {'shares (nation/state/county/district)':38s} {'n':>4s}  "
+          + "  ".join(f"{lv:>22s}" for lv in LEVELS))
+    for r in rows:
+        if r["kind"] not in ("release", "optimiser"):
+            continue
+        cells = []
+        for lv in LEVELS:
+            m, se, p = r["release_mae"][lv]["mean"], r["release_mae"][lv]["se"], r["predicted_gls_mae_data_free"][lv]
+            cells.append(f"{m:.3f}({se:.2g}){'*' if m <= TARGETS[lv] else ' '} x{m / p:.3f}")
+        shares = "/".join(f"{b:.4g}" for b in r["split"])
+        print(f"{r['name']:26s} {shares:38s} {r['releases']:4d}  " + "  ".join(f"{c:>22s}" for c in cells))
+    print("(* meets the target; x: measured / predicted, the baseline model in the same run)")
     results = {
         "benchmark": "bench_topdown", "data": DATA.name, "rho": 1.0, "units": list(table.hierarchy.sizes),
         "cells": table.cells.size, "targets": TARGETS, "issue_gls_row": ISSUE_GLS, "rows": rows,

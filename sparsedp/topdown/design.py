@@ -13,13 +13,17 @@ composition).  The plans compute these losses themselves from the matrices' entr
 Budgets are split in exact arithmetic and rounded *down* (``Fraction``), so the levels' charges
 never add up to more than the total.  A level (not a leaf level) may get no budget: it is then
 not measured (and not charged), and its estimate comes from the levels around it.
+
+``split="optimal"`` (or an :class:`OptimalSplit`) chooses the shares without any data: it minimises
+a level-weighted error of the GLS estimate, computed exactly from the design's public structure
+(:func:`optimal_split`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -32,7 +36,8 @@ from ..privacy import PrivacyCost, sequential
 from ..validation import budget_fraction, check_epsilon, check_rho
 from .hierarchy import CellDomain, Hierarchy
 
-__all__ = ["QueryBlock", "LevelPlan", "TopDownDesign", "Invariant", "plan_topdown"]
+__all__ = ["QueryBlock", "LevelPlan", "TopDownDesign", "Invariant", "OptimalSplit", "SplitChoice", "optimal_split",
+           "plan_topdown"]
 
 #: scales of stacked queries are widened by this factor over the calibrated ones, so that the
 #: plan's certified loss (which carries a float-rounding margin) stays within the level's budget
@@ -121,6 +126,7 @@ class TopDownDesign:
     levels: tuple[LevelPlan, ...]
     invariants: tuple[tuple[int, tuple[int, ...]], ...]  # (depth, axes) of each invariant
     basis: np.ndarray  # (cells, cells) orthonormal rows: the components
+    split_choice: "SplitChoice | None" = None  # how the split was chosen, when split="optimal"
 
     @property
     def split(self) -> tuple[float, ...]:
@@ -174,10 +180,20 @@ class TopDownDesign:
         B2 = self.basis * self.basis
         return tuple(v @ B2 for v in hierarchy_gls(h, own, own_var).variance)
 
+    def level_errors(self) -> tuple[float, ...]:
+        """Per level, the expected mean absolute error per cell of the GLS estimate,
+        ``sqrt(2 / pi) * mean_{units, cells} sqrt(Var)`` (the mean absolute value of a centred
+        Gaussian of standard deviation ``s`` is ``s sqrt(2 / pi)``), from
+        :meth:`gls_variances` -- no data.  The released counts are also made non-negative and
+        integer, which changes the error (it lowers it where many true counts are 0)."""
+        return tuple(float(np.sqrt(2.0 / np.pi) * np.sqrt(v).mean()) if v.size else 0.0
+                     for v in self.gls_variances())
+
     def describe(self) -> dict[str, Any]:
         cells = self.hierarchy.cells
         unit = "rho" if self.noise == "gaussian" else "epsilon"
-        return {
+        extra = {} if self.split_choice is None else {"split_choice": self.split_choice.describe()}
+        return {**extra,
             "noise": self.noise, "secure": self.secure, unit: self.total,
             "levels": [{"level": lp.name, unit: lp.budget, "measured": lp.plan is not None,
                         "queries": {b.name: b.budget for b in lp.blocks},
@@ -223,6 +239,330 @@ def _level_weights(h: Hierarchy, split: Any) -> list[Any]:
     if len(w) != h.depth + 1:
         raise ShapeError(f"split has {len(w)} weights for {h.depth + 1} levels {h.levels}")
     return w
+
+
+# -- a data-free split: minimise a level-weighted error of the GLS -------------------------------------
+
+_OBJECTIVES = ("mae", "variance", "max")
+
+
+@dataclass(frozen=True)
+class OptimalSplit:
+    """``split=OptimalSplit(...)`` (or ``split="optimal"``: the defaults): choose the budget shares
+    of the levels -- and, where a level measures several queries, of its queries -- that minimise
+    a level-weighted error of the GLS estimate, computed exactly from the public design (the
+    hierarchy's shape, the cells, the queries, the invariants' form; never the counts).
+
+    With ``E_l = sqrt(2 / pi) * mean_{units, cells of level l} sqrt(Var(xhat))`` (the expected mean
+    absolute error per cell of the GLS estimate at level ``l``) and ``V_l`` the mean variance:
+
+    * ``objective="mae"`` (default): minimise ``sum_l w_l E_l / sum_l w_l``;
+    * ``objective="variance"``: minimise ``sum_l w_l V_l / sum_l w_l``;
+    * ``objective="max"``: minimise ``max_l w_l E_l`` (minimax; with ``w_l = 1 / t_l`` it makes the
+      worst ratio of a level's error to its target ``t_l`` as small as possible, see
+      :meth:`for_targets`).
+
+    ``level_weights``: one weight per level (root first) or ``{level: weight}`` (missing levels 0);
+    default 1 each: every *level* counts the same, however many units and cells it has, so the
+    coarse levels are not sacrificed to the many leaves (weighting by the number of cells would give
+    the leaves almost everything).  ``queries=False`` keeps the query shares within a level as given
+    (``queries=`` of :func:`plan_topdown`) and optimises the levels' shares only.  The chosen
+    fractions are rounded to ``decimals`` digits (they are then charged exactly as any split)."""
+
+    level_weights: Any = None
+    objective: str = "mae"
+    queries: bool = True
+    decimals: int = 4
+
+    @classmethod
+    def for_targets(cls, targets: Any) -> "OptimalSplit":
+        """The minimax split for per-level error targets ``t_l`` (a list root first, or
+        ``{level: target}``): minimise ``max_l E_l / t_l``."""
+        items = targets.items() if isinstance(targets, Mapping) else enumerate(targets)
+        inv: dict[Any, float] = {}
+        for k, t in items:
+            if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, float, np.integer, np.floating)) \
+                    or not np.isfinite(float(t)) or float(t) <= 0:
+                raise SparseDPError(f"error targets must be finite numbers > 0, got {t!r}")
+            inv[k] = 1.0 / float(t)
+        weights: Any = inv if isinstance(targets, Mapping) else [inv[i] for i in range(len(inv))]
+        return cls(level_weights=weights, objective="max")
+
+
+@dataclass(frozen=True)
+class SplitChoice:
+    """What :func:`optimal_split` chose, and why: the fractions of the total budget per level
+    (``level_shares``, root first) and per query of each level (``query_shares``: ``{marginal:
+    fraction of the total}``), the objective and its weights, the objective's value, and per level
+    the expected mean absolute error per cell of the GLS estimate (``predicted_mae``, from the
+    exact variances of the planned design) next to the equal split's (``equal_mae``)."""
+
+    level_shares: tuple[float, ...]
+    query_shares: tuple[dict[str, float], ...]
+    level_weights: tuple[float, ...]
+    objective: str
+    value: float
+    equal_value: float
+    predicted_mae: tuple[float, ...]
+    equal_mae: tuple[float, ...]
+    evaluations: int
+
+    def describe(self) -> dict[str, Any]:
+        return {"method": "optimal (data-free: exact GLS variances of the design)", "objective": self.objective,
+                "level_weights": list(self.level_weights), "level_shares": list(self.level_shares),
+                "query_shares": [dict(q) for q in self.query_shares], "value": self.value,
+                "equal_split_value": self.equal_value, "predicted_gls_mae": list(self.predicted_mae),
+                "equal_split_predicted_gls_mae": list(self.equal_mae)}
+
+
+def _optimal_spec(split: Any) -> OptimalSplit | None:
+    if isinstance(split, OptimalSplit):
+        return split
+    if isinstance(split, str):
+        if split == "optimal":
+            return OptimalSplit()
+        if split == "equal":
+            return None
+        raise ShapeError(f"split must be weights per level, 'equal' or 'optimal', got {split!r}")
+    return None
+
+
+def _check_spec(h: Hierarchy, spec: OptimalSplit) -> np.ndarray:
+    if spec.objective not in _OBJECTIVES:
+        raise SparseDPError(f"objective must be one of {_OBJECTIVES}, got {spec.objective!r}")
+    if isinstance(spec.decimals, (bool, np.bool_)) or not isinstance(spec.decimals, (int, np.integer)) \
+            or not 2 <= int(spec.decimals) <= 12:
+        raise SparseDPError(f"decimals must be an integer in [2, 12], got {spec.decimals!r}")
+    raw = _level_weights(h, spec.level_weights)
+    w = []
+    for x in raw:
+        if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating, Fraction)) \
+                or not np.isfinite(float(x)) or float(x) < 0:
+            raise SparseDPError(f"level weights must be finite numbers >= 0, got {x!r}")
+        w.append(float(x))
+    if sum(w) <= 0:
+        raise SparseDPError("the level weights add up to 0")
+    return np.asarray(w)
+
+
+class _LevelErrorModel:
+    """The per-level errors of the hierarchy GLS as a function of the blocks' budget fractions
+    ``x``.  A unit's information on component ``k`` at level ``d`` is ``sum_b c_bk g(u_b0) /
+    g(u_b)``: ``c_bk`` and the noise unit scale ``u_b0`` are read from a reference plan (the equal
+    split), the scale at budget ``beta`` is ``u_b = u_b0 (beta_b0 / beta)^(1/p)`` (Gaussian ``p = 2``:
+    ``sigma = Delta / sqrt(2 rho)``; Laplace ``p = 1``: ``b = Delta / epsilon``), and ``g`` the
+    noise's variance at unit scale (discrete or continuous, as the plan draws).  Exact for the mean:
+    the components whose information and invariant status agree at every level have the same GLS
+    variances, so the GLS runs on one column per such group (``O(units x groups)``; 2 groups for a
+    total invariant), and the cells whose variance mixes the groups alike are evaluated once."""
+
+    def __init__(self, ref: TopDownDesign) -> None:
+        from ..noise import discrete_gaussian_variance
+
+        h = ref.hierarchy
+        C = h.cells.size
+        comp = h.cells.component_attributes()
+        self.h, self.total = h, float(ref.total)
+        self.root = 2.0 if ref.noise == "gaussian" else 1.0
+        if ref.noise == "laplace":
+            self.g: Callable[[np.ndarray], np.ndarray] = (
+                (lambda u: 2.0 * np.exp(-1.0 / u) / np.expm1(-1.0 / u) ** 2) if ref.secure else (lambda u: 2.0 * u * u))
+        else:
+            self.g = (lambda u: np.array([discrete_gaussian_variance(float(t)) for t in u])) if ref.secure else (
+                lambda u: u * u)
+        pins = pinned_axes(ref)
+        blocks, coef, u0, beta0 = [], [], [], []
+        for lp in ref.levels:
+            for b, var in zip(lp.blocks, lp.block_variances()):
+                c = np.zeros(C)
+                if b.components is not None:
+                    c[list(b.components)] = 1.0 / var
+                else:
+                    c[[set(a) <= set(b.axes) for a in comp]] = (C / b.size) / float(var[0])
+                blocks.append((lp.depth, b))
+                coef.append(c)
+                u0.append(float(lp.plan.unit_scales[b.start]) if lp.plan is not None else np.nan)
+                beta0.append(float(b.budget))
+        self.blocks = blocks
+        self.level_of = np.array([d for d, _ in blocks], dtype=np.int64)
+        self.u0, self.beta0 = np.array(u0), np.array(beta0)
+        self.g0 = self.g(self.u0)
+        coef_m = np.array(coef).reshape(len(blocks), C)
+        pinned = np.array([[pins[d] is not None and set(a) <= set(pins[d]) for a in comp]
+                           for d in range(h.depth + 1)])
+        sig = np.concatenate([coef_m, pinned.astype(np.float64)], axis=0).T  # (C, blocks + levels)
+        _, first, group = np.unique(sig, axis=0, return_index=True, return_inverse=True)
+        group = np.asarray(group).reshape(-1)
+        self.coef = coef_m[:, first]  # (blocks, groups)
+        self.pinned = pinned[:, first]  # (levels, groups)
+        B2 = ref.basis * ref.basis
+        M = np.zeros((len(first), C))
+        np.add.at(M, group, B2)  # M[g, c] = sum_{k in g} B[k, c]^2
+        self.mix, self.mix_count = np.unique(M, axis=1, return_counts=True)
+        self.C = C
+        self.evaluations = 0
+
+    def errors(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per level, ``E_l`` (expected MAE per cell) and ``V_l`` (mean variance per cell)."""
+        self.evaluations += 1
+        h = self.h
+        beta = np.maximum(x, 0.0) * self.total
+        on = beta > 0
+        ratio = np.zeros(beta.size)
+        if on.any():
+            u = self.u0[on] * (self.beta0[on] / beta[on]) ** (1.0 / self.root)
+            ratio[on] = self.g0[on] / self.g(u)
+        info_b = self.coef * ratio[:, None]
+        own, own_var = [], []
+        for d in range(h.depth + 1):
+            info = info_b[self.level_of == d].sum(axis=0)
+            with np.errstate(divide="ignore"):
+                v = np.where(info > 0, 1.0 / np.where(info > 0, info, 1.0), np.inf)
+            v = np.where(self.pinned[d], 0.0, v)
+            own.append(np.zeros((h.sizes[d], v.size)))
+            own_var.append(np.broadcast_to(v, (h.sizes[d], v.size)))
+        from .gls import hierarchy_gls
+
+        var = hierarchy_gls(h, own, own_var).variance
+        E, V = np.zeros(h.depth + 1), np.zeros(h.depth + 1)
+        for d, vd in enumerate(var):
+            cell_var = np.maximum(vd @ self.mix, 0.0)  # (units, distinct cells)
+            E[d] = float(np.sqrt(2.0 / np.pi) * (np.sqrt(cell_var).mean(axis=0) @ self.mix_count) / self.C)
+            V[d] = float((cell_var.mean(axis=0) @ self.mix_count) / self.C)
+        return E, V
+
+
+def _minimise(model: _LevelErrorModel, P: np.ndarray, lower: np.ndarray, y0: np.ndarray, w: np.ndarray,
+              objective: str) -> np.ndarray:
+    """``argmin`` over ``y >= lower``, ``sum y = 1`` of the objective of ``x = P y`` (SLSQP, forward
+    differences that stay inside the bounds)."""
+    from scipy.optimize import minimize
+
+    keep = w > 0
+    n = y0.size
+    step = 1e-7
+    cache: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+
+    def ev(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        key = np.asarray(y, dtype=np.float64).tobytes()
+        if key not in cache:
+            cache[key] = model.errors(P @ np.clip(y, lower, None))
+        return cache[key]
+
+    def vec(y: np.ndarray) -> np.ndarray:  # the weighted per-level terms
+        E, V = ev(y)
+        return (w * (V if objective == "variance" else E))[keep]
+
+    def jac_vec(y: np.ndarray) -> np.ndarray:
+        f0 = vec(y)
+        J = np.empty((f0.size, n))
+        for i in range(n):
+            e = np.zeros(n)
+            e[i] = step if y[i] + step <= 1.0 else -step
+            J[:, i] = (vec(y + e) - f0) / e[i]
+        return J
+
+    simplex = {"type": "eq", "fun": lambda y: np.array([y[:n].sum() - 1.0]),
+               "jac": lambda y: np.r_[np.ones(n), np.zeros(y.size - n)][None, :]}
+    if objective in ("mae", "variance"):
+        sw = float(w.sum())
+        res = minimize(lambda y: float(vec(y).sum() / sw), y0, jac=lambda y: jac_vec(y).sum(axis=0) / sw,
+                       method="SLSQP", bounds=list(zip(lower, np.ones(n))), constraints=[simplex],
+                       options={"maxiter": 200, "ftol": 1e-12})
+        return np.clip(res.x, lower, None)
+    # minimax: minimise t subject to w_l E_l(y) <= t
+    t0 = float(vec(y0).max())
+    cons = [simplex, {"type": "ineq", "fun": lambda z: z[n] - vec(z[:n]),
+                      "jac": lambda z: np.hstack([-jac_vec(z[:n]), np.ones((int(keep.sum()), 1))])}]
+    res = minimize(lambda z: float(z[n]), np.r_[y0, t0], jac=lambda z: np.r_[np.zeros(n), 1.0], method="SLSQP",
+                   bounds=list(zip(lower, np.ones(n))) + [(0.0, None)], constraints=cons,
+                   options={"maxiter": 300, "ftol": 1e-12})
+    return np.clip(res.x[:n], lower, None)
+
+
+def _round_shares(x: np.ndarray, lower: np.ndarray, decimals: int) -> np.ndarray:
+    """``x / sum x`` in whole units of ``10^-decimals`` that add up to exactly one (largest
+    remainders), none below ``lower`` (rounded up)."""
+    unit = 10 ** decimals
+    t = np.maximum(x / x.sum(), lower) * unit
+    k = np.floor(t).astype(np.int64)
+    k = np.maximum(k, np.ceil(lower * unit - 1e-9).astype(np.int64))
+    short = unit - int(k.sum())
+    order = np.argsort(-(t - np.floor(t)), kind="stable")
+    if short > 0:
+        k[order[:short]] += 1
+    elif short < 0:  # the floors were lifted: take back from the largest shares
+        for i in np.argsort(-k, kind="stable")[:-short]:
+            k[i] -= 1
+    return k / unit
+
+
+def optimal_split(h: Hierarchy, *, rho: float | None = None, epsilon: float | None = None, noise: str | None = None,
+                  queries: Any = None, invariants: Sequence[Any] = (), secure: bool = True,
+                  measure_invariants: bool | None = None, spec: OptimalSplit | str = "optimal") -> SplitChoice:
+    """The data-free split of :class:`OptimalSplit` ``spec`` for a release planned with these
+    arguments (those of :func:`plan_topdown`).
+
+    Model: at level ``d`` a unit's information on basis component ``k`` (its inverse noise
+    variance) is ``I_dk = sum_S c_Sk / Var_S(beta_S)`` over the level's queries ``S`` with budgets
+    ``beta_S`` (Gaussian: ``sigma_S = Delta_S / sqrt(2 rho_S)``, variance ``~ sigma_S^2``; Laplace:
+    ``b_S = Delta_S / epsilon_S``, variance ``~ 2 b_S^2``; the exact variance of the noise the plan
+    draws, discrete or not), ``c_Sk`` read from a reference plan (the equal split); invariant
+    components are exact (variance 0).  The exact variances of the hierarchy GLS (Hay
+    et al., VLDB 2010, generalised in :mod:`sparsedp.topdown.gls`) then give ``E_l`` and ``V_l``
+    (see :class:`OptimalSplit`), and SLSQP minimises the objective over the simplex of budget
+    fractions (a leaf level keeps at least ``10^-3`` of the budget on its queries; another level
+    may get 0 and is then estimated from the levels around it).  Nothing here reads counts: the
+    split is a function of the hierarchy's shape, the cells, the queries and the invariants' form,
+    so choosing it costs no privacy.  The optimum is a local one (the objective is smooth; the
+    reference start is the equal split); the value at the equal split is reported next to it."""
+    spec = _optimal_spec(spec) if isinstance(spec, str) else spec
+    if not isinstance(spec, OptimalSplit):
+        raise SparseDPError(f"spec must be 'optimal' or an OptimalSplit, got {spec!r}")
+    w = _check_spec(h, spec)
+    ref = plan_topdown(h, rho=rho, epsilon=epsilon, noise=noise, split=None, queries=queries, invariants=invariants,
+                       secure=secure, measure_invariants=measure_invariants)
+    model = _LevelErrorModel(ref)
+    D1 = h.depth + 1
+    nb = len(model.blocks)
+    if nb == 0:  # pragma: no cover - plan_topdown refuses a design that measures nothing at its leaves
+        raise SparseDPError("nothing is measured")
+    x_ref = np.array([b.budget for _, b in model.blocks]) / float(ref.total)
+    has_leaf = np.array([bool(h.leaves(d).any()) for d in range(D1)])
+    if spec.queries:
+        P = np.eye(nb)
+        y0 = x_ref / x_ref.sum()
+        lower = np.where(has_leaf[model.level_of], 1e-3, 0.0)  # the leaves' cells stay determined
+    else:
+        levels = sorted(set(model.level_of.tolist()))
+        P = np.zeros((nb, len(levels)))
+        for j, d in enumerate(levels):
+            sel = model.level_of == d
+            P[sel, j] = x_ref[sel] / x_ref[sel].sum()
+        y0 = np.array([x_ref[model.level_of == d].sum() for d in levels])
+        y0 = y0 / y0.sum()
+        lower = np.array([1e-3 if has_leaf[d] else 0.0 for d in levels])
+    E0, V0 = model.errors(P @ y0)
+    y = _minimise(model, P, lower, y0, w, spec.objective)
+    x = _round_shares(P @ y, P @ lower, int(spec.decimals))
+    E1, V1 = model.errors(x)
+
+    def value(E: np.ndarray, V: np.ndarray) -> float:
+        if spec.objective == "max":
+            return float(np.max((w * E)[w > 0]))
+        return float(np.sum(w * (V if spec.objective == "variance" else E)) / w.sum())
+
+    if value(E1, V1) > value(E0, V0):  # the start was better (a flat objective, a tolerance): keep it
+        x = _round_shares(P @ y0, P @ lower, int(spec.decimals))
+    level = np.zeros(D1)
+    np.add.at(level, model.level_of, x)
+    qs: list[dict[str, float]] = [{} for _ in range(D1)]
+    for (d, b), xb in zip(model.blocks, x):
+        qs[d][h.cells.marginal_name(b.axes)] = float(xb)
+    Ef, Vf = model.errors(x)
+    return SplitChoice(tuple(float(v) for v in level), tuple(qs), tuple(float(v) for v in w), spec.objective,
+                       value(Ef, Vf), value(E0, V0), tuple(float(e) for e in Ef), tuple(float(e) for e in E0),
+                       model.evaluations)
 
 
 def _queries(cells: CellDomain, spec: Any, levels: int) -> list[list[tuple[tuple[int, ...], Any]]]:
@@ -323,8 +663,11 @@ def plan_topdown(h: Hierarchy, *, rho: float | None = None, epsilon: float | Non
                  secure: bool = True, measure_invariants: bool | None = None) -> TopDownDesign:
     """Plan a release (nothing is measured or charged): ``rho`` (zCDP, discrete Gaussian noise) or
     ``epsilon`` (pure DP, discrete Laplace noise) in total; ``split``: the levels' weights (a list,
-    one per level, or ``{level: weight}``; default equal), each level's budget its share of the total
-    (rounded down); ``queries``: what each level measures, ``None`` (the cells' full histogram),
+    one per level, or ``{level: weight}``; default ``None`` or ``"equal"``: equal), each level's
+    budget its share of the total (rounded down); or ``"optimal"`` / an :class:`OptimalSplit`: the
+    level (and query) shares that minimise a level-weighted error of the GLS, chosen from the public
+    design only (:func:`optimal_split`; recorded in ``design.split_choice``); ``queries``: what each
+    level measures, ``None`` (the cells' full histogram),
     ``{marginal: weight}`` / a list of marginals for every level, or a list of those per level;
     ``invariants``: ``"level:marginal"`` strings or :class:`Invariant` s (checked here for form;
     their values are taken or checked when the data are read); ``measure_invariants``: whether the
@@ -343,6 +686,17 @@ def plan_topdown(h: Hierarchy, *, rho: float | None = None, epsilon: float | Non
         if rho is not None or epsilon is None:
             raise InvalidPrivacyParameterError("Laplace noise takes epsilon (pure DP)")
         total = check_epsilon(epsilon, "epsilon")
+    choice = None
+    opt = _optimal_spec(split)
+    if opt is not None:
+        choice = optimal_split(h, rho=rho, epsilon=epsilon, noise=noise, queries=queries, invariants=invariants,
+                               secure=secure, measure_invariants=measure_invariants, spec=opt)
+        split = list(choice.level_shares)
+        given = _queries(h.cells, queries, h.depth + 1)
+        queries = [{h.cells.axes(m): f for m, f in q.items()} if q else {ax: w for ax, w in given[d]}
+                   for d, q in enumerate(choice.query_shares)]
+    elif isinstance(split, str):  # "equal"
+        split = None
     weights = _level_weights(h, split)
     budgets = _shares(weights, budget_fraction(total), "split")
     qs = _queries(h.cells, queries, h.depth + 1)
@@ -357,7 +711,7 @@ def plan_topdown(h: Hierarchy, *, rho: float | None = None, epsilon: float | Non
     skip = (noise == "gaussian") if measure_invariants is None else not bool(measure_invariants)
     levels = tuple(_plan_level(h, d, budgets[d], qs[d], noise, bool(secure), pins[d] if skip else None)
                    for d in range(h.depth + 1))
-    design = TopDownDesign(h, noise, bool(secure), total, levels, tuple(inv), h.cells.basis())
+    design = TopDownDesign(h, noise, bool(secure), total, levels, tuple(inv), h.cells.basis(), choice)
     _check_identifiable(design)
     return design
 
