@@ -59,6 +59,14 @@ class Domain:
 
     def axes(self, attrs: Any) -> tuple[int, ...]:
         """Sorted attribute indices of ``attrs`` (names or indices; duplicates and unknowns raise)."""
+        if type(attrs) is tuple:  # fast path: already strictly increasing in-range ints
+            prev, d = -1, len(self.names)
+            for a in attrs:
+                if type(a) is not int or not prev < a < d:
+                    break
+                prev = a
+            else:
+                return attrs
         if isinstance(attrs, (str, int, np.integer)):
             attrs = (attrs,)
         out = []

@@ -84,20 +84,42 @@ class ResidualSelection:
         """``{residual: position}`` (built once per selection)."""
         return dict(self._index)
 
+    @functools.cached_property
+    def _keys(self) -> dict[int, np.ndarray] | None:
+        """The residuals' integer keys per order (:func:`_tuple_keys`; ``None`` if they overflow)."""
+        return _residual_keys(len(self.domain), self.residuals)
+
+    @functools.cached_property
+    def _workload_variances(self) -> dict[tuple[int, ...], float]:
+        """``{S: per-cell variance}`` for the workload's marginals, computed once, all at a time."""
+        ms = list(self.marginals)
+        return dict(zip(ms, self._variances(ms).tolist()))
+
+    def _variances(self, ms: list[tuple[int, ...]]) -> np.ndarray:
+        fast = _cell_variances_fast(self.domain, ms, self._keys, self.sigma2) if len(ms) >= _VECTOR_MIN else None
+        if fast is not None:
+            return fast
+        factors = _cell_factors(self.domain, ms, self._index)
+        return np.array([float(np.sum(self.sigma2[js] * fs)) for js, fs in factors], dtype=np.float64)
+
     def cell_variances(self, marginals: Iterable[Sequence[int]]) -> np.ndarray:
         """Per-cell variance of each reconstructed marginal (every cell of a marginal has the same):
         one pass over the marginals, ``O(sum of their residual counts)``."""
-        factors = _cell_factors(self.domain, [tuple(S) for S in marginals], self._index)
-        return np.array([float(np.sum(self.sigma2[js] * fs)) for js, fs in factors], dtype=np.float64)
+        ms = [tuple(S) for S in marginals]
+        if ms == list(self.marginals):
+            return np.array(list(self._workload_variances.values()), dtype=np.float64)
+        return self._variances(ms)
 
     def cell_variance(self, S: Sequence[int]) -> float:
         """Per-cell variance of the reconstructed marginal ``S`` (every cell has the same)."""
-        return float(self.cell_variances([S])[0])
+        S = tuple(S)
+        v = self._workload_variances.get(S) if len(self.marginals) >= _VECTOR_MIN else None
+        return v if v is not None else float(self._variances([S])[0])
 
     def sum_of_variances(self, marginals: Iterable[Sequence[int]] | None = None) -> float:
         """``sum_S sum_cells Var``: unweighted, over the workload (or the marginals given)."""
         ms = list(self.marginals) if marginals is None else [tuple(m) for m in marginals]
-        cells = np.array([math.prod(self.domain.sizes[i] for i in S) for S in ms], dtype=np.float64)
+        cells = _cells(self.domain, ms)
         return float(np.dot(self.cell_variances(ms), cells)) if ms else 0.0
 
     def max_variance(self) -> float:
@@ -119,6 +141,16 @@ def _normalise(domain: Domain, marginals: Any) -> list[tuple[int, ...]]:
 def _coefficients(domain: Domain, marginals: list[tuple[int, ...]], weights: np.ndarray
                   ) -> tuple[list[tuple[int, ...]], np.ndarray, np.ndarray]:
     """Residuals (closure minus those touching a size-1 attribute), ``c_A`` and ``p_A``."""
+    if len(marginals) >= _VECTOR_MIN:
+        fast = _coefficients_fast(domain, marginals, weights)
+        if fast is not None:
+            return fast
+    return _coefficients_loop(domain, marginals, weights)
+
+
+def _coefficients_loop(domain: Domain, marginals: list[tuple[int, ...]], weights: np.ndarray
+                       ) -> tuple[list[tuple[int, ...]], np.ndarray, np.ndarray]:
+    """:func:`_coefficients` one marginal and one subset at a time (the reference)."""
     sizes = domain.sizes
     logm1 = [math.log(n - 1) if n > 1 else -math.inf for n in sizes]
     logn = [math.log(n) for n in sizes]
@@ -156,6 +188,217 @@ def _cell_factors(domain: Domain, marginals: list[tuple[int, ...]], index: dict)
                     f *= (sizes[i] - 1) / sizes[i] if i in A else 1.0 / (sizes[i] ** 2)
                 js.append(j), fs.append(f)
         out.append((np.array(js, dtype=np.int64), np.array(fs)))
+    return out
+
+
+#: Below this many marginals the one-at-a-time loops are as fast as the vectorised paths.
+_VECTOR_MIN = 16
+#: Rows x subsets per block in the vectorised per-cell variances (bounds the temporaries).
+_BLOCK = 1 << 21
+
+
+def _exact_cost(pv: np.ndarray, sigma2: np.ndarray) -> Fraction:
+    """``sum_A p_A / (2 sigma_A^2)`` in exact rational arithmetic, each distinct ``(p_A, sigma_A^2)``
+    pair once times its count (residuals of one shape share both: a few terms, not one per residual)."""
+    pairs, counts = np.unique(np.stack([np.asarray(pv, dtype=np.float64), np.asarray(sigma2, dtype=np.float64)],
+                                       axis=1), axis=0, return_counts=True)
+    return sum((Fraction(float(p)) * int(k) / (2 * Fraction(float(v)))
+                for (p, v), k in zip(pairs.tolist(), counts.tolist())), Fraction(0))
+
+
+def _by_order(d: int, marginals: list[tuple[int, ...]]) -> dict[int, tuple[np.ndarray, np.ndarray]] | None:
+    """The marginals grouped by order: ``{r: (positions, (m, r) index array)}``, or ``None`` unless
+    every marginal is a strictly increasing tuple of ints in ``0..d-1`` whose subsets' keys fit in
+    an int64 (:func:`_tuple_keys`)."""
+    groups: dict[int, list[int]] = {}
+    for j, S in enumerate(marginals):
+        groups.setdefault(len(S), []).append(j)
+    out = {}
+    for r, pos in groups.items():
+        if r and r * math.log2(max(d, 2)) >= 62:
+            return None
+        try:
+            M = np.array([marginals[j] for j in pos], dtype=np.int64).reshape(len(pos), r)
+        except (TypeError, ValueError, OverflowError):
+            return None
+        if not all(type(a) is int for j in pos for a in marginals[j]):
+            return None
+        if r and (M.min() < 0 or M.max() >= d or (r > 1 and np.any(np.diff(M, axis=1) <= 0))):
+            return None
+        out[r] = (np.asarray(pos, dtype=np.int64), M)
+    return out
+
+
+def _tuple_keys(A: np.ndarray, d: int) -> np.ndarray:
+    """Integer keys of the rows of ``A`` (sorted index tuples of one length): base-``d`` digits, so
+    the keys of one length sort as the tuples do."""
+    key = np.zeros(A.shape[0], dtype=np.int64)
+    for j in range(A.shape[1]):
+        key = key * d + A[:, j]
+    return key
+
+
+def _residual_keys(d: int, residuals: Sequence[tuple[int, ...]]) -> dict[int, np.ndarray] | None:
+    """``{order: sorted keys}`` of the residuals (sorted by (order, indices), so each order's keys
+    are increasing and its positions are an offset plus the rank); ``None`` if a key overflows."""
+    by: dict[int, list[tuple[int, ...]]] = {}
+    for A in residuals:
+        by.setdefault(len(A), []).append(A)
+    if any(q * math.log2(max(d, 2)) >= 62 for q in by if q):
+        return None
+    return {q: _tuple_keys(np.array(As, dtype=np.int64).reshape(len(As), q), d) for q, As in by.items()}
+
+
+def _coefficients_fast(domain: Domain, marginals: list[tuple[int, ...]], weights: np.ndarray
+                       ) -> tuple[list[tuple[int, ...]], np.ndarray, np.ndarray] | None:
+    """:func:`_coefficients_loop` vectorised over the marginals of each order, with the same
+    floating-point operations in the same order (``math.log`` / ``math.exp`` on the distinct values,
+    each ``c_A`` summed over its marginals in workload order): bit-identical.  ``None`` when the
+    marginals are not plain sorted index tuples (the loop handles those)."""
+    sizes = domain.sizes
+    d = len(sizes)
+    keep = [j for j, w in enumerate(weights) if w != 0]
+    groups = _by_order(d, [marginals[j] for j in keep])
+    if groups is None:
+        return None
+    logm1 = np.array([math.log(n - 1) if n > 1 else -math.inf for n in sizes] or [0.0])
+    logn = np.array([math.log(n) for n in sizes] or [0.0])
+    lmn = logm1 + logn  # logm1[i] + logn[i], as the loop adds them
+    wk = np.asarray(weights, dtype=np.float64)[keep]
+    uw, winv = np.unique(wk, return_inverse=True)
+    lw_all = np.array([math.log(x) for x in uw.tolist()])[winv.reshape(-1)]
+    keys: dict[int, list[np.ndarray]] = {}
+    ent_key, ent_pos, ent_arg, ent_q = [], [], [], []
+    for r, (pos, M) in groups.items():
+        lw = lw_all[pos]
+        if r:
+            acc = logn[M[:, 0]].copy()
+            for j in range(1, r):
+                acc = acc + logn[M[:, j]]
+            base = -acc
+        else:
+            base = np.zeros(len(pos))
+        lwb = lw + base
+        for q in range(r + 1):
+            for P in combinations(range(r), q):
+                A = M[:, list(P)]
+                if q:
+                    la = lmn[A[:, 0]].copy()
+                    for j in range(1, q):
+                        la = la + lmn[A[:, j]]
+                    ok = la != -np.inf
+                    arg = lwb[ok] + la[ok]
+                    A, p_ = A[ok], pos[ok]
+                else:
+                    arg, p_ = lwb + 0.0, pos
+                k = _tuple_keys(A, d)
+                ent_key.append(k), ent_pos.append(p_), ent_arg.append(arg), ent_q.append(np.full(k.size, q))
+                keys.setdefault(q, []).append(k)
+    if not ent_key:
+        return [], np.array([]), np.array([])
+    ukeys = {q: np.unique(np.concatenate(ks)) for q, ks in sorted(keys.items())}
+    ukeys = {q: u for q, u in ukeys.items() if u.size}
+    offsets, o = {}, 0
+    for q, u in ukeys.items():
+        offsets[q] = o
+        o += u.size
+    ids = np.concatenate([offsets[int(qs[0])] + np.searchsorted(ukeys[int(qs[0])], k) if k.size else k
+                          for k, qs in zip(ent_key, ent_q)])
+    arg = np.concatenate(ent_arg)
+    ua, ainv = np.unique(arg, return_inverse=True)
+    val = np.array([math.exp(x) for x in ua.tolist()])[ainv.reshape(-1)]
+    order = np.argsort(np.concatenate(ent_pos), kind="stable")  # each c_A summed in workload order
+    cv = np.bincount(ids[order], weights=val[order], minlength=o)
+    ratio = np.array([(n - 1) / n for n in sizes] or [1.0])
+    residuals: list[tuple[int, ...]] = []
+    pvs = []
+    for q, u in ukeys.items():
+        A = np.empty((u.size, q), dtype=np.int64)
+        rest = u.copy()
+        for j in range(q - 1, -1, -1):
+            A[:, j] = rest % d
+            rest //= d
+        residuals.extend(map(tuple, A.tolist()))
+        if q:
+            pq = ratio[A[:, 0]].copy()
+            for j in range(1, q):
+                pq = pq * ratio[A[:, j]]
+        else:
+            pq = np.ones(u.size)
+        pvs.append(pq)
+    return residuals, cv, np.concatenate(pvs)
+
+
+def _cells(domain: Domain, ms: list[tuple[int, ...]]) -> np.ndarray:
+    """Cells per marginal as float64 (the int product, rounded once)."""
+    sizes = domain.sizes
+    if len(ms) >= _VECTOR_MIN and sizes and sum(math.log2(s) for s in sizes) < 62:
+        groups = _by_order(len(sizes), ms)
+        if groups is not None:
+            sz = np.array(sizes, dtype=np.int64)
+            out = np.empty(len(ms), dtype=np.float64)
+            for r, (pos, M) in groups.items():
+                out[pos] = np.prod(sz[M], axis=1) if r else 1
+            return out
+    return np.array([math.prod(sizes[i] for i in S) for S in ms], dtype=np.float64)
+
+
+def _cell_variances_fast(domain: Domain, ms: list[tuple[int, ...]], keys: dict[int, np.ndarray] | None,
+                         sigma2: np.ndarray) -> np.ndarray | None:
+    """The per-cell variances of :func:`_cell_factors` + ``np.sum``, vectorised over the marginals of
+    each order: ``f_{S,A}`` multiplied attribute by attribute as the loop does, the terms of each
+    marginal in the loop's order (subsets by size, then lexicographic; residuals not measured left
+    out) summed by ``np.sum`` along rows (the same pairwise sum as on each row alone): bit-identical.
+    ``None`` when the marginals are not plain sorted index tuples or the keys overflow."""
+    if keys is None:
+        return None
+    sizes = domain.sizes
+    d = len(sizes)
+    groups = _by_order(d, ms)
+    if groups is None:
+        return None
+    ratio = np.array([(n - 1) / n for n in sizes] or [1.0])
+    inv2 = np.array([1.0 / (n ** 2) for n in sizes] or [1.0])
+    offsets, o = {}, 0
+    for q, u in keys.items():
+        offsets[q] = o
+        o += u.size
+    out = np.empty(len(ms), dtype=np.float64)
+    for r, (pos_all, M_all) in groups.items():
+        subsets = [P for q in range(r + 1) for P in combinations(range(r), q)]
+        step = max(1, _BLOCK // len(subsets))
+        for b in range(0, len(pos_all), step):
+            pos, M = pos_all[b:b + step], M_all[b:b + step]
+            R, I = ratio[M], inv2[M]
+            T = np.empty((len(pos), len(subsets)))
+            present = np.ones(T.shape, dtype=bool)
+            for c, P in enumerate(subsets):
+                inP = set(P)
+                f = np.ones(len(pos))
+                for j in range(r):
+                    f = f * (R[:, j] if j in inP else I[:, j])
+                q = len(P)
+                u = keys.get(q)
+                if u is None or u.size == 0:
+                    present[:, c] = False
+                    T[:, c] = 0.0
+                    continue
+                k = _tuple_keys(M[:, list(P)], d)
+                at = np.minimum(np.searchsorted(u, k), u.size - 1)
+                hit = u[at] == k
+                present[:, c] = hit
+                T[:, c] = np.where(hit, sigma2[offsets[q] + at] * f, 0.0)
+            counts = present.sum(axis=1)
+            full = counts == len(subsets)
+            if np.all(full):
+                out[pos] = T.sum(axis=1)
+                continue
+            # rows with residuals missing: their present terms first, in order, then sum the first k
+            perm = np.argsort(~present, axis=1, kind="stable")
+            Tc = np.take_along_axis(T, perm, axis=1)
+            for k in np.unique(counts).tolist():
+                rows = np.flatnonzero(counts == k)
+                out[pos[rows]] = Tc[rows, :k].sum(axis=1) if k else 0.0
     return out
 
 
@@ -248,7 +491,7 @@ def select_residuals(domain: Domain, marginals: Any, rho: float, *, weights: Any
     # charges; 1/10 for 0.1, below the float): widened by the excess where the float sums fell short
     budget = budget_fraction(r)
     for _ in range(8):
-        cost = sum((Fraction(float(p)) / (2 * Fraction(float(v))) for p, v in zip(pv, sigma2)), Fraction(0))
+        cost = _exact_cost(pv, sigma2)
         if cost <= budget:
             break
         sigma2 = sigma2 * (float(cost / budget) * (1.0 + 2.0**-50))

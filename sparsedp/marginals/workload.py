@@ -8,6 +8,7 @@ from names or indices, or from ``k`` (every marginal of order ``k``, or ``<= k``
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -32,10 +33,21 @@ class MarginalWorkload:
     weights: np.ndarray
     objective: str = "sum"
 
-    @property
+    @functools.cached_property
     def cells(self) -> int:
         """Number of answers: the cells of all the marginal tables."""
-        return int(sum(math.prod(self.domain.sizes[i] for i in S) for S in self.marginals))
+        sizes = self.domain.sizes
+        if len(self.marginals) >= 16 and sizes and max(sizes) > 1:
+            # one order at a time in int64 when no product or sum can overflow (else the exact loop)
+            lmax = math.log2(max(sizes))
+            by: dict[int, list[tuple[int, ...]]] = {}
+            for S in self.marginals:
+                by.setdefault(len(S), []).append(S)
+            if all(r * lmax + math.log2(len(ms)) < 62 for r, ms in by.items()):
+                sz = np.array(sizes, dtype=np.int64)
+                return sum(int(np.prod(sz[np.array(ms, dtype=np.int64).reshape(len(ms), r)], axis=1).sum()) if r
+                           else len(ms) for r, ms in by.items())
+        return int(sum(math.prod(sizes[i] for i in S) for S in self.marginals))
 
     @property
     def unit_weights(self) -> bool:
