@@ -39,7 +39,7 @@ from ..errors import InvalidPrivacyParameterError, ShapeError, SparseDPError
 from ..validation import budget_fraction, check_rho
 from .domain import Domain
 
-__all__ = ["ResidualSelection", "select_residuals", "marginals_up_to", "closure"]
+__all__ = ["ResidualSelection", "select_residuals", "marginals_up_to", "closure", "residual_coefficients"]
 
 
 def marginals_up_to(domain: Domain, k: int, exact: bool = False) -> list[tuple[int, ...]]:
@@ -146,6 +146,16 @@ def _coefficients(domain: Domain, marginals: list[tuple[int, ...]], weights: np.
         if fast is not None:
             return fast
     return _coefficients_loop(domain, marginals, weights)
+
+
+def residual_coefficients(domain: Domain, marginals: list[tuple[int, ...]], weights: np.ndarray
+                          ) -> tuple[list[tuple[int, ...]], np.ndarray, np.ndarray]:
+    """``(residuals, c_A, p_A)`` of a marginal workload (sorted index tuples, one weight each): the
+    residuals of its closure that have a non-zero dimension, the workload's weight on each
+    (``c_A = sum_{S >= A} w_S prod_{i in S} 1 / n_i prod_{i in A} (n_i - 1) n_i``) and its squared
+    sensitivity ``p_A = prod_{i in A} (n_i - 1) / n_i`` (Xiao et al., NeurIPS 2023): the optimum
+    sum of variances is ``(sum_A sqrt(c_A p_A))^2 / (2 rho)``."""
+    return _coefficients(domain, list(marginals), np.asarray(weights, dtype=np.float64))
 
 
 def _coefficients_loop(domain: Domain, marginals: list[tuple[int, ...]], weights: np.ndarray

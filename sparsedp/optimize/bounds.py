@@ -51,6 +51,7 @@ from ..errors import SparseDPError
 from ..operators import aslinearoperator
 from ..intervals import IntervalRows
 from ..marginals.kron import KronOperator, KronStack
+from ..marginals.select import residual_coefficients
 from ..marginals.workload import MarginalWorkload
 from ..operators import SparseOperator
 from ..workloads import AllRangesWorkload, PrefixWorkload, RangeQueriesWorkload, WeightedUnionWorkload
@@ -220,20 +221,12 @@ def marginal_svd_raw(mw: Any) -> float:
     the marginals, and the bound is ``(sum sigma)^2 / prod n_i``."""
     if not bool(np.all(np.asarray(mw.weights) == 1.0)) or mw.objective != "sum":
         raise SparseDPError("the closed-form marginal bound is for unit weights and the 'sum' objective")
-    sizes = [int(v) for v in mw.domain.sizes]
-    N = float(math.prod(sizes))
-    margs = [frozenset(S) for S in mw.marginals]
-    closure: set[frozenset] = set()
-    for S in margs:
-        items = sorted(S)
-        for mask in range(1 << len(items)):
-            closure.add(frozenset(items[b] for b in range(len(items)) if mask >> b & 1))
-    total = 0.0
-    for A in closure:
-        lam = sum(float(math.prod(sizes[i] for i in range(len(sizes)) if i not in S)) for S in margs if A <= S)
-        total += float(math.prod(sizes[i] - 1 for i in A)) * math.sqrt(lam)
-    total *= 1.0 - 8.0 * (len(closure) + len(margs)) * np.finfo(np.float64).eps
-    return total * total / N
+    # dim_A^2 lambda_A / prod n_i = c_A p_A (ResidualPlanner's coefficients), so the bound is
+    # (sum_A sqrt(c_A p_A))^2: one vectorised pass over the residuals (residual_coefficients)
+    residuals, c, pv = residual_coefficients(mw.domain, list(mw.marginals), np.ones(len(mw.marginals)))
+    total = float(np.sum(np.sqrt(c * pv)))
+    total *= 1.0 - 8.0 * (len(residuals) + len(mw.marginals) + 8) * np.finfo(np.float64).eps
+    return total * total
 
 
 def _kron_stack_spectral_raw(K: Any) -> float:
