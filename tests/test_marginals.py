@@ -487,3 +487,25 @@ def test_cell_variances_of_many_marginals_equal_one_at_a_time():
     assert sel.sum_of_variances() == pytest.approx(float(np.dot(one, cells)), rel=1e-13)
     assert sel.max_variance() == float(one.max())
     assert sel.index() == {A: i for i, A in enumerate(sel.residuals)}
+
+
+def test_wide_domains_weight_the_workloads_closure_only():
+    # above FULL_MAX_D attributes the Laplace strategy weights the workload's downward closure; on
+    # a small domain the closure objective equals the full one for weights on the closure
+    import math as _m
+
+    from sparsedp.marginals import pure as P
+    from sparsedp.marginals.select import closure as _closure
+
+    dom = Domain(["a", "b", "c", "d"], [3, 2, 4, 1])
+    ms = [(0, 1), (1, 2), (3,)]
+    full_sub, E, c = P._setup(dom, ms)
+    clo_sub, Ec, cc = P._setup_closure(dom, ms)
+    assert set(clo_sub) == set(_closure(ms))
+    rng = np.random.default_rng(0)
+    theta_c = rng.random(len(clo_sub)) + 0.1
+    theta_f = np.array([theta_c[clo_sub.index(S)] if S in clo_sub else 0.0 for S in full_sub])
+    assert P._objective(theta_c, Ec, cc)[0] == pytest.approx(P._objective(theta_f, E, c)[0], rel=1e-12)
+    wide = Domain([f"x{i}" for i in range(P.FULL_MAX_D + 4)], [5] * (P.FULL_MAX_D + 4))
+    s = P.optimize_marginals_laplace(wide, marginals_up_to(wide, 2, exact=True), 1.0)
+    assert all(len(S) <= 2 for S in s.measured) and _m.isfinite(s.total_error) and s.total_error > 0

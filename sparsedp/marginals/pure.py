@@ -13,7 +13,10 @@ basis (:mod:`sparsedp.marginals.residual`): ``W_S^T W_S`` acts on residual ``A``
 
 ``dim_A = prod_{i in A} (n_i - 1)``: a smooth function of ``2^d`` weights, minimised by L-BFGS-B
 (scale-invariant and not convex: starts at the workload's marginals, the full table, all
-marginals, and ``restarts`` random weightings favouring large marginals; the best is kept).  ``d <= 16``.
+marginals, and ``restarts`` random weightings favouring large marginals; the best is kept).  Above
+``d = 16`` attributes the candidates are the workload's marginals and their sub-marginals only (the
+downward closure: ``sum_S 2^|S|`` of them, ``E`` sparse), the sub-parametrisation with the other
+weights at 0.
 """
 
 from __future__ import annotations
@@ -26,13 +29,16 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ShapeError
 from ..noise import as_generator
 from ..validation import check_epsilon
 from .domain import Domain
 from .select import _normalise, closure
 
-__all__ = ["MarginalsStrategy", "optimize_marginals_laplace"]
+__all__ = ["FULL_MAX_D", "MarginalsStrategy", "optimize_marginals_laplace"]
+
+#: Up to this many attributes the strategy may weight every marginal of the domain (``2^d``); on
+#: wider domains only the workload's marginals and their sub-marginals.
+FULL_MAX_D = 16
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,37 @@ def _setup(domain: Domain, ms: list[tuple[int, ...]]):
     return subsets, E, dim * mu
 
 
+def _setup_closure(domain: Domain, ms: list[tuple[int, ...]]):
+    """:func:`_setup` with the candidate marginals restricted to the workload's downward closure
+    (every subset of a workload marginal; the others' weights fixed at 0): ``E`` sparse (``A
+    subset S`` pairs only) and every ``N_S`` divided by ``prod_i n_i`` (``prod_{i in S} 1 / n_i``:
+    no overflow on wide domains; the objective's ratio ``mu_A / lambda_A`` is unchanged)."""
+    import scipy.sparse as sp
+
+    sizes = domain.sizes
+    subsets = sorted(closure(ms), key=lambda S: (len(S), S))
+    res = [A for A in subsets if all(sizes[i] > 1 for i in A)]
+    index = {A: a for a, A in enumerate(res)}
+    inv = {S: math.prod(1.0 / sizes[i] for i in S) for S in subsets}
+    rows, cols, vals = [], [], []
+    for s_, S in enumerate(subsets):
+        for r in range(len(S) + 1):
+            for A in combinations(S, r):
+                a = index.get(A)
+                if a is not None:
+                    rows.append(a), cols.append(s_), vals.append(inv[S])
+    E = sp.csr_matrix((vals, (rows, cols)), shape=(len(res), len(subsets)))
+    mu = np.zeros(len(res))
+    for S in ms:
+        for r in range(len(S) + 1):
+            for A in combinations(S, r):
+                a = index.get(A)
+                if a is not None:
+                    mu[a] += inv[S]
+    dim = np.array([math.prod(sizes[i] - 1 for i in A) for A in res], dtype=np.float64)
+    return subsets, E, dim * mu
+
+
 def _objective(theta: np.ndarray, E: np.ndarray, c: np.ndarray) -> tuple[float, np.ndarray]:
     s = float(theta.sum())
     lam = E @ (theta * theta)
@@ -93,12 +130,11 @@ def optimize_marginals_laplace(domain: Domain, marginals: Any, epsilon: float, *
 
     t0 = time.perf_counter()
     eps = check_epsilon(epsilon)
-    if len(domain) > 16:
-        raise ShapeError("the weighted-marginals strategy has 2^d weights: d <= 16")
     ms = _normalise(domain, marginals)
-    subsets, E, c = _setup(domain, ms)
+    subsets, E, c = _setup(domain, ms) if len(domain) <= FULL_MAX_D else _setup_closure(domain, ms)
     gen = as_generator(rng)
-    wl_ind = np.array([1.0 if S in set(ms) else 0.0 for S in subsets])
+    mset = set(ms)
+    wl_ind = np.array([1.0 if S in mset else 0.0 for S in subsets])
     full = np.array([1.0 if len(S) == len(domain) else 0.0 for S in subsets])
     order = np.array([len(S) for S in subsets], dtype=np.float64)
     starts = [wl_ind, full, np.ones(len(subsets)), order / max(order.max(), 1.0)]
