@@ -9,11 +9,16 @@ hierarchy per component of the cells (tree x Kronecker structure: exact, ``O(uni
 exact variances), invariants exact, and non-negative integer counts that add up at every level and
 cell (top-down projection and controlled rounding).  The result is a :class:`TopDownRelease`
 (``to_pandas()``: one row per unit; ``to_release()``: the common release model).
+
+:func:`sparsedp.topdown.scaleout.topdown_scaleout` makes the same release chunked by
+subtree on Dask, each worker reading, measuring, estimating, rounding and writing whole subtrees
+(the noise keyed by subtree, :mod:`sparsedp.topdown.subtrees`, so both publish the same bits).
 """
 
 from .design import Invariant, LevelPlan, QueryBlock, TopDownDesign, plan_topdown
 from .gls import HierarchyGLS, hierarchy_gls
 from .hierarchy import CellDomain, HierarchicalTable, Hierarchy, expand_columns, read_table
+from . import scaleout as _scaleout  # noqa: F401 - registers the chunked directory's reader with load_release
 from .release import (
     TopDownRelease,
     estimate_from_measurements,

@@ -12,6 +12,14 @@ marginal EXACTLY (not private).  Output: ``.npz`` -- the release file
 (:func:`sparsedp.topdown.load_topdown`, :func:`sparsedp.load_release`, ``sparsedp ledger``); ``.csv``
 / ``.parquet`` -- one row per unit (level, codes, one column per cell) with the release record
 (ledger, parameters) in ``OUT.release.json`` next to it.
+
+``--executor dask --workers N`` runs the release chunked by subtree on a local Dask cluster of ``N``
+worker processes (:func:`sparsedp.topdown.scaleout.topdown_scaleout`): ``--out`` is then a
+directory (the chunked release: ``sparsedp.load_release`` and ``load_topdown`` read it); a Parquet
+input (a file, or a directory partitioned by the first geography column) is read by the workers
+part by part, a CSV on the driver.  ``--subtree-level`` chooses the level whose units own the
+subtrees (default: the first geography level); the same seed and subtree level give the same
+release in-process and on Dask.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from .._cli_util import warn_not_private
 from ..errors import SparseDPError
@@ -45,14 +54,44 @@ def run(args: argparse.Namespace) -> int:
     if (args.rho is None) == (args.epsilon is None):
         raise SparseDPError("give --rho (zCDP) or --epsilon (pure DP)")
     out = Path(args.out)
-    if out.suffix.lower() not in (".npz", ".csv", ".parquet", ".pq"):
+    chunked = args.executor != "inprocess"
+    if args.workers is not None and (args.workers < 1 or not chunked):
+        raise SparseDPError("--workers is a number >= 1 and goes with --executor dask")
+    if chunked:
+        if out.suffix.lower() in (".npz", ".csv", ".parquet", ".pq", ".npy", ".zarr", ".json"):
+            raise SparseDPError(f"with --executor {args.executor}, --out is a directory (the chunked release), got "
+                                f"{out.name}")
+    elif out.suffix.lower() not in (".npz", ".csv", ".parquet", ".pq"):
         raise SparseDPError(f"--out must end in .npz (release file), .csv or .parquet, got {out.name}")
     attributes = [a.strip() for a in args.attributes.split(",")] if args.attributes else None
-    table = read_table(args.data, args.geo, args.counts, attributes=attributes, sep=args.sep, root=args.root)
     acc = Accountant(rho=args.rho) if args.rho is not None else Accountant(epsilon=args.epsilon)
     private = warn_not_private(args.seed, False)
+    subtree = _level(args.subtree_level)
+    if chunked:
+        from .scaleout import ParquetSource, topdown_scaleout
+
+        data = Path(args.data)
+        if data.is_dir() or data.suffix.lower() in (".parquet", ".pq"):
+            source: Any = ParquetSource(str(data), args.geo, args.counts, attributes=attributes, sep=args.sep,
+                                        root=args.root)
+        else:
+            source = read_table(args.data, args.geo, args.counts, attributes=attributes, sep=args.sep, root=args.root)
+        crel = topdown_scaleout(source, out, rho=args.rho, epsilon=args.epsilon, split=_floats(args.split),
+                                invariants=list(args.invariant or ()), accountant=acc, rng=args.seed,
+                                subtree_level=subtree, executor=args.executor, workers=args.workers)
+        units = crel.description["hierarchy"]["units"]
+        levels = " > ".join(f"{n} {u}" for n, u in zip(crel.description["hierarchy"]["levels"], units))
+        cells = len(crel.description["hierarchy"]["cells"])
+        budget = f"rho {acc.spent:g}" if args.rho is not None else f"epsilon {acc.spent:g}"
+        print(f"released {sum(units) * cells} counts ({levels} x {cells} cells; {budget}, exact noise) on "
+              f"{args.executor}, chunked by {crel.description['subtree_level']}; invariants: "
+              f"{', '.join(args.invariant or ()) or 'none'}; violations: {crel.check()}")
+        print(f"--out: {out}")
+        return 0
+    table = read_table(args.data, args.geo, args.counts, attributes=attributes, sep=args.sep, root=args.root)
     rel = topdown(table, rho=args.rho, epsilon=args.epsilon, split=_floats(args.split),
-                  invariants=list(args.invariant or ()), accountant=acc, rng=args.seed, keep_noisy=False)
+                  invariants=list(args.invariant or ()), accountant=acc, rng=args.seed, keep_noisy=False,
+                  subtree_level=subtree)
     if out.suffix.lower() == ".npz":
         rel.save(out)
     else:
@@ -71,6 +110,11 @@ def run(args: argparse.Namespace) -> int:
           f"exact noise); invariants: {', '.join(args.invariant or ()) or 'none'}")
     print(f"--out: {out}")
     return 0
+
+
+def _level(text: str) -> Any:
+    """A level by index (digits) or name."""
+    return int(text) if text.strip().isdigit() else text.strip()
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -92,7 +136,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--invariant", action="append", metavar="LEVEL:MARGINAL",
                    help="publish this marginal EXACTLY (not private), e.g. state_fips:total; repeatable")
     p.add_argument("--seed", type=int, default=None, help="reproducible, NOT private noise (tests only)")
-    p.add_argument("--out", required=True, help="release file (.npz) or a table of units (.csv / .parquet)")
+    p.add_argument("--out", required=True, help="release file (.npz) or a table of units (.csv / .parquet); with "
+                   "--executor dask, a directory (the chunked release)")
+    p.add_argument("--executor", choices=("inprocess", "dask"), default="inprocess",
+                   help="inprocess (default) or dask: chunked by subtree on a local Dask cluster")
+    p.add_argument("--workers", type=int, default=None, help="Dask worker processes (default 2; --executor dask)")
+    p.add_argument("--subtree-level", default="1",
+                   help="the level (name or index) whose units own the subtrees the noise is keyed by and the "
+                   "chunked release is cut at (default 1: the first geography level)")
     p.set_defaults(func=run)
 
 

@@ -24,6 +24,13 @@ variance is ``o_c = w_u + V_u - a_c`` (root: ``o = inf``), and
 One vectorised step per level each way (``reduceat`` over the contiguous children, ``take`` by the
 parent index): ``O(units x columns)`` time and memory.  Only ``y`` and the public variances enter:
 the estimate is post-processing of the measurement.
+
+Every step is element by element or a sum over one family's children in order, so a unit's
+result depends only on its own subtree and its ancestors' values: the passes can be split at any
+level (:func:`upward_level` and :func:`downward_level`, the steps of one level) and run subtree by
+subtree -- the chunked release on Dask does -- with results bit for bit those of the whole
+hierarchy.  :func:`rowmul` is the small dense product of the component basis with the same
+property (a row's result never depends on how many rows are multiplied together).
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ import numpy as np
 from ..errors import ShapeError, SparseDPError
 from .hierarchy import Hierarchy
 
-__all__ = ["HierarchyGLS", "hierarchy_gls"]
+__all__ = ["HierarchyGLS", "Upward", "hierarchy_gls", "upward_level", "downward_level", "rowmul"]
 
 
 @dataclass(frozen=True)
@@ -52,12 +59,93 @@ def _inv(v: np.ndarray) -> np.ndarray:
         return 1.0 / v
 
 
-def hierarchy_gls(h: Hierarchy, own: list[np.ndarray], own_var: list[np.ndarray]) -> HierarchyGLS:
-    """The GLS estimate and its exact variances at every level (module docstring).
+_ROWS = 2048  # rows per block of rowmul
 
-    ``own[d]``, ``own_var[d]``: ``(units of level d, k)`` estimates and their variances (``0``:
-    exact, ``inf``: none; ``own`` is ignored where the variance is infinite).  Every leaf needs a
-    finite variance in every column; raises :class:`~sparsedp.errors.SparseDPError` otherwise."""
+
+def rowmul(a: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """``a @ m`` for a ``(rows, k)`` array and a small ``(k, j)`` matrix, every entry the sum over
+    ``i`` of ``a[r, i] m[i, c]`` added in order, one vectorised pass per ``i``: each row's result
+    depends on that row alone, so a unit's value is the same whether its level is processed whole
+    or subtree by subtree (a BLAS product, or ``einsum``, may sum a row in another order depending
+    on the number of rows and the memory layout)."""
+    a = np.asarray(a, dtype=np.float64)
+    m = np.asarray(m, dtype=np.float64)
+    if a.ndim != 2 or m.ndim != 2 or a.shape[1] != m.shape[0]:
+        raise ShapeError(f"cannot multiply {a.shape} by {m.shape}")
+    n, k = a.shape
+    out = np.empty((n, m.shape[1]))
+    if k == 0:
+        out[:] = 0.0
+        return out
+    tmp = np.empty((min(n, _ROWS), m.shape[1]))
+    for lo in range(0, n, _ROWS):  # blocks of rows that stay in cache (the same sums, in the same order)
+        o, ab = out[lo:lo + _ROWS], a[lo:lo + _ROWS]
+        t = tmp[:o.shape[0]]
+        np.multiply(ab[:, 0:1], m[0], out=o)
+        for i in range(1, k):
+            np.multiply(ab[:, i:i + 1], m[i], out=t)
+            o += t
+    return out
+
+
+@dataclass(frozen=True)
+class Upward:
+    """The upward pass at one level: ``z`` / ``a`` (each unit's best estimate from its subtree and
+    its variance) and ``Z`` / ``V`` (the sums of its children's; ``V = inf`` for a leaf)."""
+
+    z: np.ndarray
+    a: np.ndarray
+    Z: np.ndarray
+    V: np.ndarray
+
+
+def upward_level(h: Hierarchy, d: int, own: np.ndarray, own_var: np.ndarray, child: Upward | None) -> Upward:
+    """The upward step at level ``d`` of ``h`` from the level below's (``child``; ``None`` at the
+    deepest level of ``h``)."""
+    v = own_var
+    y = np.where(np.isinf(v), 0.0, own)
+    leaf = h.leaves(d)
+    if np.any(np.isinf(v[leaf])):
+        raise SparseDPError(f"a leaf of level {h.levels[d]!r} has a component that is neither measured nor "
+                            "invariant: its estimate is undetermined (measure the cells at that level)")
+    if child is not None:
+        Z = h.children_sum(d, child.z)
+        V = h.children_sum(d, child.a)
+        V[leaf] = np.inf
+    else:
+        Z = np.zeros_like(y)
+        V = np.full_like(y, np.inf)
+    iv, iV = _inv(v), _inv(V)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        av = 1.0 / (iv + iV)  # 0 when either is exact
+        zz = (y * np.where(np.isinf(iv), 0.0, iv) + Z * np.where(np.isinf(iV), 0.0, iV)) * av
+    zz = np.where(v == 0, y, np.where(V == 0, Z, zz))
+    av = np.where((v == 0) | (V == 0), 0.0, av)
+    return Upward(zz, av, Z, V)
+
+
+def downward_level(parents: np.ndarray, up_parent: Upward, est_parent: np.ndarray, outside_parent: np.ndarray,
+                   own_var_parent: np.ndarray, up: Upward) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The downward step to a level from its parents' (``parents``: each unit's parent index;
+    ``up_parent`` / ``est_parent`` / ``outside_parent`` / ``own_var_parent``: the parent level's
+    upward pass, final estimate, variance from outside its subtree (``inf`` at the root) and own
+    variance; ``up``: this level's upward pass): ``(estimate, variance, outside)`` of the level."""
+    p = parents
+    Vu = up_parent.V[p]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(Vu > 0, up.a / Vu, 0.0)
+    est = up.z + share * (est_parent - up_parent.Z)[p]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w = 1.0 / (_inv(outside_parent) + _inv(own_var_parent))  # u's estimate from outside its children's subtrees
+        o = w[p] + np.maximum(Vu - up.a, 0.0)
+        vc = 1.0 / (_inv(up.a) + _inv(o))
+    vc = np.where(up.a == 0, 0.0, vc)
+    return est, vc, o
+
+
+def check_inputs(h: Hierarchy, own: list[np.ndarray], own_var: list[np.ndarray]) -> None:
+    """Shapes and variances of :func:`hierarchy_gls`'s inputs (raises :class:`ShapeError` /
+    :class:`SparseDPError`)."""
     D = h.depth
     if len(own) != D + 1 or len(own_var) != D + 1:
         raise ShapeError("one estimate array and one variance array per level")
@@ -67,45 +155,25 @@ def hierarchy_gls(h: Hierarchy, own: list[np.ndarray], own_var: list[np.ndarray]
             raise ShapeError(f"level {d}: estimates and variances must have shape {(h.sizes[d], k)}")
         if np.any(np.isnan(own_var[d])) or np.any(own_var[d] < 0):
             raise SparseDPError("variances must be >= 0 (inf: not measured)")
-    z: list[np.ndarray] = [np.empty(0)] * (D + 1)
-    a: list[np.ndarray] = [np.empty(0)] * (D + 1)
-    Zc: list[np.ndarray] = [np.empty(0)] * (D + 1)
-    Vc: list[np.ndarray] = [np.empty(0)] * (D + 1)
+
+
+def hierarchy_gls(h: Hierarchy, own: list[np.ndarray], own_var: list[np.ndarray]) -> HierarchyGLS:
+    """The GLS estimate and its exact variances at every level (module docstring).
+
+    ``own[d]``, ``own_var[d]``: ``(units of level d, k)`` estimates and their variances (``0``:
+    exact, ``inf``: none; ``own`` is ignored where the variance is infinite).  Every leaf needs a
+    finite variance in every column; raises :class:`~sparsedp.errors.SparseDPError` otherwise."""
+    check_inputs(h, own, own_var)
+    D = h.depth
+    ups: list[Upward] = [None] * (D + 1)  # type: ignore[list-item]
+    child = None
     for d in range(D, -1, -1):
-        v = own_var[d]
-        y = np.where(np.isinf(v), 0.0, own[d])
-        leaf = h.leaves(d)
-        if np.any(np.isinf(v[leaf])):
-            raise SparseDPError(f"a leaf of level {h.levels[d]!r} has a component that is neither measured nor "
-                                "invariant: its estimate is undetermined (measure the cells at that level)")
-        if d < D:
-            Z = h.children_sum(d, z[d + 1])
-            V = h.children_sum(d, a[d + 1])
-            V[leaf] = np.inf
-        else:
-            Z = np.zeros_like(y)
-            V = np.full_like(y, np.inf)
-        iv, iV = _inv(v), _inv(V)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            av = 1.0 / (iv + iV)  # 0 when either is exact
-            zz = (y * np.where(np.isinf(iv), 0.0, iv) + Z * np.where(np.isinf(iV), 0.0, iV)) * av
-        zz = np.where(v == 0, y, np.where(V == 0, Z, zz))
-        av = np.where((v == 0) | (V == 0), 0.0, av)
-        z[d], a[d], Zc[d], Vc[d] = zz, av, Z, V
-    est: list[np.ndarray] = [z[0]]
-    var: list[np.ndarray] = [a[0]]
-    outside = np.full_like(a[0], np.inf)  # o_u of the current parent level
+        child = ups[d] = upward_level(h, d, own[d], own_var[d], child)
+    est: list[np.ndarray] = [ups[0].z]
+    var: list[np.ndarray] = [ups[0].a]
+    outside = np.full_like(ups[0].a, np.inf)  # o_u of the current parent level
     for d in range(1, D + 1):
-        p = h.parents[d]
-        Vu = Vc[d - 1][p]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            share = np.where(Vu > 0, a[d] / Vu, 0.0)
-        est.append(z[d] + share * (est[d - 1] - Zc[d - 1])[p])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            w = 1.0 / (_inv(outside) + _inv(own_var[d - 1]))  # u's estimate from outside its children's subtrees
-            o = w[p] + np.maximum(Vu - a[d], 0.0)
-            vc = 1.0 / (_inv(a[d]) + _inv(o))
-        vc = np.where(a[d] == 0, 0.0, vc)
-        var.append(vc)
-        outside = o
+        e, v, outside = downward_level(h.parents[d], ups[d - 1], est[d - 1], outside, own_var[d - 1], ups[d])
+        est.append(e)
+        var.append(v)
     return HierarchyGLS(tuple(est), tuple(var))

@@ -37,12 +37,21 @@ from ..errors import (
     SparseDPError,
     UnsupportedStructureError,
 )
-from ..privacy import Accountant, LedgerEntry
+from ..privacy import Accountant, LedgerEntry, ledger_time
 from ..releases import AxisLabel, ReleaseMethods, ReleaseResult
 from ..validation import MAX_MAGNITUDE
 from .design import Invariant, TopDownDesign, pinned_axes, plan_topdown
-from .gls import hierarchy_gls
+from .gls import hierarchy_gls, rowmul
 from .hierarchy import CellDomain, HierarchicalTable, Hierarchy
+from .subtrees import (
+    measure_units,
+    noise_seeds,
+    scatter_rows,
+    stream,
+    subtree_level_index,
+    subtree_ranges,
+    unit_plan,
+)
 from .rounding import (
     project_children,
     project_marginal,
@@ -134,47 +143,60 @@ def resolve_invariants(table: HierarchicalTable, design: TopDownDesign,
 # -- post-processing ---------------------------------------------------------------------------------
 
 
-def _own_estimates(design: TopDownDesign, ys: Sequence[np.ndarray | None], pins: Sequence[Pin | None]
-                   ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Per level, each unit's GLS estimate of its components from its own queries (and the
-    invariant components, exact), with variances (``inf``: not measured)."""
-    h = design.hierarchy
-    cells = h.cells
+def own_level(design: TopDownDesign, d: int, n: int, y: np.ndarray | None, pin: Pin | None
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """Level ``d``'s units (``n`` of them, measured as ``y``: the level plan's rows for these
+    units, or ``None`` when the level is not measured): each unit's GLS estimate of its components
+    from its own queries (and the invariant components, exact), with variances (``inf``: not
+    measured).  Row by row: the same for a unit whether its level is processed whole or by parts."""
+    lp = design.levels[d]
+    cells = design.hierarchy.cells
     C = cells.size
     B = design.basis
     comp = cells.component_attributes()
+    info = design.information(d) if lp.plan is not None else np.zeros(C)
+    if lp.plan is not None:
+        rows = sum(b.size for b in lp.blocks)
+        if y is None or y.shape != (n * rows,):
+            raise ShapeError(f"level {lp.name!r}: expected {n * rows} measurements")
+        rhs = np.zeros((n, C))  # sum over the marginal blocks of Q_S^T y_S / var_S (cells)
+        rhs_comp = np.zeros((n, C))  # the blocks that measure components directly
+        start = 0
+        for b, var in zip(lp.blocks, lp.block_variances()):
+            yb = y[start:start + n * b.size].reshape(n, b.size)
+            start += n * b.size
+            if b.components is not None:
+                rhs_comp[:, list(b.components)] += yb / var
+            elif b.size == C:
+                rhs += yb / var[0]
+            else:
+                rhs += yb[:, cells.cell_to_marginal(b.axes)] / var[0]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            e = np.where(info > 0, (rowmul(rhs, B.T) + rhs_comp) / np.where(info > 0, info, 1.0), 0.0)
+    else:
+        e = np.zeros((n, C))
+    with np.errstate(divide="ignore"):
+        v = np.broadcast_to(np.where(info > 0, 1.0 / info, np.inf), (n, C)).copy()
+    if pin is not None:
+        axes, values = pin
+        N = C // cells.marginal_size(axes)
+        spread = values[:, cells.cell_to_marginal(axes)] / N
+        mask = np.array([set(a) <= set(axes) for a in comp])
+        e[:, mask] = rowmul(spread, B.T)[:, mask]
+        v[:, mask] = 0.0
+    return e, v
+
+
+def _own_estimates(design: TopDownDesign, ys: Sequence[np.ndarray | None], pins: Sequence[Pin | None]
+                   ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Per level, :func:`own_level` of all its units."""
+    h = design.hierarchy
     own, own_var = [], []
     for d, lp in enumerate(design.levels):
-        n = h.sizes[d]
-        info = design.information(d) if lp.plan is not None else np.zeros(C)
-        if lp.plan is not None:
-            y = ys[d]
-            if y is None or y.shape != (lp.plan.rows,):
-                raise ShapeError(f"level {lp.name!r}: expected {lp.plan.rows} measurements")
-            rhs = np.zeros((n, C))  # sum over the marginal blocks of Q_S^T y_S / var_S (cells)
-            rhs_comp = np.zeros((n, C))  # the blocks that measure components directly
-            for b, var in zip(lp.blocks, lp.block_variances()):
-                yb = y[b.start:b.start + n * b.size].reshape(n, b.size)
-                if b.components is not None:
-                    rhs_comp[:, list(b.components)] += yb / var
-                elif b.size == C:
-                    rhs += yb / var[0]
-                else:
-                    rhs += yb[:, cells.cell_to_marginal(b.axes)] / var[0]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                e = np.where(info > 0, (rhs @ B.T + rhs_comp) / np.where(info > 0, info, 1.0), 0.0)
-        else:
-            e = np.zeros((n, C))
-        with np.errstate(divide="ignore"):
-            v = np.broadcast_to(np.where(info > 0, 1.0 / info, np.inf), (n, C)).copy()
-        pin = pins[d]
-        if pin is not None:
-            axes, values = pin
-            N = C // cells.marginal_size(axes)
-            spread = values[:, cells.cell_to_marginal(axes)] / N
-            mask = np.array([set(a) <= set(axes) for a in comp])
-            e[:, mask] = (spread @ B.T)[:, mask]
-            v[:, mask] = 0.0
+        y = ys[d] if lp.plan is not None else None
+        if lp.plan is not None and (y is None or y.shape != (lp.plan.rows,)):
+            raise ShapeError(f"level {lp.name!r}: expected {lp.plan.rows} measurements")
+        e, v = own_level(design, d, h.sizes[d], y, pins[d])
         own.append(e)
         own_var.append(v)
     return own, own_var
@@ -186,39 +208,52 @@ def _weights(var: np.ndarray, kind: str) -> np.ndarray:
     return 1.0 / np.maximum(var, 1e-12)
 
 
+def check_weights(weights: Any) -> str:
+    """``"variance"`` or ``"uniform"`` (else :class:`SparseDPError`)."""
+    if weights not in ("variance", "uniform"):
+        raise SparseDPError(f"weights must be 'variance' or 'uniform', got {weights!r}")
+    return weights
+
+
+def round_level(cells: CellDomain, d: int, est: np.ndarray, var: np.ndarray, pin: Pin | None,
+                parents: np.ndarray | None, above: np.ndarray | None, weights: str = "variance") -> np.ndarray:
+    """The non-negative integer counts of one level's units: the root (``d == 0``: ``parents`` and
+    ``above`` unused) projected and rounded; below it, each parent's children (``parents``: their
+    parent indices into ``above``, the parents' integer counts) projected onto ``{v >= 0, sum v =
+    parent}`` per cell and rounded (with the level's invariant ``pin``, the transportation problem).
+    Per parent: the same for a family whether its level is rounded whole or by parts."""
+    w = _weights(var, weights)
+    if pin is not None and pin[0] == cells.axes("cells"):
+        return pin[1].astype(np.int64)
+    if d == 0:
+        if pin is None:
+            return np.maximum(np.rint(est), 0.0).astype(np.int64)
+        c2m = cells.cell_to_marginal(pin[0])
+        return round_marginal(project_marginal(est, w, c2m, pin[1]), c2m, pin[1])
+    if pin is None:
+        return round_children(project_children(est, w, parents, above), parents, above)
+    c2m = cells.cell_to_marginal(pin[0])
+    x = project_transport(est, w, parents, above, c2m, pin[1])
+    return round_transport(x, w, parents, above, c2m, pin[1])
+
+
 def integer_counts(design: TopDownDesign, estimate: Sequence[np.ndarray], variance: Sequence[np.ndarray],
                    pins: Sequence[Pin | None], weights: str = "variance") -> tuple[np.ndarray, ...]:
     """Non-negative integer counts, top-down, every parent the sum of its children, invariants exact
-    (module :mod:`sparsedp.topdown.rounding`)."""
-    if weights not in ("variance", "uniform"):
-        raise SparseDPError(f"weights must be 'variance' or 'uniform', got {weights!r}")
+    (module :mod:`sparsedp.topdown.rounding`; :func:`round_level` per level)."""
+    check_weights(weights)
     h = design.hierarchy
-    cells = h.cells
-    all_axes = cells.axes("cells")
     out: list[np.ndarray] = []
     for d in range(h.depth + 1):
-        est, w = estimate[d], _weights(variance[d], weights)
-        pin = pins[d]
-        if pin is not None and pin[0] == all_axes:
-            out.append(pin[1].astype(np.int64))
-            continue
-        if d == 0:
-            if pin is None:
-                out.append(np.maximum(np.rint(est), 0.0).astype(np.int64))
-            else:
-                c2m = cells.cell_to_marginal(pin[0])
-                x = project_marginal(est, w, c2m, pin[1])
-                out.append(round_marginal(x, c2m, pin[1]))
-            continue
-        parents, above = h.parents[d], out[d - 1]
-        if pin is None:
-            x = project_children(est, w, parents, above)
-            out.append(round_children(x, parents, above))
-        else:
-            c2m = cells.cell_to_marginal(pin[0])
-            x = project_transport(est, w, parents, above, c2m, pin[1])
-            out.append(round_transport(x, w, parents, above, c2m, pin[1]))
+        out.append(round_level(h.cells, d, estimate[d], variance[d], pins[d], h.parents[d] if d else None,
+                               out[d - 1] if d else None, weights))
     return tuple(out)
+
+
+def to_cells(design: TopDownDesign, est: np.ndarray, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Component estimates and variances back to cells (row by row)."""
+    B = design.basis
+    return rowmul(est, B), rowmul(var, B * B)
 
 
 def estimate_from_measurements(design: TopDownDesign, ys: Sequence[np.ndarray | None], pins: Sequence[Pin | None]
@@ -228,9 +263,8 @@ def estimate_from_measurements(design: TopDownDesign, ys: Sequence[np.ndarray | 
     its exact variances (tree x Kronecker: the hierarchy GLS per component of the cells' basis)."""
     own, own_var = _own_estimates(design, ys, pins)
     g = hierarchy_gls(design.hierarchy, own, own_var)
-    B = design.basis
-    B2 = B * B
-    return tuple(e @ B for e in g.estimate), tuple(v @ B2 for v in g.variance)
+    pairs = [to_cells(design, e, v) for e, v in zip(g.estimate, g.variance)]
+    return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
 
 
 def release_from_measurements(design: TopDownDesign, ys: Sequence[np.ndarray | None], pins: Sequence[Pin | None],
@@ -238,6 +272,7 @@ def release_from_measurements(design: TopDownDesign, ys: Sequence[np.ndarray | N
                                                                   tuple[np.ndarray, ...]]:
     """Post-processing only: ``(counts, estimate, variance)`` per level from the measurements
     (:func:`estimate_from_measurements`, then :func:`integer_counts`)."""
+    check_weights(weights)
     est, var = estimate_from_measurements(design, ys, pins)
     return integer_counts(design, est, var, pins, weights), est, var
 
@@ -351,19 +386,64 @@ def _pandas() -> Any:
     return _pd()
 
 
-def _check_rng(rng: Any) -> Any:
-    """One generator for all levels (an int seed would otherwise restart the same stream at every
-    level); validated before anything is charged."""
-    if rng is None or isinstance(rng, (_noise.SecureRandomBits, np.random.Generator)):
-        return rng
-    return _noise.as_generator(rng)
+def level_entry(lp: Any, seeded: bool, rows: int, columns: int) -> LedgerEntry:
+    """The ledger entry of one measured level (its plan's cost, scales and sensitivity; ``rows`` and
+    ``columns``: the whole level's)."""
+    p = lp.plan
+    return LedgerEntry(label=lp.label, cost=p.cost, rows=int(rows), columns=int(columns), noise=p.noise,
+                       secure=p.secure, private=not seeded, sensitivity=p.data_sensitivity,
+                       scale_min=float(np.min(p.scales)), scale_max=float(np.max(p.scales)), time=ledger_time())
+
+
+def charge_levels(design: TopDownDesign, accountant: Accountant | None, seeded: bool,
+                  units: Sequence[int]) -> list[LedgerEntry]:
+    """Charge every measured level of ``design`` once (``units``: the levels' real unit counts),
+    one ledger entry each, before any noise is drawn; the entries."""
+    C = design.hierarchy.cells.size
+    entries = []
+    for lp in design.measured:
+        per_unit = lp.plan.rows // max(lp.units, 1)
+        entry = level_entry(lp, seeded, per_unit * units[lp.depth], C * units[lp.depth])
+        if accountant is not None:
+            accountant.spend(lp.plan.cost, label=entry.label, entry=entry)
+        entries.append(entry)
+    return entries
+
+
+def measure_levels(design: TopDownDesign, counts: Sequence[np.ndarray], subtree_level: int, rng: Any
+                   ) -> list[np.ndarray | None]:
+    """Every level's measurement ``y`` (no charge: the caller charged), the noise keyed by subtree
+    (:mod:`sparsedp.topdown.subtrees`): the levels above ``subtree_level`` whole from the top
+    stream, each subtree's units from its own stream, level by level."""
+    h = design.hierarchy
+    s = subtree_level
+    top_seed, seeds = noise_seeds(rng, h.sizes[s])
+    top = stream(top_seed)
+    ys: list[np.ndarray | None] = []
+    for lp in design.levels[:s]:
+        ys.append(None if lp.plan is None else lp.plan.measure(counts[lp.depth].ravel(), rng=top, label=lp.label).y)
+    ups = [unit_plan(lp) for lp in design.levels[s:]]
+    for lp in design.levels[s:]:
+        ys.append(None if lp.plan is None else np.zeros(lp.plan.rows))
+    ranges = subtree_ranges(h, s)
+    cache: dict = {}
+    for g in range(h.sizes[s]):
+        gen = stream(seeds[g])
+        for i, up in enumerate(ups):
+            if up is None:
+                continue
+            d = s + i
+            lo, hi = int(ranges[i][0][g]), int(ranges[i][1][g])
+            if hi > lo:
+                scatter_rows(ys[d], up.sizes, h.sizes[d], lo, measure_units(cache, up, counts[d][lo:hi], gen))
+    return ys
 
 
 def topdown(table: HierarchicalTable, *, rho: float | None = None, epsilon: float | None = None,
             noise: str | None = None, split: Any = None, queries: Any = None, invariants: Sequence[Any] = (),
             secure: bool = True, accountant: Accountant | None = None, rng: Any = None, weights: str = "variance",
             design: TopDownDesign | None = None, keep_noisy: bool = True,
-            measure_invariants: bool | None = None) -> TopDownRelease:
+            measure_invariants: bool | None = None, subtree_level: Any = 1) -> TopDownRelease:
     """Release every level of ``table`` (a :class:`HierarchicalTable`): the counts of every unit
     and cell, non-negative integers, every parent the sum of its children, the ``invariants``
     exact (module docstring).
@@ -378,7 +458,13 @@ def topdown(table: HierarchicalTable, *, rho: float | None = None, epsilon: floa
     randomness) or a seed / Generator (reproducible; the release is then marked not private);
     ``weights``: the norm of the non-negative projection, ``"variance"`` (``1 / Var``) or
     ``"uniform"``; ``design``: a :func:`plan_topdown` result to reuse (its hierarchy must be the
-    table's).  ``secure=False`` draws float noise (for comparisons only)."""
+    table's).  ``secure=False`` draws float noise (for comparisons only).
+
+    The noise is keyed by subtree (:mod:`sparsedp.topdown.subtrees`): the levels above
+    ``subtree_level`` (a level name or index, default 1) from one stream, each unit of that level's
+    subtree from its own (children of ``SeedSequence(rng)`` when seeded), so that the chunked
+    release (:func:`sparsedp.topdown.scaleout.topdown_scaleout`, same ``subtree_level``) publishes
+    the same bits for the same seed."""
     if not isinstance(table, HierarchicalTable):
         raise ShapeError(f"expected a HierarchicalTable (see HierarchicalTable.from_counts / read_table), got "
                          f"{type(table).__name__}")
@@ -388,7 +474,9 @@ def topdown(table: HierarchicalTable, *, rho: float | None = None, epsilon: floa
     elif design.hierarchy is not table.hierarchy:
         raise ShapeError("the design was planned for another hierarchy")
     pins = resolve_invariants(table, design, invariants)
-    gen = _check_rng(rng)
+    check_weights(weights)
+    s = subtree_level_index(design.hierarchy, subtree_level)
+    noise_seeds(rng if not isinstance(rng, np.random.Generator) else None, 0)  # the generator's form, before any charge
     if accountant is not None:
         if not isinstance(accountant, Accountant):
             raise InvalidPrivacyParameterError(f"accountant must be an Accountant, got {type(accountant).__name__}")
@@ -396,17 +484,10 @@ def topdown(table: HierarchicalTable, *, rho: float | None = None, epsilon: floa
     for c in table.counts:  # the checks every plan makes, for all levels before the first charge
         if c.size and (c.min() < 0 or float(c.max()) > MAX_MAGNITUDE):  # pragma: no cover - checked on construction
             raise NegativeCountError("counts must be non-negative integers below 2^50")
-    ys: list[np.ndarray | None] = []
-    ledger: list[LedgerEntry] = []
-    private = True
-    for lp in design.levels:
-        if lp.plan is None:
-            ys.append(None)
-            continue
-        m = lp.plan.measure(table.counts[lp.depth].ravel(), accountant=accountant, rng=gen, label=lp.label)
-        ys.append(m.y)
-        ledger.append(m.entry)
-        private = private and m.private
+    seeded = rng is not None and not (isinstance(rng, _noise.SecureRandomBits) and rng.secure)
+    ledger = charge_levels(design, accountant, seeded, design.hierarchy.sizes)
+    private = not seeded
+    ys = measure_levels(design, table.counts, s, rng)
     counts, est, var = release_from_measurements(design, ys, pins, weights)
     h = design.hierarchy
     published = tuple({"level": h.levels[d], "marginal": h.cells.marginal_name(ax),
@@ -423,8 +504,9 @@ def topdown(table: HierarchicalTable, *, rho: float | None = None, epsilon: floa
 
 
 def load_topdown(path: str | Path) -> TopDownRelease:
-    """Read a TopDown release file (``TopDownRelease.save``) back: counts, estimates, variances
-    per level, the hierarchy, the ledger (no design and no raw measurements)."""
+    """Read a TopDown release file (``TopDownRelease.save``) or a chunked release directory
+    (:func:`sparsedp.topdown.scaleout.topdown_scaleout`) back: counts, estimates, variances per
+    level, the hierarchy, the ledger (no design and no raw measurements)."""
     from ..releases import load_release
 
     return topdown_from_result(load_release(path))
@@ -438,6 +520,8 @@ def topdown_from_result(rel: ReleaseResult) -> TopDownRelease:
         raise SparseDPError(f"a {rel.kind!r} release, not a topdown one")
     if isinstance(rel.source, TopDownRelease):
         return rel.source
+    if hasattr(rel.source, "to_topdown"):  # a release chunked by subtree (sparsedp.topdown.scaleout)
+        return rel.source.to_topdown()
     desc = rel.description
     hd = desc.get("hierarchy") or {}
     try:

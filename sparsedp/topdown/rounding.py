@@ -19,8 +19,10 @@ any) and rounded.  Then, for each level, with the parents' integer counts fixed:
   simplex vertex is integral; with convex piecewise-linear costs between consecutive integers it is
   the integer optimum over the window.
 
-Everything here is vectorised over all parents and cells of a level (sorting by group), except
-that the 2-D linear program is one solve per level.
+Everything here is vectorised over all parents and cells of a level (the groups of one size as the
+rows of one array, one pass per distinct size), except that the 2-D linear program is one solve per
+block of parents.  The projection and the rounding of a group depend on its own values alone, so
+a level rounded whole or subtree by subtree (the chunked release) gives the same integers.
 """
 
 from __future__ import annotations
@@ -33,15 +35,14 @@ from ..errors import InfeasibleConstraintsError, SparseDPError
 __all__ = ["simplex_project", "round_groups", "project_transport", "round_transport"]
 
 
-def _group_ids(starts: np.ndarray) -> np.ndarray:
-    sizes = np.diff(starts)
-    return np.repeat(np.arange(sizes.size), sizes)
-
-
 def simplex_project(v: np.ndarray, w: np.ndarray, starts: np.ndarray, totals: np.ndarray) -> np.ndarray:
     """For every group ``g`` (the contiguous slice ``starts[g] : starts[g + 1]``), the point of
     ``{x >= 0, sum x = totals[g]}`` closest to ``v`` in ``sum w_i (x_i - v_i)^2`` (``w > 0``):
-    ``x_i = max(0, v_i - lam_g / w_i)``, ``lam_g`` found by sorting the breakpoints ``v_i w_i``."""
+    ``x_i = max(0, v_i - lam_g / w_i)``, ``lam_g`` found by sorting the breakpoints ``v_i w_i``.
+
+    Groups of one size are solved together as the rows of one array (one pass per distinct
+    size): every group's result depends on its own values alone, so a level projected whole or
+    subtree by subtree gives the same bits."""
     v = np.asarray(v, dtype=np.float64)
     w = np.asarray(w, dtype=np.float64)
     totals = np.asarray(totals, dtype=np.float64)
@@ -55,36 +56,18 @@ def simplex_project(v: np.ndarray, w: np.ndarray, starts: np.ndarray, totals: np
         raise InfeasibleConstraintsError("a group with a positive total has no members")
     if sizes.size and sizes[0] > 0 and np.all(sizes == sizes[0]):
         return _simplex_project_equal(v.reshape(-1, int(sizes[0])), w.reshape(-1, int(sizes[0])), totals).ravel()
-    gid = _group_ids(starts)
-    bp = v * w
-    order = np.lexsort((-bp, gid))
-    vs, iws, bs = v[order], 1.0 / w[order], bp[order]
-    cv, ci = np.cumsum(vs), np.cumsum(iws)
-    first = starts[:-1]
-    nz = sizes > 0
-    before_v = np.zeros(sizes.size)
-    before_i = np.zeros(sizes.size)
-    before_v[nz & (first > 0)] = cv[first[nz & (first > 0)] - 1]
-    before_i[nz & (first > 0)] = ci[first[nz & (first > 0)] - 1]
-    lam = (cv - before_v[gid] - totals[gid]) / (ci - before_i[gid])
-    ok = bs > lam
-    pos = np.where(ok, np.arange(n), -1)
-    last = np.full(sizes.size, -1)
-    last[nz] = np.maximum.reduceat(pos, first[nz])
-    lam_g = np.where(last >= 0, lam[np.maximum(last, 0)], np.inf)
-    # a group with total 0 has no breakpoint above its lam: every member is 0
-    x = np.maximum(0.0, v - lam_g[gid] / w)
-    x[~np.isfinite(lam_g[gid])] = 0.0
-    # one Newton step on lam per group removes the rounding of the cumulative sums
-    act = x > 0
-    s = np.zeros(sizes.size)
-    a = np.zeros(sizes.size)
-    s[nz] = np.add.reduceat(x, first[nz])
-    a[nz] = np.add.reduceat(np.where(act, 1.0 / w, 0.0), first[nz])
-    fix = (a > 0) & np.isfinite(lam_g)
-    lam_g = np.where(fix, lam_g + (s - totals) / np.where(a > 0, a, 1.0), lam_g)
-    x2 = np.where(act, v - lam_g[gid] / w, 0.0)
-    return np.maximum(x2, 0.0)
+    out = np.zeros(n)
+    first = np.asarray(starts[:-1], dtype=np.int64)
+    order = np.argsort(sizes, kind="stable")
+    ss = sizes[order]
+    cut = np.flatnonzero(np.diff(ss)) + 1
+    for grp in np.split(order, cut):
+        k = int(sizes[grp[0]])
+        if k == 0:
+            continue
+        idx = first[grp][:, None] + np.arange(k)
+        out[idx] = _simplex_project_equal(v[idx], w[idx], totals[grp])
+    return out
 
 
 def _simplex_project_equal(v: np.ndarray, w: np.ndarray, totals: np.ndarray) -> np.ndarray:
@@ -127,11 +110,20 @@ def round_groups(x: np.ndarray, starts: np.ndarray, totals: np.ndarray) -> np.nd
                                          f"over {int(sizes[g])} values)")
     if x.size == 0:
         return fl
-    gid = _group_ids(starts)
-    order = np.lexsort((-frac, gid))
-    rank = np.arange(x.size) - starts[:-1][gid[order]]
+    # the largest remainders of each group first (ties: the earlier member), groups of one size as
+    # the rows of one array: each group's rounding depends on its own values alone
     up = np.zeros(x.size, dtype=bool)
-    up[order] = rank < need[gid[order]]
+    first = np.asarray(starts[:-1], dtype=np.int64)
+    order = np.argsort(sizes, kind="stable")
+    cut = np.flatnonzero(np.diff(sizes[order])) + 1
+    for grp in np.split(order, cut):
+        k = int(sizes[grp[0]])
+        if k == 0:
+            continue
+        idx = first[grp][:, None] + np.arange(k)
+        rank = np.empty((grp.size, k), dtype=np.int64)
+        np.put_along_axis(rank, np.argsort(-frac[idx], axis=1, kind="stable"), np.arange(k), axis=1)
+        up[idx] = rank < need[grp][:, None]
     return fl + up
 
 

@@ -1,0 +1,203 @@
+"""TopDown release chunked by subtree on Dask: a synthetic nation of ~10^7 blocks x 16 cells.
+
+Two configurations, each in its own subprocess (its peak RSS is the driver's):
+
+* ``nation``: :class:`sparsedp.topdown.SyntheticNation` (``--states`` states, nation > state >
+  county > tract > block, on average 64 counties, 25 tracts and 125 blocks each, sizes varying by
+  +-50%; 16 cells = 2 ages x 8 races; Poisson(1.5) counts, ~22% zeros), generated state by state
+  on the workers (nothing of the nation's size on the driver), released with
+  :func:`sparsedp.topdown.topdown_scaleout` on a fresh 2-worker ``LocalCluster`` (one thread
+  each, ``--memory`` limit each): rho = 1, equal split, state totals invariant, exact discrete
+  Gaussian noise, seeded.  Reported: wall seconds (and per phase), the peak RSS of the driver and
+  of each worker (``VmHWM``), and the violations, counted twice: by the tasks while releasing,
+  and again here by reading the output back part by part (negatives, non-integers, parents
+  unequal to the sum of their children per cell, state totals unequal to the truth);
+* ``slice``: a ~10^5-block nation of the same generator (8 states of 10 x 10 x 125), released
+  in-process (:func:`sparsedp.topdown.topdown` on the table in memory: the baseline) and chunked
+  on a fresh 2-worker cluster, same seed: every level's counts, estimates and variances compared
+  bit for bit, and the time ratio (chunked / in-process).
+
+BLAS is pinned to one thread in the driver (threadpoolctl) and in the workers (each configuration's
+process, and the worker processes it starts, run with ``OPENBLAS_NUM_THREADS=1``).
+
+    python benchmarks/bench_topdown_scaleout.py [--states 50] [--memory 2GB]
+        [--out benchmarks/results/topdown_scaleout.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from _scaleout_bench import on_local_cluster, peak_rss_mb  # noqa: E402
+from _scaleout_bench import spawn as _spawn  # noqa: E402
+from threadpoolctl import threadpool_limits  # noqa: E402
+
+from sparsedp.topdown import topdown  # noqa: E402
+from sparsedp.topdown.scaleout import SyntheticNation, topdown_scaleout  # noqa: E402
+
+RHO = 1.0
+SEED = 2028
+INVARIANTS = ["state:total"]
+
+
+def verify(path: Path, truth_state_totals: np.ndarray) -> dict:
+    """Violations, read back from the files one part at a time (not the tasks' own counts)."""
+    with np.load(path / "top.npz", allow_pickle=False) as z:
+        depth, counts = z["depth"], z["counts"]
+    root_level = int(depth.max())
+    roots = counts[depth == root_level]
+    nation, states = counts[depth == 0], counts[depth == 1]
+    bad = {"negative": int((counts < 0).sum()), "non_integer": 0 if counts.dtype.kind == "i" else -1,
+           "inconsistent": int((states.sum(axis=0) != nation[0]).sum()),
+           "invariant_violations": int((states.sum(axis=1) != truth_state_totals).sum())}
+    units = int(depth.size)
+    manifest = json.loads((path / "topdown.json").read_text())
+    s = root_level
+    for f in manifest["files"][1:]:
+        with np.load(path / f, allow_pickle=False) as z:
+            d, par, c, first = z["depth"], z["parent"], z["counts"], z["first"]
+        units += int(d.size)
+        bad["negative"] += int((c < 0).sum())
+        bad["non_integer"] += 0 if c.dtype.kind == "i" else int(c.size)
+        for lev in np.unique(d):  # children's sums against their parents (the roots, or this part's units)
+            sel = d == lev
+            if lev == s + 1:
+                parent_counts, idx = roots, par[sel]
+            else:
+                parent_counts, idx = c[d == lev - 1], par[sel] - int(first[lev - 1 - s])
+            sums = np.zeros_like(parent_counts)
+            np.add.at(sums, idx, c[sel])
+            has = np.bincount(idx, minlength=parent_counts.shape[0]) > 0
+            bad["inconsistent"] += int((sums[has] != parent_counts[has]).sum())
+    bad["units"] = units
+    return bad
+
+
+def one_nation(args: argparse.Namespace) -> dict:
+    nat = SyntheticNation(states=args.states, seed=SEED)
+    res: dict = {"mode": "nation", "states": args.states, "levels": list(nat.levels), "cells": nat.cells.size}
+    base = Path(tempfile.mkdtemp(prefix="bench-topdown-", dir=args.dir))
+    out = base / "release"
+    try:
+        with threadpool_limits(1):
+            rel, stats, _ = on_local_cluster(
+                lambda ex: topdown_scaleout(nat, out, rho=RHO, invariants=INVARIANTS, rng=SEED, executor=ex,
+                                            progress=False), res, args.workers, args.memory)
+        res["seconds"] = rel.manifest["timings"]["total"]
+        res["phases"] = rel.manifest["timings"]
+        res["driver_peak_rss_mb"] = peak_rss_mb()
+        res["worker_peak_rss_mb_each"] = sorted(s["peak_rss_mb"] for s in stats.values())
+        res["units"] = rel.description["hierarchy"]["units"]
+        res["leaves"] = res["units"][-1]
+        res["published_counts"] = sum(res["units"]) * nat.cells.size
+        res["violations_by_tasks"] = rel.check()
+        # the truth of the invariant, from the generator (state by state), to check the published totals
+        truth = np.array([int(nat.subtree(q).counts[0].sum()) for q in range(nat.states)])
+        t0 = time.perf_counter()
+        res["violations_read_back"] = verify(out, truth)
+        res["verify_seconds"] = time.perf_counter() - t0
+        res["output_mb"] = sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) / 2**20
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    return res
+
+
+def one_slice(args: argparse.Namespace) -> dict:
+    nat = SyntheticNation(states=8, counties=10, tracts=10, blocks=125, seed=SEED)
+    res: dict = {"mode": "slice"}
+    base = Path(tempfile.mkdtemp(prefix="bench-topdown-", dir=args.dir))
+    try:
+        with threadpool_limits(1):
+            table = nat.table()
+            res["units"] = list(table.hierarchy.sizes)
+            res["leaves"] = table.hierarchy.sizes[-1]
+            times = []
+            for _ in range(args.reps):
+                t0 = time.perf_counter()
+                a = topdown(table, rho=RHO, invariants=INVARIANTS, rng=SEED)
+                times.append(time.perf_counter() - t0)
+            res["inprocess_seconds"] = float(np.median(times))
+            dtimes, b = [], None
+            for r in range(args.reps):
+                out = base / f"release{r}"
+                rr: dict = {}
+                b, _, _ = on_local_cluster(
+                    lambda ex: topdown_scaleout(nat, out, rho=RHO, invariants=INVARIANTS, rng=SEED, executor=ex,
+                                                progress=False), rr, args.workers, args.memory)
+                dtimes.append(b.manifest["timings"]["total"])
+            res["dask_seconds"] = float(np.median(dtimes))
+            res["ratio_dask_over_inprocess"] = res["dask_seconds"] / res["inprocess_seconds"]
+            bt = b.to_topdown()
+            same = {k: all(np.array_equal(x, y) for x, y in zip(getattr(a, k), getattr(bt, k)))
+                    for k in ("counts", "estimate", "variance")}
+            same["to_pandas"] = bool(a.to_pandas().equals(b.to_pandas()))
+            res["identical"] = same
+            res["violations_inprocess"] = a.check()
+            res["violations_dask"] = bt.check()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--states", type=int, default=50)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--memory", default="2GB", help="memory limit per worker (default %(default)s)")
+    ap.add_argument("--reps", type=int, default=2, help="repetitions of the slice runs (medians)")
+    ap.add_argument("--dir", default=None, help="where the release is written (default: the system's temp)")
+    ap.add_argument("--skip-nation", action="store_true")
+    ap.add_argument("--out", default=str(HERE / "results" / "topdown_scaleout.json"))
+    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        os.environ.setdefault("TQDM_DISABLE", "1")
+        res = one_nation(args) if args.one == "nation" else one_slice(args)
+        print(json.dumps(res, default=float))
+        return
+    argv = ["--states", str(args.states), "--workers", str(args.workers), "--memory", args.memory,
+            "--reps", str(args.reps)] + (["--dir", args.dir] if args.dir else [])
+    env = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    rows = [_spawn(__file__, "slice", argv, env)]
+    if not args.skip_nation:
+        rows.append(_spawn(__file__, "nation", argv, env))
+    print(f"{'run':8} {'leaves':>10} {'seconds':>9} {'driver MB':>10} {'worker MB':>16} {'violations':>40}")
+    for r in rows:
+        if "error" in r:
+            print(r["mode"], "ERROR", r["error"][-800:])
+            continue
+        if r["mode"] == "slice":
+            print(f"{'slice':8} {r['leaves']:>10} {r['dask_seconds']:>9.2f} {'':>10} {'':>16} "
+                  f"{str(r['violations_dask']):>40}")
+            print(f"  in-process {r['inprocess_seconds']:.2f} s; dask / in-process = "
+                  f"{r['ratio_dask_over_inprocess']:.2f}; identical: {r['identical']}")
+        else:
+            print(f"{'nation':8} {r['leaves']:>10} {r['seconds']:>9.1f} {r['driver_peak_rss_mb']:>10.0f} "
+                  f"{str([round(x) for x in r['worker_peak_rss_mb_each']]):>16} {str(r['violations_read_back']):>40}")
+            print(f"  phases: { {k: round(v, 1) for k, v in r['phases'].items()} }; tasks counted "
+                  f"{r['violations_by_tasks']}")
+    out = {"benchmark": "topdown_scaleout", "rho": RHO, "invariants": INVARIANTS, "seed": SEED,
+           "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
+                       "note": "2 cores shared with other jobs: timings are noisy"},
+           "command": "python benchmarks/bench_topdown_scaleout.py " + " ".join(sys.argv[1:]), "rows": rows}
+    p = Path(args.out)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(out, indent=1, default=float))
+    print(f"wrote {p}")
+
+
+if __name__ == "__main__":
+    main()

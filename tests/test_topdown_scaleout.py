@@ -1,0 +1,285 @@
+"""The TopDown release chunked by subtree (sparsedp.topdown.scaleout): the same bits as the in-process
+release on Dask, exact invariants and no violations, the chunked release directory read back by
+the common loader, Parquet parts read by the workers, and bad input refused before any charge or
+noise."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pytest
+from test_topdown import CELLS, small_frame, table
+
+from sparsedp import Accountant
+from sparsedp.errors import (
+    BudgetExceededError,
+    InvalidPrivacyParameterError,
+    NegativeCountError,
+    ShapeError,
+    SparseDPError,
+    UnsupportedStructureError,
+)
+from sparsedp.executors import DaskExecutor
+from sparsedp.measure import MeasurementPlan
+from sparsedp.releases import load_release
+from sparsedp.topdown import HierarchicalTable, Invariant, load_topdown, topdown, topdown_from_result
+from sparsedp.topdown.scaleout import (
+    ParquetSource,
+    SubtreeData,
+    SyntheticNation,
+    TableSource,
+    load_chunked,
+    split_subtrees,
+    topdown_scaleout,
+)
+
+CLEAN = {"negative": 0, "non_integer": 0, "inconsistent": 0, "invariant_violations": 0}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ex = DaskExecutor.local(n_workers=2, threads_per_worker=1, processes=False)
+    yield ex
+    ex.close()
+
+
+def _budget(cfg):
+    return Accountant(rho=cfg["rho"]) if "rho" in cfg else Accountant(epsilon=cfg["epsilon"])
+
+
+def _same(a, b):
+    for key in ("counts", "estimate", "variance"):
+        for d, (x, y) in enumerate(zip(getattr(a, key), getattr(b, key))):
+            assert x.dtype == y.dtype and x.shape == y.shape, (key, d)
+            assert np.array_equal(x, y), (key, d)  # bit for bit (no tolerance)
+
+
+CONFIGS = [
+    (dict(rho=0.5), 1),
+    (dict(rho=0.5, invariants=["state:total"]), 1),
+    (dict(epsilon=1.0, split=[1, 1, 2, 3]), 1),
+    (dict(rho=0.7, queries={"cells": 2, "total": 1, "age": 1}, split=[2, 1, 1, 1], invariants=["state:total"]), 1),
+    (dict(rho=0.6, queries={"cells": 3, "race": 1}, split=[1, 0, 1, 1]), 1),
+    (dict(rho=0.5, invariants=["county:age", "state:total"]), "county"),  # transport rounding at the top
+]
+
+
+@pytest.mark.parametrize("cfg, level", CONFIGS)
+def test_dask_release_is_the_in_process_release_bit_for_bit(tmp_path, cluster, cfg, level):
+    t = table(4, high=12)  # unbalanced: some counties are leaves
+    acc_a, acc_b = _budget(cfg), _budget(cfg)
+    a = topdown(t, rng=7, subtree_level=level, accountant=acc_a, **cfg)
+    b = topdown_scaleout(t, tmp_path / "rel", rng=7, subtree_level=level, accountant=acc_b, executor=cluster,
+                         per_part=2, progress=False, **cfg)
+    bt = b.to_topdown()
+    _same(a, bt)
+    assert a.to_pandas().equals(b.to_pandas())
+    assert b.check() == CLEAN and bt.check() == CLEAN and a.check() == CLEAN
+    # the same charge: one entry per measured level, the same labels, costs and sizes
+    assert acc_a.spent_exact == acc_b.spent_exact
+    key = "rho" if "rho" in cfg else "epsilon"
+    assert [(e.label, getattr(e.cost, key), e.rows, e.columns) for e in a.ledger] == [
+        (e["label"], e[key], e["rows"], e["columns"]) for e in b.ledger]
+    assert b.private is False and a.private is False  # seeded: reproducible, not private
+
+
+def test_the_noise_is_keyed_by_subtree():
+    """Another subtree level keys the noise differently (another release); the same one in-process
+    twice is the same; subtrees' streams are independent of how subtrees are grouped in tasks."""
+    t = table(2, high=10)
+    a1 = topdown(t, rho=1.0, rng=3)
+    a2 = topdown(t, rho=1.0, rng=3)
+    b = topdown(t, rho=1.0, rng=3, subtree_level="county")
+    _same(a1, a2)
+    assert not all(np.array_equal(x, y) for x, y in zip(a1.estimate, b.estimate))
+
+
+@pytest.mark.parametrize("per_part", [1, 3])
+def test_grouping_of_subtrees_into_tasks_changes_nothing(tmp_path, per_part):
+    t = table(6, high=8)
+    a = topdown(t, rho=0.8, rng=11, invariants=["state:total"])
+    b = topdown_scaleout(t, tmp_path / "r", rho=0.8, rng=11, invariants=["state:total"], per_part=per_part,
+                         progress=False)
+    _same(a, b.to_topdown())
+
+
+def test_synthetic_nation_generated_by_the_workers(tmp_path, cluster):
+    """A small synthetic nation generated state by state on the workers: the in-process release of
+    the same nation, bit for bit; invariants exact; no violation."""
+    nat = SyntheticNation(states=3, counties=4, tracts=3, blocks=6, seed=1)
+    t = nat.table()
+    a = topdown(t, rho=1.0, rng=5, invariants=["state:total"])
+    b = topdown_scaleout(nat, tmp_path / "r", rho=1.0, rng=5, invariants=["state:total"], executor=cluster,
+                         progress=False)
+    bt = b.to_topdown()
+    _same(a, bt)
+    assert b.check() == CLEAN and bt.check() == CLEAN
+    truth = t.counts[1].sum(axis=1)
+    assert np.array_equal(bt.counts[1].sum(axis=1), truth)  # state totals exact
+    assert all((c >= 0).all() and c.dtype == np.int64 for c in bt.counts)
+    assert b.description["hierarchy"]["units"] == list(t.hierarchy.sizes)
+
+
+def test_load_the_chunked_release(tmp_path):
+    t = table(3, high=9)
+    a = topdown(t, rho=0.9, rng=2, invariants=["state:total"])
+    b = topdown_scaleout(t, tmp_path / "rel", rho=0.9, rng=2, invariants=["state:total"], progress=False)
+    assert b.check() == CLEAN and b.path == str(tmp_path / "rel")
+    assert sorted(p.name for p in (tmp_path / "rel").iterdir()) == ["parts", "top.npz", "topdown.json"]
+    r = load_release(tmp_path / "rel")  # the common loader: a ReleaseResult of kind topdown
+    ra = a.to_release()
+    assert r.kind == "topdown" and r.private is False and r.noise == "gaussian"
+    assert np.array_equal(np.asarray(r.answers), np.asarray(ra.answers))
+    assert np.array_equal(r.variances, ra.variances)
+    assert np.array_equal(np.asarray(r.labels["depth"]), np.asarray(ra.labels["depth"]))
+    assert [e["label"] for e in r.ledger] == [e["label"] for e in ra.ledger]
+    lo, hi = r.confidence_intervals(0.9)
+    assert np.all(lo <= hi)
+    back = load_topdown(tmp_path / "rel")  # one row per unit: level, depth, the codes, one column per cell
+    frame = back.to_pandas()
+    assert frame.equals(a.to_pandas()) and list(frame.columns[:2]) == ["level", "depth"]
+    assert list(frame.columns[-len(CELLS):]) == list(t.cells.columns) and len(frame) == t.hierarchy.units
+    assert back.check() == CLEAN and back.invariants[0]["level"] == "state"
+    assert topdown_from_result(r).to_pandas().equals(frame)
+    assert load_chunked(tmp_path / "rel" / "topdown.json").check() == CLEAN
+    parts = list(load_chunked(tmp_path / "rel").parts())
+    assert sum(len(p["depth"]) for p in parts) == t.hierarchy.units
+    (tmp_path / "rel" / "parts" / "part-00001.npz").unlink()
+    with pytest.raises(SparseDPError, match="missing"):
+        load_release(tmp_path / "rel")
+
+
+def test_parquet_partitions_are_read_by_the_workers(tmp_path, cluster):
+    frame = small_frame(9, high=7)
+    frame.to_parquet(tmp_path / "data", partition_cols=["state"], index=False)
+    src = ParquetSource(str(tmp_path / "data"), ("state", "county", "vtd"), "vap_*,u18_*", attributes=("age", "race"),
+                        root="nation")
+    t = HierarchicalTable.from_counts(frame, ["state", "county", "vtd"], "vap_*,u18_*", attributes=("age", "race"),
+                                      root="nation")
+    a = topdown(t, rho=0.5, rng=4, invariants=["state:total"])
+    b = topdown_scaleout(src, tmp_path / "rel", rho=0.5, rng=4, invariants=["state:total"], executor=cluster,
+                         progress=False)
+    _same(a, b.to_topdown())
+    assert b.to_pandas().equals(a.to_pandas())
+
+
+# -- bad input: refused before anything is charged or drawn ----------------------------------------
+
+
+class _BadPart:
+    def __init__(self, sub):
+        self.sub = sub
+
+    def read(self):
+        return [self.sub]
+
+
+class _BadSource:
+    """A source one of whose parts has a negative count."""
+
+    def __init__(self, t):
+        self.t = t
+        self.levels = t.hierarchy.levels
+        self.cells = t.cells
+        self.in_order = True
+
+    def parts(self, s):
+        subs = split_subtrees(self.t, s)
+        c = [x.copy() for x in subs[-1].counts]
+        c[-1][0, 0] = -1
+        bad = SubtreeData(subs[-1].path, subs[-1].hierarchy, tuple(c))
+        return [_BadPart(x) for x in subs[:-1]] + [_BadPart(bad)]
+
+
+@pytest.mark.parametrize("make, kw, error", [
+    (lambda t: _BadSource(t), {}, NegativeCountError),
+    (lambda t: t, dict(invariants=["county:total"]), UnsupportedStructureError),  # below the subtree level
+    (lambda t: t, dict(invariants=[Invariant("state", "total", np.array([[1], [2], [3]]))]),
+     UnsupportedStructureError),
+    (lambda t: t, dict(split="optimal"), UnsupportedStructureError),
+    (lambda t: t, dict(subtree_level=0), ShapeError),
+    (lambda t: t, dict(subtree_level="block"), ShapeError),
+    (lambda t: t, dict(weights="l1"), SparseDPError),
+    (lambda t: t, dict(rng=-1), SparseDPError),
+    (lambda t: t, dict(rho=-1.0), InvalidPrivacyParameterError),
+    (lambda t: t, dict(split=[1, 1]), ShapeError),
+    (lambda t: t, dict(rho=2.0), BudgetExceededError),  # more than the accountant holds
+    (lambda t: TableSource(t), dict(queries={"nope": 1}), ShapeError),
+])
+def test_bad_input_is_refused_before_any_charge_or_noise(tmp_path, monkeypatch, make, kw, error):
+    t = table(1, high=6)
+    calls = []
+    real = MeasurementPlan.measure
+    monkeypatch.setattr(MeasurementPlan, "measure", lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+    acc = Accountant(rho=1.0)
+    args = {"rho": 0.5, "rng": 1, **kw}
+    with pytest.raises(error):
+        topdown_scaleout(make(t), tmp_path / "rel", accountant=acc, progress=False, **args)
+    assert acc.spent == 0 and not acc.ledger and not calls
+    assert not (tmp_path / "rel").exists()
+
+
+def test_an_existing_output_directory_is_refused(tmp_path):
+    (tmp_path / "rel").mkdir()
+    (tmp_path / "rel" / "x").write_text("keep")
+    acc = Accountant(rho=1.0)
+    with pytest.raises(SparseDPError, match="not an empty directory"):
+        topdown_scaleout(table(1), tmp_path / "rel", rho=0.5, accountant=acc, progress=False)
+    assert acc.spent == 0 and (tmp_path / "rel" / "x").read_text() == "keep"
+
+
+def test_command_line_with_dask(tmp_path, capsys):
+    """``--executor dask`` (a LocalCluster of one worker process here): the chunked release of the
+    in-process command's release, read back by ``load_topdown``."""
+    from sparsedp.topdown.cli import register
+
+    small_frame(5).to_csv(tmp_path / "t.csv", index=False)
+    parser = argparse.ArgumentParser(prog="sparsedp")
+    register(parser.add_subparsers(dest="command"))
+    base = ["topdown", str(tmp_path / "t.csv"), "--geo", "state,county,vtd", "--counts", "vap_*,u18_*",
+            "--attributes", "age,race", "--root", "nation", "--invariant", "state:total", "--seed", "1",
+            "--rho", "0.5"]
+    args = parser.parse_args(base + ["--out", str(tmp_path / "r.npz")])
+    assert args.func(args) == 0
+    args = parser.parse_args(base + ["--executor", "dask", "--workers", "1", "--out", str(tmp_path / "rel")])
+    assert args.func(args) == 0
+    assert "chunked by state" in capsys.readouterr().out
+    a, b = load_topdown(tmp_path / "r.npz"), load_topdown(tmp_path / "rel")
+    for x, y in zip(a.counts, b.counts):
+        assert np.array_equal(x, y)
+    assert b.check() == CLEAN
+    for bad in (["--executor", "dask", "--out", str(tmp_path / "x.npz")], ["--workers", "2", "--out",
+                                                                             str(tmp_path / "y.npz")]):
+        args = parser.parse_args(base + bad)
+        with pytest.raises(SparseDPError):
+            args.func(args)
+
+
+@pytest.mark.parametrize("cfg", [
+    dict(rho=0.5),  # the identity (the cells' histogram)
+    dict(rho=0.7, queries={"cells": 2, "total": 1, "age": 1}),  # stacked marginals
+    dict(rho=0.5, invariants=["state:total"]),  # the cells' contrasts: integer rows with row factors
+    dict(epsilon=1.0, queries={"race": 1, "cells": 1}),
+])
+def test_a_subtree_is_measured_by_the_level_plan_restricted_to_its_units(cfg):
+    """The plan a subtree's units are measured with (UnitPlan.for_units) is the level plan: for all
+    of a level's units, the same matrix, per-row scales, grid, row factors, loss and charge -- so
+    measuring a level subtree by subtree is the same measurement, at the same cost."""
+    from sparsedp.topdown import plan_topdown
+    from sparsedp.topdown.subtrees import unit_plan
+
+    t = table(4)
+    design = plan_topdown(t.hierarchy, **cfg)
+    for lp in design.measured:
+        p, q = lp.plan, unit_plan(lp).for_units(lp.units)
+        assert (p.matrix != q.matrix).nnz == 0 and p.matrix.shape == q.matrix.shape
+        for f in ("scales", "unit_scales"):
+            assert np.array_equal(getattr(p, f), getattr(q, f))
+        assert (p.row_factors is None) == (q.row_factors is None)
+        assert p.row_factors is None or np.array_equal(p.row_factors, q.row_factors)
+        assert (p.grid, p.grid_exact, p.identity, p.loss, p.cost) == (q.grid, q.grid_exact, q.identity, q.loss, q.cost)
+        assert np.array_equal(p.variances(), q.variances())
+        x = t.counts[lp.depth].ravel()
+        if not p.identity:
+            assert np.array_equal(p.measured.matvec(x.astype(float)), q.measured.matvec(x.astype(float)))
