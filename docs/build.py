@@ -51,6 +51,7 @@ GALLERY: dict[str, tuple[list[str], list[str]]] = {
     "inpaint_image": (["--out", "{tmp}"], ["original.png", "observed_private.png", "dlnm_qr.png", "soft_impute.png"]),
     "optimize_custom_workload": ([], []),
     "marginals_release": (["--plot", "{tmp}/marginals.png"], ["marginals.png"]),
+    "topdown_release": (["--out", "{tmp}/topdown_release.npz"], []),
 }
 RELEASE_SPEC = "release_spec"  # examples/release_spec/: make_ages.py, then `sparsedp release ages.toml`
 

@@ -69,10 +69,10 @@ path = rel.save(args.out)
 loaded = sparsedp.load_release(path)
 frame = loaded.to_pandas()
 print(f"saved {path.name} ({path.stat().st_size / 2**20:.1f} MB); loaded back with sparsedp.load_release: "
-      f"{len(frame):,} rows ({loaded.kind}), columns {list(frame.columns)}")
-nation = frame[frame["depth"] == 0]
+      f"{len(frame):,} units ({loaded.kind}: one row per unit), columns {list(frame.columns)}")
+nation = frame[frame["depth"] == 0].iloc[0]
 print("nation, released counts per cell:")
-print("  " + ", ".join(f"{c}={int(v):,}" for c, v in zip(h.cells.columns, nation["answer"])))
+print("  " + ", ".join(f"{c}={int(nation[c]):,}" for c in h.cells.columns))
 
 if args.evaluate:
     print("\n--- EVALUATION AGAINST THE CONFIDENTIAL TRUTH (for judging the method; not part of the release) ---")

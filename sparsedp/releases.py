@@ -310,7 +310,13 @@ class ReleaseResult:
 
     def to_pandas(self, level: float = 0.95, method: str = "auto") -> Any:
         """One row per answer: the label columns, ``answer``, ``variance``, and the ``lower`` /
-        ``upper`` ends of its interval at ``level`` (``nan`` without variances).  Needs pandas."""
+        ``upper`` ends of its interval at ``level`` (``nan`` without variances).  Needs pandas.
+        A release whose source publishes a table of units (a TopDown release: one row per
+        geographic unit, its level and codes, one column per cell) gives that table instead;
+        :meth:`table` stays one row per answer."""
+        units = getattr(self.source, "unit_table", None)
+        if callable(units):
+            return units()
         try:
             import pandas as pd
         except ImportError as exc:  # pragma: no cover - the io extra
@@ -512,8 +518,9 @@ def register_reader(name: str, reader: Callable[..., Any]) -> None:
     ``"histogram.load"`` (an ``.npz`` of the first histogram layout -> ``HistogramRelease``),
     ``"histogram.from_release"`` (a histogram :class:`ReleaseResult` -> its ``HistogramRelease``),
     ``"restaurant.result"``, ``"flows.result"`` (earlier files' arrays -> :class:`ReleaseResult`),
-    ``"marginals.from_json"`` (the marginals command's JSON) and ``"topdown.load_directory"`` (a
-    chunked TopDown directory -> ``TopDownRelease``).  Called by those modules at import."""
+    ``"marginals.from_json"`` (the marginals command's JSON), ``"topdown.from_release"`` (a TopDown
+    :class:`ReleaseResult` -> ``TopDownRelease``) and ``"topdown.load_directory"`` (a chunked
+    TopDown directory -> ``ChunkedTopDownRelease``).  Called by those modules at import."""
     _READERS[name] = reader
 
 
@@ -638,6 +645,8 @@ def _attach_source(rel: ReleaseResult) -> ReleaseResult:
     """Histogram files: the :class:`~sparsedp.trees.HistogramRelease` (any range, exactly)."""
     if rel.kind == "histogram" and "method" in rel.description and "estimate" in rel.arrays:
         return replace(rel, source=_reader("histogram.from_release")(rel))
+    if rel.kind == "topdown":  # its per-level tables (to_pandas: one row per unit)
+        return replace(rel, source=_reader("topdown.from_release")(rel))
     return rel
 
 

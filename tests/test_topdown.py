@@ -615,3 +615,19 @@ def test_command_line(tmp_path, capsys):
         args = parser.parse_args(base + bad)
         with pytest.raises(SparseDPError):
             args.func(args)
+
+
+def test_load_release_to_pandas_is_one_row_per_unit(tmp_path):
+    # sparsedp.load_release(path).to_pandas(): the published table, one row per geographic unit with
+    # its level and codes and one column per cell; table() stays one row per answer
+    t = table(4)
+    rel = topdown(t, rho=1.0, invariants=["state:total"], rng=2)
+    path = rel.save(tmp_path / "td.npz")
+    back = load_release(path)
+    frame = back.to_pandas()
+    h = rel.hierarchy
+    assert len(frame) == sum(h.sizes) and {"level", "depth", *h.geo, *h.cells.columns} <= set(frame.columns)
+    np.testing.assert_array_equal(frame[list(h.cells.columns)].to_numpy(), np.concatenate(rel.counts, axis=0))
+    assert list(frame["level"].iloc[:2]) == [h.levels[0], h.levels[1]]
+    assert back.table()["answer"].shape == (sum(h.sizes) * h.cells.size,)
+    assert rel.to_release().to_pandas().equals(frame)

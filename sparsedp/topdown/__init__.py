@@ -15,10 +15,11 @@ subtree on Dask, each worker reading, measuring, estimating, rounding and writin
 (the noise keyed by subtree, :mod:`sparsedp.topdown.subtrees`, so both publish the same bits).
 """
 
-from .design import Invariant, LevelPlan, QueryBlock, TopDownDesign, plan_topdown
+from .design import Invariant, LevelPlan, OptimalSplit, QueryBlock, SplitChoice, TopDownDesign, optimal_split, plan_topdown
 from .gls import HierarchyGLS, hierarchy_gls
 from .hierarchy import CellDomain, HierarchicalTable, Hierarchy, expand_columns, read_table
-from . import scaleout as _scaleout  # noqa: F401 - registers the chunked directory's reader with load_release
+from .scaleout import (ChunkedTopDownRelease, ParquetSource, SyntheticNation, load_chunked,  # registers the chunked
+                       topdown_scaleout)  # directory's reader with load_release
 from .release import (
     TopDownRelease,
     estimate_from_measurements,
@@ -32,23 +33,31 @@ from .release import (
 
 __all__ = [
     "CellDomain",
+    "ChunkedTopDownRelease",
     "HierarchicalTable",
     "Hierarchy",
     "HierarchyGLS",
     "Invariant",
     "LevelPlan",
+    "OptimalSplit",
+    "ParquetSource",
     "QueryBlock",
+    "SplitChoice",
+    "SyntheticNation",
     "TopDownDesign",
     "TopDownRelease",
     "estimate_from_measurements",
     "expand_columns",
     "hierarchy_gls",
     "integer_counts",
+    "load_chunked",
     "load_topdown",
+    "optimal_split",
     "plan_topdown",
     "read_table",
     "release_from_measurements",
     "resolve_invariants",
     "topdown",
     "topdown_from_result",
+    "topdown_scaleout",
 ]

@@ -6,7 +6,7 @@
 The table has one row per leaf unit: geography columns (outermost first; codes read as text, so
 leading zeros stay) and count columns (names or glob patterns).  Every level is measured with exact
 discrete Gaussian noise (``--rho``, zCDP) or discrete Laplace noise (``--epsilon``, pure DP), the
-budget split across levels by ``--split`` (default equal), then estimated by GLS and made
+budget split across levels by ``--split`` (default equal; ``optimal``: the data-free optimiser), then estimated by GLS and made
 non-negative integer and consistent.  ``--invariant LEVEL:MARGINAL`` (repeatable) publishes that
 marginal EXACTLY (not private).  Output: ``.npz`` -- the release file
 (:func:`sparsedp.topdown.load_topdown`, :func:`sparsedp.load_release`, ``sparsedp ledger``); ``.csv``
@@ -40,13 +40,14 @@ from .release import topdown
 __all__ = ["register", "run"]
 
 
-def _floats(text: str | None) -> list[float] | None:
-    if text is None:
-        return None
+def _split(text: str | None) -> Any:
+    """``--split``: ``optimal`` (the data-free optimiser), ``equal``, or comma-separated weights."""
+    if text is None or text.strip() in ("optimal", "equal"):
+        return None if text is None else text.strip()
     try:
         return [float(t) for t in text.split(",") if t.strip()]
     except ValueError as exc:
-        raise SparseDPError(f"--split must be comma-separated numbers, got {text!r}") from exc
+        raise SparseDPError(f"--split must be 'optimal', 'equal' or comma-separated numbers, got {text!r}") from exc
 
 
 def run(args: argparse.Namespace) -> int:
@@ -76,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
                                         root=args.root)
         else:
             source = read_table(args.data, args.geo, args.counts, attributes=attributes, sep=args.sep, root=args.root)
-        crel = topdown_scaleout(source, out, rho=args.rho, epsilon=args.epsilon, split=_floats(args.split),
+        crel = topdown_scaleout(source, out, rho=args.rho, epsilon=args.epsilon, split=_split(args.split),
                                 invariants=list(args.invariant or ()), accountant=acc, rng=args.seed,
                                 subtree_level=subtree, executor=args.executor, workers=args.workers)
         units = crel.description["hierarchy"]["units"]
@@ -89,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"--out: {out}")
         return 0
     table = read_table(args.data, args.geo, args.counts, attributes=attributes, sep=args.sep, root=args.root)
-    rel = topdown(table, rho=args.rho, epsilon=args.epsilon, split=_floats(args.split),
+    rel = topdown(table, rho=args.rho, epsilon=args.epsilon, split=_split(args.split),
                   invariants=list(args.invariant or ()), accountant=acc, rng=args.seed, keep_noisy=False,
                   subtree_level=subtree)
     if out.suffix.lower() == ".npz":
@@ -132,7 +133,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--root", default="root", help="name of the top level (default %(default)r)")
     p.add_argument("--rho", type=float, default=None, help="zCDP budget (discrete Gaussian noise)")
     p.add_argument("--epsilon", type=float, default=None, help="pure-DP budget (discrete Laplace noise)")
-    p.add_argument("--split", default=None, help="comma-separated budget weights per level, root first (default equal)")
+    p.add_argument("--split", default=None, help="the budget split across levels: 'optimal' (chosen from the design only, "
+                   "never the data), 'equal', or comma-separated weights per level, root first (default equal)")
     p.add_argument("--invariant", action="append", metavar="LEVEL:MARGINAL",
                    help="publish this marginal EXACTLY (not private), e.g. state_fips:total; repeatable")
     p.add_argument("--seed", type=int, default=None, help="reproducible, NOT private noise (tests only)")

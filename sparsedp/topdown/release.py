@@ -38,7 +38,7 @@ from ..errors import (
     UnsupportedStructureError,
 )
 from ..privacy import Accountant, LedgerEntry, ledger_time
-from ..releases import AxisLabel, ReleaseMethods, ReleaseResult
+from ..releases import AxisLabel, ReleaseMethods, ReleaseResult, load_release, register_reader
 from ..validation import MAX_MAGNITUDE
 from .design import Invariant, TopDownDesign, pinned_axes, plan_topdown
 from .gls import hierarchy_gls, rowmul
@@ -333,6 +333,11 @@ class TopDownRelease(ReleaseMethods):
         pd = _pandas()
         return pd.concat([frame, pd.DataFrame(cols)], axis=1)
 
+    def unit_table(self) -> Any:
+        """The published table, one row per unit (:meth:`to_pandas` of the counts): what
+        ``to_release().to_pandas()`` and ``sparsedp.load_release(path).to_pandas()`` give."""
+        return self.to_pandas()
+
     def to_release(self) -> ReleaseResult:
         """The common release model: one answer per (unit, cell), units level by level (root first),
         cells in C order; labels ``unit`` (global index), ``cell`` and ``depth``; variances: the GLS
@@ -507,8 +512,6 @@ def load_topdown(path: str | Path) -> TopDownRelease:
     """Read a TopDown release file (``TopDownRelease.save``) or a chunked release directory
     (:func:`sparsedp.topdown.scaleout.topdown_scaleout`) back: counts, estimates, variances per
     level, the hierarchy, the ledger (no design and no raw measurements)."""
-    from ..releases import load_release
-
     return topdown_from_result(load_release(path))
 
 
@@ -552,3 +555,6 @@ def topdown_from_result(rel: ReleaseResult) -> TopDownRelease:
         np.full((n, C), np.nan) for n in sizes)
     return TopDownRelease(h, counts, split(rel.arrays["estimate"], np.float64), variances, (), tuple(invariants),
                           rel.ledger, rel.private, rel.noise or "gaussian", rel.secure, dict(desc))
+
+
+register_reader("topdown.from_release", topdown_from_result)  # load_release: a TopDown file's tables (to_pandas)

@@ -967,6 +967,10 @@ class ChunkedTopDownRelease:
         per cell (:meth:`TopDownRelease.to_pandas`)."""
         return self.to_topdown().to_pandas(values)
 
+    def unit_table(self) -> Any:
+        """The published table, one row per unit: what ``sparsedp.load_release(dir).to_pandas()`` gives."""
+        return self.to_pandas()
+
     def to_release(self) -> Any:
         """The common release model (:class:`~sparsedp.releases.ReleaseResult`, kind ``"topdown"``)."""
         from dataclasses import replace
