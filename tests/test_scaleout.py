@@ -218,7 +218,8 @@ def test_cli_histogram_executor(tmp_path, capsys):
     meta = json.loads((tmp_path / "out.npy.release.json").read_text())
     assert meta["private"] is False and meta["ledger"][0]["epsilon"] == 1.0 and meta["chunks"] == 12
     assert main(args + ["--out", str(tmp_path / "o.npz")]) == 2  # not .npy / .zarr
-    assert main(["histogram", str(data), "--epsilon", "1", "--chunk", "256", "--out", str(tmp_path / "o.npz")]) == 2
+    assert main(["histogram", str(data), "--epsilon", "1", "--method", "dwork", "--chunk", "256", "--out",
+                 str(tmp_path / "o.npz")]) == 2  # --chunk: the chunked methods only
     assert main(args[:-2] + ["--chunk", "100", "--out", str(out)]) == 2
     assert main(args + ["--method", "privelet", "--out", str(out)]) == 2
     assert main(args + ["--scheduler", "tcp://127.0.0.1:1", "--out", str(out)]) == 2  # needs --executor dask
@@ -265,7 +266,7 @@ def test_a_rerun_attempt_is_bound_to_its_own_noise(tmp_path):
     cp = chunk_plan(spec, 256)
     for s, y in ((first, y1), (second, y2)):
         assert (s.z, s.var) == upward(cp.plans, cp.level_start, y, cp.variances).root
-        total, leaves = release_chunk(spec, s, 1000.0, as_output(None, 1024, 256).block(1))
+        total, leaves, _ = release_chunk(spec, s, 1000.0, as_output(None, 1024, 256).block(1))
         want = downward(cp.plans, upward(cp.plans, cp.level_start, y, cp.variances), 1000.0)[-256:]
         np.testing.assert_array_equal(leaves, want)
         assert total == pytest.approx(1000.0)
@@ -356,3 +357,120 @@ def test_cli_on_a_running_scheduler(cluster, tmp_path):
                  "--k", "4", "--chunk", "256", "--seed", "4", "--out", str(out)]) == 0
     np.testing.assert_array_equal(np.load(out), release_hierarchical(x, 1.0, k=4, chunk=256, rng=4).estimate)
     assert cluster.client.status == "running"  # the CLI closed its own client only
+
+
+# -- issue 27: one method name = one algorithm, in process and on every executor ---------------------------
+
+
+def _dense_bin_variances(lo, hi, n, v):
+    """The BLUE's per-bin variances by brute force: diag((A^T V^-1 A)^-1), A the node-interval rows."""
+    A = np.zeros((len(lo), n))
+    for i, (a, b) in enumerate(zip(lo, hi)):
+        A[i, a:b] = 1.0
+    return np.diag(np.linalg.inv(A.T @ (A / np.asarray(v)[:, None])))
+
+
+@pytest.mark.parametrize("method", ["boost", "boost-un", "lue"])
+def test_cli_in_process_and_executors_publish_the_same_release(cluster, tmp_path, capsys, method):
+    """The same command and --seed: the in-process .npz and the --executor inprocess / threads / dask
+    arrays hold the same answers, bit for bit (before issue 27 --method boost ran a binary tree in
+    process and a 16-ary one with --executor: different trees, different answers)."""
+    from sparsedp.cli import main
+    from sparsedp.releases import load_release
+
+    x = histogram(1000, 21)  # not a power of k: short last chunks and single-child chains
+    np.save(tmp_path / "x.npy", x)
+    base = ["histogram", str(tmp_path / "x.npy"), "--epsilon", "1", "--method", method, "--seed", "5",
+            "--chunk", "64" if method == "lue" else "256"]  # the default --k: several chunks each
+    assert main(base + ["--out", str(tmp_path / "a.npz")]) == 0
+    got = {"in process": load_release(tmp_path / "a.npz")}
+    address = cluster.client.scheduler.address
+    for ex, extra in (("inprocess", []), ("threads", ["--workers", "2"]), ("dask", ["--scheduler", address])):
+        assert main(base + ["--executor", ex, *extra, "--out", str(tmp_path / f"{ex}.npy")]) == 0
+        got[ex] = load_release(tmp_path / f"{ex}.npy")
+    want = got["in process"]
+    assert want.description["chunks"] > 1
+    for ex, rel in got.items():
+        np.testing.assert_array_equal(np.asarray(rel.answers), np.asarray(want.answers), err_msg=ex)
+        assert rel.description["method"] == method and rel.description["k"] == want.description["k"]
+        assert rel.strategy == want.strategy  # the same words on every path
+        assert not rel.private
+    words = {"boost": "Boost, Hay et al. 2010", "boost-un": "Boost-UN", "lue": "LUE-DPTree"}[method]
+    assert words in want.strategy
+    if method != "lue":
+        assert want.description["k"] == 16  # one default on both paths
+    # the in-process file keeps every bin's exact variance (the executors' files record a bound)
+    assert want.variance_method == "exact-tree" and got["threads"].variance_method == "bound"
+    assert np.all(np.asarray(want.variances) <= np.asarray(got["threads"].variances) + 1e-12)
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("n,k,chunk", [(37, 3, 9), (64, 4, 16), (50, 2, 8), (20, 4, 64 // 4)])
+def test_exact_bin_variances_of_a_chunked_release(n, k, chunk):
+    """release_hierarchical(variances=True): each bin's variance is diag((A^T V^-1 A)^-1) of the whole tree."""
+    x = histogram(n, 2)
+    for weights in (None, "boost-un"):
+        r = release_hierarchical(x, 1.0, k=k, chunk=min(chunk, n), level_weights=weights, rng=1, variances=True)
+        layout = st.TreeLayout.balanced(n, k)
+        lo, hi = layout.intervals()
+        level_of_row = np.repeat(np.arange(layout.levels), [layout.sizes[lv] for lv in reversed(range(layout.levels))])
+        want = _dense_bin_variances(lo, hi, n, r.level_variances[level_of_row])
+        np.testing.assert_allclose(r.leaf_variances, want, rtol=1e-10)
+        rel = r.to_release()
+        assert rel.variance_method == "exact-tree"
+        np.testing.assert_allclose(np.asarray(rel.variances), want, rtol=1e-10)
+
+
+def test_exact_bin_variances_of_a_chunked_lue_release_match_the_publisher():
+    from sparsedp.scaleout import release_lue
+    from sparsedp.trees import LUEDPTree
+
+    x = histogram(700, 4)
+    for tree in ("sc", "kary"):
+        r = release_lue(x, 1.0, tree=tree, chunk=50, rng=2, variances=True)
+        assert r.chunks > 1
+        pub = LUEDPTree(1.0, tree=tree).fit(x, rng=2)  # the same tree and budgets: exact per-bin variances
+        np.testing.assert_allclose(r.leaf_variances, pub.variances(), rtol=1e-10)
+
+
+def test_boost_on_a_power_of_k_is_the_publishers_boost():
+    """n = k^j: the tree of hierarchical(n, k) is Boost(k)'s and the budgets are uniform, so the
+    per-bin variances are the publisher's Boost on the same k (the noise streams differ: per chunk)."""
+    x = histogram(4**5, 3)
+    r = release_hierarchical(x, 1.0, k=4, chunk=64, rng=1, variances=True)
+    np.testing.assert_allclose(r.leaf_variances, Boost(1.0, k=4).fit(x, rng=1).variances(), rtol=1e-12)
+    assert r.method == "boost" and "uniform budget" in r.strategy()
+
+
+def test_variances_need_the_estimate_in_memory(tmp_path):
+    with pytest.raises(SparseDPError, match="out=None"):
+        release_hierarchical(histogram(100), 1.0, k=4, out=tmp_path / "o.npy", variances=True)
+    with pytest.raises(SparseDPError, match="True or False"):
+        release_hierarchical(histogram(100), 1.0, k=4, variances="yes")
+
+
+def test_cli_executor_refuses_a_method_it_does_not_chunk(tmp_path, capsys):
+    from sparsedp.cli import main
+
+    np.save(tmp_path / "x.npy", histogram(100))
+    for method in ("privelet", "dwork"):
+        assert main(["histogram", str(tmp_path / "x.npy"), "--epsilon", "1", "--method", method, "--executor",
+                     "threads", "--out", str(tmp_path / "o.npy")]) == 2
+        err = capsys.readouterr().err
+        assert f"--method {method} runs in this process only" in err and "boost, boost-un, lue" in err
+
+
+def test_cli_records_in_process_and_on_threads_publish_the_same_release(tmp_path, capsys):
+    from sparsedp.cli import main
+    from sparsedp.releases import load_release
+
+    ages = np.random.default_rng(3).integers(0, 500, size=3000)
+    (tmp_path / "r.csv").write_text("age\n" + "".join(f"{a}\n" for a in ages))
+    base = ["histogram", str(tmp_path / "r.csv"), "--column", "age", "--bins", "0", "512", "1", "--epsilon", "1",
+            "--method", "boost", "--seed", "2", "--chunk", "256"]
+    assert main(base + ["--out", str(tmp_path / "a.npz")]) == 0
+    assert main(base + ["--executor", "threads", "--out", str(tmp_path / "b.npy")]) == 0
+    a, b = load_release(tmp_path / "a.npz"), load_release(tmp_path / "b.npy")
+    np.testing.assert_array_equal(np.asarray(a.answers), np.asarray(b.answers))
+    assert a.description["column"] == b.description["column"] == "age"
+    capsys.readouterr()

@@ -69,7 +69,7 @@ from ..trees.budget import cnp_coefficients, npbd_budgets
 from ..validation import MAX_MAGNITUDE, check_counts
 from ._store import is_zarr
 from .chunked import BlockReader, BlockWriter, as_output, input_length, load_output, native_chunks
-from .passes import downward, upward
+from .passes import downward, final_variances, upward
 from .release import _run, check_release_args, chunk_seeds, make_scratch
 from .subtree import MIN_VARIANCE, ChunkSummary, _exact_total, chunk_generator, remove_scratch
 from .tree import add_up
@@ -502,9 +502,11 @@ def measure_chunk(spec: LUESpec, root: ChunkRoot, left: float, top_loss: float |
 
 
 def release_chunk(spec: LUESpec, root: ChunkRoot, left: float, summary: ChunkSummary, root_value: float,
-                  writer: BlockWriter) -> Any:
+                  writer: BlockWriter, outside: float | None = None) -> Any:
     """Final leaf estimates of one chunk from its stored measurements (and their variances, stored
-    with them) and its root's final value: no plan is rebuilt, only the subtree's shape."""
+    with them) and its root's final value: no plan is rebuilt, only the subtree's shape.  Returns
+    ``(sum of the leaves, the leaves or None, their exact variances or None)`` (the variances with
+    ``outside``, the chunk root's outside variance: :func:`~sparsedp.scaleout.passes.final_variances`)."""
     t = _cached_coefficients(spec.shape, root).tree
     yv = np.load(summary.path, allow_pickle=False)
     if yv.shape != (2, t.size):
@@ -512,7 +514,8 @@ def release_chunk(spec: LUESpec, root: ChunkRoot, left: float, summary: ChunkSum
     y, v = yv[0].copy(), yv[1]
     state = upward(t.plan, t.level_start, y, v, overwrite=True)
     leaves = downward(t.plan, state, root_value)[t.leaves]
-    return float(leaves.sum()), writer.write(leaves)
+    var = None if outside is None else final_variances(t.plan, state, v, outside)[0][t.leaves]
+    return float(leaves.sum()), writer.write(leaves), var
 
 
 def chunk_budgets(spec: LUESpec, root: ChunkRoot, left: float) -> np.ndarray:
@@ -555,6 +558,7 @@ class LUEScaleoutRelease(ReleaseMethods):
     lefts: tuple = field(repr=False)
     top_plan: MeasurementPlan | None = field(repr=False)
     timings: dict = field(default_factory=dict, compare=False)
+    leaf_variances: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def load(self) -> np.ndarray:
         """The leaf estimates: ``estimate``, or the output file (memory-mapped ``.npy``, or Zarr)."""
@@ -562,7 +566,9 @@ class LUEScaleoutRelease(ReleaseMethods):
 
     def to_release(self, *, description: dict | None = None, private: bool | None = None) -> ReleaseResult:
         """This release as a :class:`~sparsedp.releases.ReleaseResult`: one answer per bin (label
-        ``bin``), every bin's variance bounded by the largest noise variance of a leaf
+        ``bin``), each bin's exact variance when the release computed them (``variances=True``:
+        ``variance_method="exact-tree"``; the answers are then the array ``estimate`` of an
+        ``.npz``), else every bin's variance bounded by the largest noise variance of a leaf
         (``variance_method="bound"``: the BLUE is at least as accurate as the leaf's own
         measurement), the one ledger entry; ``save(OUT)`` with the output array's path writes only
         its record, ``OUT.release.json``."""
@@ -571,16 +577,25 @@ class LUEScaleoutRelease(ReleaseMethods):
                 "epsilon": self.epsilon, "certified_loss": self.loss, "min_scale": self.min_scale,
                 "max_scale": self.max_scale, "secure": self.secure, "executor": self.executor}
         desc.update(description or {})
-        bound = 0.0
-        for q in range(self.chunks):  # the largest noise variance of a leaf (a row of one bin)
-            plan = self.chunk_plan(q)
-            rows = plan.measured
-            leaf = (np.asarray(rows.hi) - np.asarray(rows.lo)) == 1
-            if np.any(leaf):
-                bound = max(bound, float(plan.variances()[leaf].max()))
+        answers = self.load().reshape(-1)
+        arrays: dict = {}
+        lv = self.leaf_variances
+        if lv is not None:
+            how = "exact-tree"
+            var = np.broadcast_to(lv[0], (self.n,)) if bool(np.all(lv == lv[0])) else lv
+            arrays["estimate"] = answers  # an .npz keeps the answers under the histogram files' name
+        else:
+            how, bound = "bound", 0.0
+            for q in range(self.chunks):  # the largest noise variance of a leaf (a row of one bin)
+                plan = self.chunk_plan(q)
+                rows = plan.measured
+                leaf = (np.asarray(rows.hi) - np.asarray(rows.lo)) == 1
+                if np.any(leaf):
+                    bound = max(bound, float(plan.variances()[leaf].max()))
+            var = np.broadcast_to(np.float64(bound), (self.n,))
         return ReleaseResult(
-            kind="histogram", answers=self.load().reshape(-1), labels=axis_labels((self.n,), ["bin"]),
-            variances=np.broadcast_to(np.float64(bound), (self.n,)), variance_method="bound", noise="laplace",
+            kind="histogram", answers=answers, labels=axis_labels((self.n,), ["bin"]), arrays=arrays,
+            variances=var, variance_method=how, noise="laplace",
             secure=bool(self.secure), strategy=f"LUE-DPTree ({self.tree} tree, {self.nodes} nodes, per-node budgets), "
             f"BLUE, chunk by chunk ({self.chunks} chunks)", ledger=[self.ledger],
             private=bool(self.private) if private is None else private, description=desc, source=self, path=self.out)
@@ -684,6 +699,7 @@ def release_lue(
     secure: bool = True,
     scratch: str | Path | None = None,
     progress: bool | None = None,
+    variances: bool = False,
 ) -> LUEScaleoutRelease:
     """Publish an epsilon-DP LUE-DPTree histogram (seed 004, Algorithm 3.8) chunk by chunk.
 
@@ -701,10 +717,18 @@ def release_lue(
     maximal tree nodes of at most that many leaves.  A dask array without ``chunk`` keeps its own
     blocks, each of which must be one node's interval (else :class:`SparseDPError`).  ``executor``,
     ``accountant``, ``rng``, ``out`` (``.npy``; ``.zarr`` only when the chunks are equal),
-    ``secure``, ``scratch``, ``progress``: as :func:`~sparsedp.scaleout.release_hierarchical`.
+    ``secure``, ``scratch``, ``progress``, ``variances`` (every bin's exact variance in
+    ``leaf_variances``, with ``out=None``): as :func:`~sparsedp.scaleout.release_hierarchical`.  The
+    same ``rng`` and ``chunk`` give the same release on every executor, bit for bit (the CLI's
+    ``sparsedp histogram --method lue`` runs this function in process and with ``--executor``).
     """
     t_start = time.perf_counter()
     eps, secure = check_release_args(epsilon, secure, accountant)
+    if not isinstance(variances, (bool, np.bool_)):
+        raise SparseDPError(f"variances must be True or False, got {variances!r}")
+    if variances and out is not None:
+        raise SparseDPError("variances=True returns every bin's exact variance with the estimate: use out=None (a "
+                            ".npy / .zarr release records a bound on them)")
     n = input_length(data)
     shape = _shape(tree, n, k, upper)
     data, blocks = _resolve_blocks(data, chunk)
@@ -832,14 +856,20 @@ def release_lue(
         t0 = time.perf_counter()
         y[roots_idx] = [s.z for s in summaries]
         v[roots_idx] = [s.var for s in summaries]
-        top_values = two_pass(top.parent, top.level_start, y, v, plan=two_pass_plan(top.parent, top.level_start))
+        tplans = two_pass_plan(top.parent, top.level_start)
+        top_values = two_pass(top.parent, top.level_start, y, v, plan=tplans)
+        outside = [None] * m
+        if variances:  # every chunk root's outside variance, from the top tree's variances only
+            tstate = upward(tplans, top.level_start, np.zeros(top.size), v, overwrite=True)
+            outside = final_variances(tplans, tstate, v)[1][roots_idx].tolist()
         timings["top"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         dst.create()
         results = _run(ex, release_chunk, [[spec] * m, roots, lefts, summaries, top_values[roots_idx].tolist(),
-                                           writers], m, "release", progress)
+                                           writers, outside], m, "release", progress)
         timings["downward+write"] = time.perf_counter() - t0
         estimate = np.concatenate([r[1] for r in results]) if dst.kind == "return" else None
+        leaf_var = np.concatenate([r[2] for r in results]) if variances else None
     finally:
         if scratch_dir is not None:
             remove_scratch([s.path for s in summaries])
@@ -854,5 +884,5 @@ def release_lue(
         min_scale=float(entry.scale_min), max_scale=float(entry.scale_max), top=top, top_values=top_values,
         estimate=estimate, out=dst.path, ledger=entry, private=not seeded, secure=secure, executor=ex.name,
         spec=spec, roots=tuple(dataclasses.replace(r, coef=None) for r in roots), lefts=tuple(lefts), top_plan=tplan,
-        timings=timings,
+        timings=timings, leaf_variances=leaf_var,
     )

@@ -15,6 +15,15 @@ runs them in three parts, with the same arithmetic per node:
 
 Because a node's update reads only its own subtree (upward) or its parent (downward), the result is
 the whole-tree :func:`two_pass` (``tests/test_scaleout.py`` compares them to ``1e-9``).
+
+:func:`final_variances` gives the exact variance of every node's final estimate the same way (no
+data: only the variances).  A node ``c`` splits the measurements into its subtree and the rest,
+which are independent; the rest estimates ``x_c`` with the *outside variance* ``s_c`` (the parent's
+outside estimate combined with its own measurement, minus the siblings' upward estimates):
+``s_c = 1 / (1 / s_u + 1 / v_u) + V_u - var(z_c)`` (``s_root = inf``), and the final estimate is the
+inverse-variance combination of ``z_c`` and that outside estimate:
+``Var(xhat_c) = 1 / (1 / var(z_c) + 1 / s_c)``.  Split at the chunk roots as the two passes are: the
+top tree gives every chunk root its ``s``, each chunk continues from it.
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ import numpy as np
 
 from ..tree_estimator import LevelPlan
 
-__all__ = ["UpwardState", "upward", "downward"]
+__all__ = ["UpwardState", "upward", "downward", "final_variances"]
 
 
 @dataclass(frozen=True)
@@ -81,3 +90,22 @@ def downward(plans: tuple[LevelPlan, ...], state: UpwardState, root_value: float
         sl = slice(lp.lo, lp.hi)
         lp.add_spread(z[sl], state.var[sl] / lp.spread(state.V[idx]), z[idx] - state.Z[idx])
     return z
+
+
+def final_variances(plans: tuple[LevelPlan, ...], state: UpwardState, v: np.ndarray, outside: float = np.inf
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """``(Var(xhat), s)`` of every node of a subtree (breadth-first): the exact variance of its final
+    (BLUE) estimate and its outside variance (see the module docstring).  ``state``: the subtree's
+    :func:`upward` pass (its ``var`` and ``V``); ``v``: the nodes' measurement variances (the BLUE
+    weights); ``outside``: the root's outside variance (``inf`` for a whole tree; a chunk root's
+    from the top tree).  No data is read: post-processing of public variances only."""
+    v = np.asarray(v, dtype=np.float64)
+    var = state.var
+    s = np.empty_like(var)
+    s[0] = float(outside)
+    with np.errstate(divide="ignore"):
+        for lp in reversed(plans):  # the root's children first
+            idx = lp.parents
+            w = 1.0 / (1.0 / s[idx] + 1.0 / v[idx])  # the parent's outside estimate with its own measurement
+            s[lp.lo : lp.hi] = lp.spread(w + state.V[idx]) - var[lp.lo : lp.hi]
+        return 1.0 / (1.0 / var + 1.0 / s), s

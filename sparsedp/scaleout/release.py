@@ -37,6 +37,7 @@ from ..errors import InputBoundError, InvalidPrivacyParameterError, SparseDPErro
 from ..executors import get_executor
 from ..privacy import Accountant, LedgerEntry, PrivacyCost, ledger_time
 from ..progress import progress_bar
+from ..tree_estimator import two_pass_plan
 from ..releases import ReleaseMethods, ReleaseResult, axis_labels
 from ..validation import MAX_MAGNITUDE, check_epsilon
 from .chunked import as_input, as_output, input_length, load_output, native_chunks
@@ -50,6 +51,7 @@ from .subtree import (
     remove_scratch,
     validate_chunk,
 )
+from .passes import final_variances, upward
 from .top import solve_top, top_plan
 from .tree import ChunkedTree, add_up, check_chunking, default_chunk, level_budgets, level_coverage
 
@@ -65,7 +67,9 @@ class ScaleoutRelease(ReleaseMethods):
     ``level_budgets`` / ``level_scales`` / ``level_variances``: per level, root first (the noise of
     every node of that level); ``loss``: certified privacy loss of the whole measurement
     (``<= epsilon``, which was charged); ``ledger``: the one entry the accountant recorded;
-    ``private``: ``False`` when the noise came from a seed; ``timings``: seconds per phase."""
+    ``private``: ``False`` when the noise came from a seed; ``timings``: seconds per phase;
+    ``leaf_variances``: every bin's exact variance (``variances=True``), else ``None``;
+    ``budget_rule``: ``"uniform"`` (Boost), ``"boost-un"`` or ``"weights"`` (:attr:`method`)."""
 
     n: int
     k: int
@@ -85,6 +89,24 @@ class ScaleoutRelease(ReleaseMethods):
     secure: bool
     executor: str
     timings: dict = field(default_factory=dict, compare=False)
+    leaf_variances: np.ndarray | None = field(default=None, repr=False, compare=False)
+    budget_rule: str = "uniform"
+
+    @property
+    def method(self) -> str:
+        """The method these budgets are: ``"boost"`` (uniform, Hay et al. 2010), ``"boost-un"``
+        (``eps_l ~ P_l^(1/3)``, :class:`~sparsedp.trees.BoostUN`'s rule) or ``"hierarchical"``
+        (budgets proportional to the caller's level weights)."""
+        return {"uniform": "boost", "boost-un": "boost-un"}.get(self.budget_rule, "hierarchical")
+
+    def strategy(self) -> str:
+        """What was measured and estimated, in words (the release's ``strategy``)."""
+        budget = {"uniform": f"uniform budget epsilon / {self.levels} on every node (Boost, Hay et al. 2010)",
+                  "boost-un": "one budget per level ~ P_l^(1/3) (Boost-UN)"}.get(
+            self.budget_rule, "one budget per level, proportional to the given level weights")
+        return (f"balanced {self.k}-ary tree of hierarchical({self.n}, {self.k}) ({self.levels} levels, "
+                f"{budget}), Laplace noise per node, BLUE under consistency, chunk by chunk ({self.chunks} chunks "
+                f"of {self.chunk} leaves)")
 
     def load(self) -> np.ndarray:
         """The leaf estimates: ``estimate``, or the output file (memory-mapped ``.npy``, or Zarr)."""
@@ -92,24 +114,32 @@ class ScaleoutRelease(ReleaseMethods):
 
     def to_release(self, *, description: dict | None = None, private: bool | None = None) -> ReleaseResult:
         """This release as a :class:`~sparsedp.releases.ReleaseResult`: one answer per bin (label
-        ``bin``; memory-mapped when written to a ``.npy``), every bin's variance bounded by the leaf
-        level's noise variance (the BLUE is at least as accurate as the leaf's own measurement:
-        ``variance_method="bound"``), the one ledger entry.  ``save(OUT)`` with the output array's
-        path writes only its record, ``OUT.release.json``."""
-        uniform = bool(np.all(self.level_budgets == self.level_budgets[0]))
-        desc = {"method": "boost" if uniform else "boost (budgets per level)", "n": self.n, "k": self.k,
+        ``bin``; memory-mapped when written to a ``.npy``), each bin's exact variance when the release
+        computed them (``variances=True``: ``variance_method="exact-tree"``, one constant when all are
+        equal; the answers are then the array ``estimate`` of an ``.npz``), else every bin's variance
+        bounded by the leaf level's noise variance (the BLUE is at least as accurate as the leaf's own
+        measurement: ``variance_method="bound"``), the one ledger entry.  ``save(OUT)`` with the
+        output array's path writes only its record, ``OUT.release.json``."""
+        desc = {"method": self.method, "n": self.n, "k": self.k,
                 "chunk": self.chunk, "chunks": self.chunks, "levels": self.levels, "epsilon": self.epsilon, "certified_loss": self.loss,
                 "level_scales": self.level_scales.tolist(), "level_variances": self.level_variances.tolist(),
                 "secure": self.secure, "executor": self.executor}
         desc.update(description or {})
-        bound = float(self.level_variances[-1])
+        answers = self.load().reshape(-1)
+        lv = self.leaf_variances
+        arrays: dict = {}
+        if lv is not None:
+            how = "exact-tree"
+            var = np.broadcast_to(lv[0], (self.n,)) if bool(np.all(lv == lv[0])) else lv
+            arrays["estimate"] = answers  # an .npz keeps the answers under the histogram files' name
+        else:
+            how = "bound"
+            var = np.broadcast_to(np.float64(self.level_variances[-1]), (self.n,))
         return ReleaseResult(
-            kind="histogram", answers=self.load().reshape(-1), labels=axis_labels((self.n,), ["bin"]),
-            variances=np.broadcast_to(np.float64(bound), (self.n,)), variance_method="bound", noise="laplace",
-            secure=bool(self.secure), strategy=f"balanced {self.k}-ary tree over {self.n} bins ({self.levels} levels, "
-            f"a budget per level), BLUE, chunk by chunk ({self.chunks} chunks of {self.chunk})",
+            kind="histogram", answers=answers, labels=axis_labels((self.n,), ["bin"]), variances=var,
+            variance_method=how, noise="laplace", secure=bool(self.secure), strategy=self.strategy(),
             ledger=[self.ledger], private=bool(self.private) if private is None else private, description=desc,
-            source=self, path=self.out)
+            arrays=arrays, source=self, path=self.out)
 
 
 def chunk_seeds(rng: Any, count: int) -> list[Any]:
@@ -185,6 +215,7 @@ def release_hierarchical(
     secure: bool = True,
     scratch: str | Path | None = None,
     progress: bool | None = None,
+    variances: bool = False,
 ) -> ScaleoutRelease:
     """Publish an epsilon-DP consistent histogram on a balanced ``k``-ary tree, chunk by chunk.
 
@@ -208,23 +239,37 @@ def release_hierarchical(
     private).  ``out``: a ``.npy`` / ``.zarr`` path written block by block, or ``None`` (the leaves
     are returned in ``estimate``).  ``scratch``: a directory for the noisy node measurements
     between the two passes (default: a temporary directory next to ``out``; on a real cluster,
-    storage every worker reaches), removed at the end.
+    storage every worker reaches), removed at the end.  ``variances``: also compute the exact
+    variance of every bin's estimate (:func:`~sparsedp.scaleout.passes.final_variances`, per chunk
+    from its root's outside variance; post-processing of public variances), kept in
+    ``leaf_variances`` (needs ``out=None``).
+
+    The chunking decides which noise stream measures which node, so the same ``rng`` with the same
+    ``k`` and ``chunk`` gives the same release on every executor, bit for bit (the CLI's
+    ``sparsedp histogram --method boost`` runs this function in process and with ``--executor``).
     """
     t_start = time.perf_counter()
     eps, secure = check_release_args(epsilon, secure, accountant)
     if isinstance(k, (bool, np.bool_)) or int(k) != k or k < 2:
         raise SparseDPError(f"k must be an integer >= 2, got {k!r}")
     k = int(k)
+    if not isinstance(variances, (bool, np.bool_)):
+        raise SparseDPError(f"variances must be True or False, got {variances!r}")
+    if variances and out is not None:
+        raise SparseDPError("variances=True returns every bin's exact variance with the estimate: use out=None (a "
+                            ".npy / .zarr release records a bound on them)")
     n = input_length(data)
     data, c = _resolve_chunk(data, n, k, chunk)
     tree = ChunkedTree(n, k, c)
     m = tree.chunks
 
     # 1. budgets, scales, plans and the certified loss of the whole tree (no data read yet)
+    rule = "uniform" if level_weights is None else "weights"
     if isinstance(level_weights, str):
         if level_weights != "boost-un":
             raise SparseDPError(f"level_weights must be per-level weights or 'boost-un', got {level_weights!r}")
         level_weights = np.cbrt(level_coverage(n, k))  # Boost-UN: eps_d ~ P_d^(1/3)
+        rule = "boost-un"
     budgets = level_budgets(tree.levels, eps, level_weights)
     scales = tree.node_scales(budgets)
     tp = top_plan(tree, scales, secure)
@@ -290,15 +335,20 @@ def release_hierarchical(
         top_values = solve_top(tree, y_top, v_top, np.array([s.z for s in summaries]),
                                np.array([s.var for s in summaries]))
         roots = top_values[-m:]
+        outside = [None] * m
+        if variances:
+            outside = _outside(tree, v_top, np.array([s.var for s in summaries])).tolist()
         timings["top"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         dst.create()
-        results = _run(ex, release_chunk, [[spec] * m, summaries, roots.tolist(), [dst.block(q) for q in range(m)]], m,
-                       "release", progress)
+        results = _run(ex, release_chunk, [[spec] * m, summaries, roots.tolist(), [dst.block(q) for q in range(m)],
+                                           outside], m, "release", progress)
         timings["downward+write"] = time.perf_counter() - t0
-        estimate = None
+        estimate = leaf_var = None
         if dst.kind == "return":
             estimate = np.concatenate([r[1] for r in results])
+        if variances:
+            leaf_var = np.concatenate([r[2] for r in results])
     finally:
         if scratch_dir is not None:
             remove_scratch([s.path for s in summaries])
@@ -309,8 +359,21 @@ def release_hierarchical(
     return ScaleoutRelease(
         n=n, k=k, chunk=c, chunks=m, levels=tree.levels, epsilon=eps, loss=loss, level_budgets=budgets,
         level_scales=level_scales, level_variances=level_vars, top_values=top_values, estimate=estimate, out=dst.path,
-        ledger=entry, private=not seeded, secure=secure, executor=ex.name, timings=timings,
+        ledger=entry, private=not seeded, secure=secure, executor=ex.name, timings=timings, leaf_variances=leaf_var,
+        budget_rule=rule,
     )
+
+
+def _outside(tree: ChunkedTree, v_top: np.ndarray, var: np.ndarray) -> np.ndarray:
+    """The outside variance of every chunk root (:func:`~sparsedp.scaleout.passes.final_variances` on
+    the top tree, whose leaves are the chunk roots measured with their upward variances)."""
+    if tree.chunks == 1:
+        return np.array([np.inf])
+    parent, level_start = tree.top.bfs()
+    v = np.concatenate([v_top, var])
+    plans = two_pass_plan(parent, level_start)
+    state = upward(plans, level_start, np.zeros(v.size), v, overwrite=True)
+    return final_variances(plans, state, v)[1][-tree.chunks :]
 
 
 def _per_level(tree: ChunkedTree, top: Any, full: Any, get: Any) -> np.ndarray:

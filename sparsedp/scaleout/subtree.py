@@ -36,7 +36,7 @@ from ..measure import MeasurementPlan, plan_measurement
 from ..tree_estimator import LevelPlan
 from ..validation import MAX_MAGNITUDE, check_counts
 from .chunked import BlockReader, BlockWriter
-from .passes import downward, upward
+from .passes import downward, final_variances, upward
 from .tree import bfs_plan, chunk_layout, row_levels
 
 __all__ = ["ChunkSpec", "ChunkSummary", "ChunkPlan", "chunk_plan", "validate_chunk", "measure_chunk", "release_chunk"]
@@ -149,18 +149,25 @@ def measure_chunk(spec: ChunkSpec, reader: BlockReader, q: int, seed: Any, scrat
     return ChunkSummary(q, z, var, total, path)
 
 
-def release_chunk(spec: ChunkSpec, summary: ChunkSummary, root_value: float, writer: BlockWriter) -> Any:
+def release_chunk(spec: ChunkSpec, summary: ChunkSummary, root_value: float, writer: BlockWriter,
+                  outside: float | None = None) -> Any:
     """Final leaf estimates of one chunk from its stored measurements and its root's final value,
-    written by ``writer``.  Returns ``(sum of the leaves, the leaves or None)``."""
+    written by ``writer``.  Returns ``(sum of the leaves, the leaves or None, their variances or
+    None)``: with ``outside`` (the chunk root's outside variance from the top tree,
+    :func:`~sparsedp.scaleout.passes.final_variances`), the exact variance of every leaf's estimate."""
     y = np.load(summary.path, allow_pickle=False)
     cp = chunk_plan(spec, writer.hi - writer.lo)
     if y.shape != (cp.plan.rows,):
         raise SparseDPError(f"{summary.path}: {y.shape} measurements for a {cp.plan.rows}-node subtree")
     state = upward(cp.plans, cp.level_start, y, cp.variances, overwrite=True)
     z = downward(cp.plans, state, root_value)
-    leaves = z[int(cp.level_start[-2]) :]
+    first = int(cp.level_start[-2])
+    leaves = z[first:]
     kept = writer.write(leaves)
-    return float(leaves.sum()), kept
+    var = None
+    if outside is not None:
+        var = final_variances(cp.plans, state, cp.variances, outside)[0][first:]
+    return float(leaves.sum()), kept, var
 
 
 def remove_scratch(paths: list[str]) -> None:

@@ -7,19 +7,29 @@ run is reproducible and therefore NOT a private release: it says so on stdout an
 ``private = False`` in the release file, and ``sparsedp query`` warns on stderr when it reads such a
 file.
 
-``--executor inprocess|threads|dask`` publishes chunk by chunk instead (:mod:`sparsedp.scaleout`,
-issue 14): ``--method boost`` (uniform budget) or ``boost-un`` (budgets per level), the BLUE on a
-balanced ``--k``-ary tree (default 16) whose subtrees of ``--chunk`` leaves are measured, reduced
-and released one task each, on a new
-``LocalCluster`` (``--workers K --worker-memory 4GB``) or a running scheduler (``--scheduler
-ADDRESS``); DATA is a ``.npy`` (memory-mapped) or ``.zarr`` array of counts, or records (a Parquet /
-CSV file or a directory of them) with ``--column C --bins START STOP WIDTH`` (binned part by part on
-the workers, :func:`sparsedp.scaleout.release_records`; outside the domain refused unless
-``--clip``), and ``--out`` a ``.npy`` / ``.zarr`` array of leaf estimates written block by block,
-with the ledger in ``OUT.release.json``.  ``--method lue --executor ...`` publishes LUE-DPTree
-(``--tree sc|kary``, per-node budgets) chunk by chunk (:func:`sparsedp.scaleout.release_lue`): its
-chunks are the maximal tree nodes of at most ``--chunk`` leaves (default ``2^20``).  A progress
-bar counts chunks on a terminal.
+One method name is one algorithm, whichever path runs it (issue 27): ``--method boost``,
+``boost-un`` and ``lue`` run the chunked functions of :mod:`sparsedp.scaleout` in this process
+(``--out`` an ``.npz`` with each bin's exact variance) and with ``--executor inprocess|threads|dask``
+(``--out`` a ``.npy`` / ``.zarr`` array of leaf estimates written block by block, with the ledger in
+``OUT.release.json``, and a bound on the variances); the same ``--seed`` (and ``--k`` / ``--chunk``)
+publishes the same answers on every path, bit for bit.
+
+* ``boost``: Boost (Hay, Rastogi, Miklau, Suciu, VLDB 2010) -- every node of the balanced ``--k``-ary
+  tree of :func:`sparsedp.strategies.hierarchical` (default ``k = 16``; ``--k 2`` is the paper's
+  binary tree) measured with the uniform budget ``epsilon / levels``, then the BLUE under
+  consistency (:func:`sparsedp.scaleout.release_hierarchical`);
+* ``boost-un``: the same tree with one budget per level ``~ P_l^(1/3)`` (Boost-UN);
+* ``lue``: LUE-DPTree (``--tree sc|kary``, per-node budgets; :func:`sparsedp.scaleout.release_lue`),
+  whose chunks are the maximal tree nodes of at most ``--chunk`` leaves (default ``2^20``).
+
+``--chunk`` (leaves per task: boost a power of ``k``, default the largest up to ``2^20``) decides
+which noise stream draws which node, so it is part of the release on every path.  With
+``--executor``: a new ``LocalCluster`` (``--workers K --worker-memory 4GB``) or a running scheduler
+(``--scheduler ADDRESS``); DATA is a ``.npy`` (memory-mapped) or ``.zarr`` array of counts, or
+(boost, boost-un) records -- a Parquet / CSV file or a directory of them -- with ``--column C --bins
+START STOP WIDTH`` (binned part by part on the workers, :func:`sparsedp.scaleout.release_records`;
+outside the domain refused unless ``--clip``).  ``privelet`` and ``dwork`` run in this process only
+(``--executor`` refuses them).  A progress bar counts chunks on a terminal.
 """
 
 from __future__ import annotations
@@ -34,7 +44,7 @@ import numpy as np
 
 
 from ..io import Bins, load_histogram
-from .publishers import PUBLISHERS, LUEDPTree
+from .publishers import PUBLISHERS
 
 __all__ = ["register"]
 
@@ -52,52 +62,94 @@ def _scaleout_executor(args: argparse.Namespace):
                               memory_limit=args.worker_memory)
 
 
-def _histogram_scaleout(args: argparse.Namespace) -> int:
+#: The methods published chunk by chunk (the same function in process and on every executor).
+CHUNKED = ("boost", "boost-un", "lue")
+
+#: ``--k`` of boost / boost-un when omitted: 16 (measured in docs/trees.md: at 2^20 bins the mean
+#: variance of a random range is 2.07x lower than the binary tree's, per bin 7.9x, and it is faster).
+BOOST_K = 16
+
+
+def _histogram_chunked(args: argparse.Namespace, method: str) -> int:
+    """``--method boost | boost-un | lue``: :func:`sparsedp.scaleout.release_hierarchical` or
+    :func:`sparsedp.scaleout.release_lue`, in this process (``--out`` an ``.npz`` with each bin's
+    exact variance) or on ``--executor`` (``--out`` a ``.npy`` / ``.zarr`` written block by block
+    and its record): one function, so one ``--seed`` publishes the same answers on every path."""
     from ..errors import SparseDPError
-    from ..scaleout import release_hierarchical
+    from ..executors import InProcessExecutor
+    from ..scaleout import release_hierarchical, release_lue
 
-    method = args.method or "boost"
-    if method not in ("boost", "boost-un", "lue"):
-        raise SparseDPError(f"--executor publishes --method boost, boost-un or lue (BLUE) chunk by chunk; got {method!r}")
-    if method == "lue":
-        return _histogram_scaleout_lue(args)
+    inproc = args.executor is None
     records = args.column is not None or args.bins is not None
-    data = Path(args.data)
-    if records and (args.column is None or args.bins is None):
-        raise SparseDPError("--executor bins records: give both --column and --bins START STOP WIDTH "
-                            "(or pass a .npy / .zarr array of counts with neither)")
-    if not records and (data.is_dir() and data.suffix != ".zarr" or data.suffix.lower() in (".parquet", ".pq", ".csv")):
-        raise SparseDPError(f"{args.data} holds records: give --column and --bins START STOP WIDTH to bin them")
-    if args.clip and not records:
-        raise SparseDPError("--clip applies to records binned with --column / --bins")
-    if Path(args.out).suffix not in (".npy", ".zarr"):
-        raise SparseDPError(f"--out must be a .npy or .zarr path with --executor, got {args.out}")
-    kwargs = dict(k=args.k or 16, chunk=args.chunk, rng=args.seed, out=args.out, secure=not args.float_noise,
-                  progress=None, level_weights="boost-un" if method == "boost-un" else None)
-    ex = _scaleout_executor(args)
+    if inproc:
+        if Path(args.out).suffix in (".npy", ".zarr"):
+            raise SparseDPError(f"--out {args.out}: a histogram published in this process is an .npz release file "
+                                "(with each bin's exact variance); a .npy / .zarr array of bins is written chunk by "
+                                "chunk with --executor inprocess|threads|dask")
+    else:
+        data = Path(args.data)
+        if method == "lue" and (records or args.clip):
+            raise SparseDPError("--method lue with --executor publishes a .npy / .zarr array of counts; records "
+                                "(--column / --bins) are binned with --method boost or boost-un")
+        if records and (args.column is None or args.bins is None):
+            raise SparseDPError("--executor bins records: give both --column and --bins START STOP WIDTH "
+                                "(or pass a .npy / .zarr array of counts with neither)")
+        if not records and (data.is_dir() and data.suffix != ".zarr" or
+                            data.suffix.lower() in (".parquet", ".pq", ".csv")):
+            raise SparseDPError(f"{args.data} holds records: give --column and --bins START STOP WIDTH to bin them")
+        if args.clip and not records:
+            raise SparseDPError("--clip applies to records binned with --column / --bins")
+        if Path(args.out).suffix not in (".npy", ".zarr"):
+            raise SparseDPError(f"--out must be a .npy or .zarr path with --executor, got {args.out}")
+    source: object = args.data
+    if inproc:  # .npy, CSV or Parquet (records binned here), checked as the in-process publishers check it
+        bins = None if args.bins is None else Bins(*args.bins)
+        source = load_histogram(args.data, args.column, bins, clip=args.clip)
+    out = None if inproc else args.out
+    common = dict(chunk=args.chunk, rng=args.seed, out=out, secure=not args.float_noise, progress=None,
+                  variances=inproc)
+    ex = InProcessExecutor() if inproc else _scaleout_executor(args)
     try:
-        if records:
-            from ..scaleout import release_records
-
-            start, stop, width = args.bins
-            r = release_records(args.data, args.column, Bins(start, stop, width), args.epsilon, clip=args.clip,
-                                executor=ex, **kwargs)
+        if method == "lue":
+            r = release_lue(source, args.epsilon, tree=args.tree, k=args.k, upper=args.upper, executor=ex, **common)
         else:
-            r = release_hierarchical(args.data, args.epsilon, executor=ex, **kwargs)
+            kw = dict(k=args.k or BOOST_K, level_weights="boost-un" if method == "boost-un" else None, **common)
+            if records and not inproc:
+                from ..scaleout import release_records
+
+                start, stop, width = args.bins
+                kw.pop("variances")
+                r = release_records(args.data, args.column, Bins(start, stop, width), args.epsilon, clip=args.clip,
+                                    executor=ex, **kw)
+            else:
+                r = release_hierarchical(source, args.epsilon, executor=ex, **kw)
     finally:
         ex.close()
-    meta = {"method": method, "n": r.n, "k": r.k, "chunk": r.chunk, "chunks": r.chunks, "levels": r.levels,
-            "epsilon": r.epsilon, "certified_loss": r.loss, "level_scales": r.level_scales.tolist(),
-            "level_variances": r.level_variances.tolist(), "private": r.private, "secure": r.secure,
-            "executor": r.executor, "ledger": [r.ledger.as_dict()], "estimate": str(args.out)}
+    if method == "lue":
+        largest = int(np.diff(r.bounds).max())
+        meta = {"method": "lue", "tree": r.tree, "n": r.n, "k": r.k, "chunks": r.chunks, "largest_chunk": largest,
+                "levels": r.levels, "nodes": r.nodes, "epsilon": r.epsilon, "certified_loss": r.loss,
+                "min_scale": r.min_scale, "max_scale": r.max_scale}
+        shape = f"{r.chunks} chunks of at most {largest} leaves, {r.tree} tree, k = {r.k}"
+    else:
+        meta = {"method": method, "n": r.n, "k": r.k, "chunk": r.chunk, "chunks": r.chunks, "levels": r.levels,
+                "epsilon": r.epsilon, "certified_loss": r.loss, "level_scales": r.level_scales.tolist(),
+                "level_variances": r.level_variances.tolist()}
+        shape = f"{r.chunks} chunks of {r.chunk} leaves, k = {r.k}"
+    meta.update(secure=r.secure, executor=r.executor)
     if records:
         meta.update(column=args.column, bins=dict(zip(("start", "stop", "width"), args.bins)), clip=bool(args.clip))
-    side = _write_record(r, meta, args.out)
     noise = "exact discrete Laplace" if r.secure else "float Laplace (--float-noise)"
-    print(f"{method}: published {r.n} bins at epsilon {r.epsilon} on {r.executor} ({r.chunks} chunks of {r.chunk} "
-          f"leaves, k = {r.k}), {noise} noise -> {args.out} (ledger: {side})")
+    if inproc:
+        r.to_release(description=meta).save(args.out)
+        where, side = "in process", ""
+    else:
+        meta.update(estimate=str(args.out), private=r.private, ledger=[r.ledger.as_dict()])
+        where, side = f"on {r.executor}", f" (ledger: {_write_record(r, meta, args.out)})"
+    print(f"{method}: published {r.n} bins at epsilon {r.epsilon} {where} ({shape}), {noise} noise -> "
+          f"{args.out}{side}")
     if args.seed is not None:
-        print("WARNING: NOT private: --seed makes the noise reproducible (the ledger records private=False); "
+        print("WARNING: NOT private: --seed makes the noise reproducible (the file records private=False); "
               "omit it for a real release.")
     return 0
 
@@ -111,73 +163,39 @@ def _write_record(r, meta: dict, out: str) -> Path:
     return Path(str(out) + ".release.json")
 
 
-def _histogram_scaleout_lue(args: argparse.Namespace) -> int:
-    """``--method lue --executor ...``: :func:`sparsedp.scaleout.release_lue` on a .npy / .zarr array."""
-    from ..errors import SparseDPError
-    from ..scaleout import release_lue
-
-    if args.column is not None or args.bins is not None or args.clip:
-        raise SparseDPError("--method lue with --executor publishes a .npy / .zarr array of counts; records "
-                            "(--column / --bins) are binned with --method boost or boost-un")
-    if Path(args.out).suffix not in (".npy", ".zarr"):
-        raise SparseDPError(f"--out must be a .npy or .zarr path with --executor, got {args.out}")
-    ex = _scaleout_executor(args)
-    try:
-        r = release_lue(args.data, args.epsilon, tree=args.tree, k=args.k, upper=args.upper, chunk=args.chunk,
-                        executor=ex, rng=args.seed, out=args.out, secure=not args.float_noise, progress=None)
-    finally:
-        ex.close()
-    meta = {"method": "lue", "tree": r.tree, "n": r.n, "k": r.k, "chunks": r.chunks, "largest_chunk":
-            int(np.diff(r.bounds).max()), "levels": r.levels, "nodes": r.nodes, "epsilon": r.epsilon,
-            "certified_loss": r.loss, "min_scale": r.min_scale, "max_scale": r.max_scale, "private": r.private,
-            "secure": r.secure, "executor": r.executor, "ledger": [r.ledger.as_dict()], "estimate": str(args.out)}
-    side = _write_record(r, meta, args.out)
-    noise = "exact discrete Laplace" if r.secure else "float Laplace (--float-noise)"
-    print(f"lue: published {r.n} bins at epsilon {r.epsilon} on {r.executor} ({r.chunks} chunks of at most "
-          f"{meta['largest_chunk']} leaves, {r.tree} tree, k = {r.k}), {noise} noise -> {args.out} "
-          f"(ledger: {side})")
-    if args.seed is not None:
-        print("WARNING: NOT private: --seed makes the noise reproducible (the ledger records private=False); "
-              "omit it for a real release.")
-    return 0
-
-
 def _histogram(args: argparse.Namespace) -> int:
     from ..errors import SparseDPError
 
-    if args.executor is None and (args.scheduler or args.workers or args.worker_memory or args.chunk):
-        raise SparseDPError("--scheduler, --workers, --worker-memory and --chunk need --executor")
+    if args.executor is None and (args.scheduler or args.workers or args.worker_memory):
+        raise SparseDPError("--scheduler, --workers and --worker-memory need --executor")
     if args.scheduler and args.executor != "dask":
         raise SparseDPError("--scheduler needs --executor dask")
+    method = args.method or ("lue" if args.executor is None else "boost")
+    if method in CHUNKED:
+        return _histogram_chunked(args, method)
     if args.executor is not None:
-        return _histogram_scaleout(args)
+        raise SparseDPError(f"--method {method} runs in this process only (omit --executor); --executor publishes "
+                            f"--method {', '.join(CHUNKED)} chunk by chunk")
+    if args.chunk is not None:
+        raise SparseDPError(f"--chunk applies to --method {', '.join(CHUNKED)} (published chunk by chunk), not {method}")
     if Path(args.out).suffix in (".npy", ".zarr"):
-        raise SparseDPError(f"--out {args.out}: a histogram published in one piece is an .npz release file (with its "
-                            "tree and each bin's variance); a .npy / .zarr array of bins is written chunk by chunk "
-                            "with --executor inprocess|threads|dask")
-    if args.method is None:
-        args.method = "lue"
+        raise SparseDPError(f"--out {args.out}: a histogram published in one piece is an .npz release file (with each "
+                            "bin's variance); a .npy / .zarr array of bins is written chunk by chunk with --method "
+                            f"{', '.join(CHUNKED)} and --executor inprocess|threads|dask")
     bins = None
     if args.bins is not None:
         start, stop, width = args.bins
         bins = Bins(start, stop, width)
     x = load_histogram(args.data, args.column, bins, clip=args.clip)  # .npy, CSV or Parquet
-    secure = not args.float_noise
-    if args.method == "lue":
-        pub = LUEDPTree(args.epsilon, tree=args.tree, k=args.k, upper=args.upper, secure=secure)
-    elif args.method in ("boost", "boost-un"):
-        pub = PUBLISHERS[args.method](args.epsilon, k=args.k or 2, secure=secure)
-    else:
-        pub = PUBLISHERS[args.method](args.epsilon, secure=secure)
+    pub = PUBLISHERS[method](args.epsilon, secure=not args.float_noise)
     pub.fit(x, rng=args.seed)  # None: OS entropy
     release = pub.release_
     assert release is not None
     if args.seed is not None:
         release = dataclasses.replace(release, private=False)
     release.save(args.out)
-    extra = f", {release.tree.size} tree nodes" if release.tree is not None else ""
     noise = "exact discrete Laplace" if release.secure else "float Laplace (--float-noise)"
-    print(f"{args.method}: published {release.n} bins at epsilon {args.epsilon}{extra}, {noise} noise -> {args.out}")
+    print(f"{method}: published {release.n} bins at epsilon {args.epsilon}, {noise} noise -> {args.out}")
     if args.seed is not None:
         print("WARNING: NOT private: --seed makes the noise reproducible (the file records private=False); "
               "omit it for a real release.")
@@ -234,9 +252,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "histogram",
         help="publish an epsilon-DP histogram (LUE-DPTree or a baseline) to an .npz release",
         description="Publish the counts in DATA.npy (1-D non-negative integers) with epsilon-DP. "
-        "lue = LUE-DPTree (per-node budgets on an interval tree + O(n) BLUE); boost = binary tree, "
-        "uniform budget + consistency; boost-un = level-wise budgets; privelet = Haar wavelet; "
-        "dwork = Laplace noise on every bin.",
+        "lue = LUE-DPTree (per-node budgets on an interval tree + O(n) BLUE); boost = Boost (Hay et al. 2010): "
+        "balanced --k-ary tree (default 16; --k 2 is the paper's binary tree), uniform budget epsilon / levels "
+        "per node, BLUE under consistency; boost-un = the same tree, one budget per level ~ P_l^(1/3); "
+        "privelet = Haar wavelet; dwork = Laplace noise on every bin. boost, boost-un and lue run one chunked "
+        "algorithm in this process (.npz with each bin's exact variance) and with --executor (.npy / .zarr): "
+        "the same --seed, --k and --chunk publish the same answers on every path.",
     )
     h.add_argument("data", help="input: a .npy array of counts, or a CSV / Parquet file (with --column); with "
                    "--bins the values are records, binned on a public domain (with --executor: a .npy / .zarr array "
@@ -248,11 +269,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "(default: refuse them)")
     h.add_argument("--epsilon", type=float, required=True, help="privacy budget epsilon > 0 (pure DP)")
     h.add_argument("--method", choices=sorted(PUBLISHERS), default=None,
-                   help="publisher (default lue; boost with --executor)")
+                   help="publisher (default lue in this process, boost with --executor); boost, boost-un and lue "
+                   "run the same algorithm on both paths, privelet and dwork in this process only")
     h.add_argument("--tree", choices=("sc", "kary"), default="sc",
                    help="tree for --method lue: sc = Struct-Construct, kary = balanced (default %(default)s)")
     h.add_argument("--k", type=int, default=None,
-                   help="branching: for lue sc chosen in [2, UPPER] if omitted; kary/boost default 2 (16 with --executor)")
+                   help="branching: boost / boost-un default 16 (2 = the paper's binary tree); lue sc chosen in "
+                   "[2, UPPER] if omitted, kary default 2")
     h.add_argument("--upper", type=int, default=20,
                    help="largest branching SC may choose (default %(default)s)")
     h.add_argument("--seed", type=int, default=None,
@@ -261,9 +284,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     h.add_argument("--float-noise", action="store_true",
                    help="float64 Laplace noise instead of the default exact discrete Laplace (leaks through its "
                    "low bits, Mironov 2012: for experiments only; the file records secure=False)")
-    h.add_argument("--out", required=True, help="output release file (.npz); with --executor the leaf estimates "
-                   "(.npy or .zarr, written chunk by chunk) and OUT.release.json")
-    s = h.add_argument_group("scale-out (chunk by chunk, sparsedp.scaleout; --method boost, boost-un or lue)")
+    h.add_argument("--out", required=True, help="output release file (.npz, with each bin's exact variance); with "
+                   "--executor the leaf estimates (.npy or .zarr, written chunk by chunk) and OUT.release.json")
+    s = h.add_argument_group("scale-out (chunk by chunk, sparsedp.scaleout; --method boost, boost-un or lue: the "
+                             "same release as in this process)")
     s.add_argument("--executor", choices=("inprocess", "threads", "dask"), default=None,
                    help="publish chunk by chunk on this executor (default: the whole array in this process)")
     s.add_argument("--scheduler", default=None, metavar="ADDRESS",
@@ -272,9 +296,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--worker-memory", default=None, metavar="SIZE",
                    help="memory limit per LocalCluster worker, e.g. 4GB (default: Dask's share of the machine)")
     s.add_argument("--chunk", type=int, default=None,
-                   help="leaves per task: boost / boost-un a power of --k (default: the largest power of k up to "
-                   "2^20); lue the largest chunk, whose roots are the maximal tree nodes of at most that many "
-                   "leaves (default 2^20)")
+                   help="leaves per task, in this process too (it decides which noise stream draws which node): "
+                   "boost / boost-un a power of --k (default: the largest power of k up to 2^20); lue the largest "
+                   "chunk, whose roots are the maximal tree nodes of at most that many leaves (default 2^20)")
     h.set_defaults(func=_histogram)
     q = subparsers.add_parser(
         "query",
