@@ -142,6 +142,8 @@ def hdmm_row(hd, kind: str, n: int, seeds: int, repeats: int) -> dict:
             A, s = _timed(lambda: run_hdmm(rep))
             h_s.append(s)
             h_err.append(err_hdmm(A))
+    # the certified lower bound: computed on first access of ``res.lower_bound`` (issue 27), timed here
+    bound, bound_s = _timed(lambda: res.lower_bound)
     M = res.strategy
     M = M.tosparse() if hasattr(M, "tosparse") else M
     M = M.toarray() if hasattr(M, "toarray") else np.asarray(M, dtype=np.float64)
@@ -152,6 +154,7 @@ def hdmm_row(hd, kind: str, n: int, seeds: int, repeats: int) -> dict:
                      "error_total_default_noise": res.error.total, "error_method": res.error.method,
                      "error_hdmm_formula": sp_err_hdmm_units, "seconds_median": statistics.median(sp_s),
                      "seconds_min": min(sp_s), "seconds_each": sp_s, "first_call_seconds": first_s,
+                     "lower_bound": bound, "lower_bound_first_access_seconds": bound_s,
                      "history": [{"family": t.family, "name": t.name, "error": t.error, "seconds": t.seconds}
                                  for t in res.history]},
         "hdmm": {"call": f"templates.PIdentity({p}, {n}, seed).optimize(W)", "p": p, "seeds": list(range(seeds)),
@@ -341,6 +344,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-stub", action="store_true", help="skip RP unless gurobipy and cvxpy import")
     ap.add_argument("--out", default=str(HERE / "results" / "peers.json"))
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the rows of --out that this run did not measure (e.g. the rp rows with --parts hdmm)")
     args = ap.parse_args()
     rows: list[dict] = []
     peers = {}
@@ -382,7 +387,11 @@ def main() -> None:
         "rows": rows,
     }
     if rows:
-        write_rows(args.out, out, merge=False)
+        if args.merge and Path(args.out).exists():  # the peers of the rows kept
+            import json
+
+            out["peers"] = {**json.loads(Path(args.out).read_text()).get("peers", {}), **peers}
+        write_rows(args.out, out, merge=args.merge)
 
 
 if __name__ == "__main__":

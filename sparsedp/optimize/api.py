@@ -61,7 +61,7 @@ from .templates import template_candidates
 from .tree_family import tree_candidates
 from .tree_spectral import BlockTraces
 
-__all__ = ["FAMILIES", "OptimizedStrategy", "optimize"]
+__all__ = ["FAMILIES", "DeferredBound", "OptimizedStrategy", "optimize"]
 
 FAMILIES = ("auto", "templates", "tree", "pidentity", "hybrid", "gaussian", "toeplitz")
 #: Seconds :func:`optimize` takes by default (measured, one BLAS thread: ``prefix(2^20)`` 51-59 s at
@@ -70,7 +70,8 @@ DEFAULT_TIME_LIMIT = 52.0
 #: Up to this many cells a result's certified lower bound is the dense dual solve
 #: (:mod:`~sparsedp.optimize.bounds`); above it, the Gaussian / Toeplitz family's bound when one ran,
 #: else :func:`~sparsedp.optimize.bounds.quick_lower_bound` (closed-form / dense SVD bound or the
-#: spectral bound): every result carries one.
+#: spectral bound): every result carries one, computed on first access of
+#: :attr:`OptimizedStrategy.lower_bound` unless a family produced it (:class:`DeferredBound`).
 BOUND_AUTO_MAX_N = 512
 #: ``family="auto"`` skips the tree, hybrid and p-Identity searches once a candidate with a
 #: certified gap at most this is found (Gaussian optimum: 1.01).  The Toeplitz factorisations of
@@ -80,6 +81,40 @@ SETTLE_GAP = 1.01
 TOEPLITZ_SETTLE_GAP = 1.10
 #: The share of ``time_limit`` the families search for (the rest: scoring under the noise that runs).
 SEARCH_SHARE = 0.85
+#: Up to this many cells ``family="auto"`` runs p-Identity first (the weighted trees only if it does
+#: not beat every template), from the perturbed tree start
+#: (:func:`~sparsedp.optimize.pidentity_start.perturbed_tree_start`), one start by default, stopped
+#: on relative progress (:data:`PIDENTITY_PROGRESS`) unless ``maxiter`` is given (issue 27).
+SMALL_N = 512
+#: ``(rtol, window)``: a p-Identity start at ``n <= SMALL_N`` stops once its best error improved by
+#: less than ``rtol`` over the last ``window`` evaluations (HDMM stops on ``ftol = 1e-4`` per
+#: step).  Measured from the perturbed tree start (Laplace, one BLAS thread): prefix / all ranges at
+#: ``n = 256`` stop after 95 / 109 evaluations at 13,784 / 2.1452e6 (1000 iterations: 13,733 /
+#: 2.1357e6; HDMM's median 14,045 / 2.1499e6); on sliding windows, random ranges and prefix / all
+#: ranges at ``n = 64 - 512`` the stop is within 1.5% of 1000 iterations (Laplace and Gaussian).
+PIDENTITY_PROGRESS = (1e-3, 20)
+#: L-BFGS-B memory of those default small-``n`` searches (scipy's bounded step costs grow with it).
+PIDENTITY_MAXCOR = 5
+
+
+class DeferredBound:
+    """A certified lower bound computed when first asked for (:attr:`OptimizedStrategy.lower_bound`):
+    ``scale * func(workload, noise)``, or ``None`` if ``func`` gives none.  The dense dual costs
+    more than the whole p-Identity search at ``n = 256`` (14 eigendecompositions for prefix sums),
+    so :func:`optimize` defers it; every result still carries the bound.  Picklable when the
+    workload is."""
+
+    def __init__(self, func: Any, workload: Any, noise: str, scale: float = 1.0):
+        self.func, self.workload, self.noise, self.scale = func, workload, noise, float(scale)
+
+    def __call__(self) -> float | None:
+        value = self.func(self.workload, self.noise)
+        return None if value is None else float(value) * self.scale
+
+
+def _dense_dual(W: Any, noise: str) -> float:
+    """The dense dual bound of :func:`optimize` for ``n <= BOUND_AUTO_MAX_N`` (10 s at most)."""
+    return dual_lower_bound(W, noise, time_limit=10.0)
 
 
 @dataclass(frozen=True)
@@ -115,13 +150,24 @@ class OptimizedStrategy:
     seconds: float
     budget: float = 1.0  # the epsilon (Laplace) / rho (Gaussian) the error is at
     secure: bool = True  # scored with the exact discrete noise the mechanism draws by default
-    #: certified lower bound on the error of EVERY strategy with continuous noise of the same
-    #: calibration at the budget (the dense dual for ``n <= BOUND_AUTO_MAX_N``, the Gaussian /
-    #: Toeplitz family's when one ran, else ``bounds.quick_lower_bound``; multi-dimensional
-    #: workloads: ``bounds.multidim_lower_bound``); ``None`` only for marginal workloads with
-    #: weights or the ``"max"`` objective
-    lower_bound: float | None = None
+    #: the certified lower bound, or a :class:`DeferredBound` computing it on first access of
+    #: :attr:`lower_bound` (the dense dual for ``n <= BOUND_AUTO_MAX_N``, the Gaussian / Toeplitz
+    #: family's when one ran, else ``bounds.quick_lower_bound``; multi-dimensional workloads:
+    #: ``bounds.multidim_lower_bound``); ``None`` only for marginal workloads with weights or the
+    #: ``"max"`` objective
+    _lower_bound: Any = dataclasses.field(default=None, repr=False, compare=False)
     continuous_error: float | None = None  # the winner's error with continuous noise, at the budget
+
+    @property
+    def lower_bound(self) -> float | None:
+        """Certified lower bound on the error of EVERY strategy with continuous noise of the same
+        calibration at the budget (see the class docstring); computed on first access when the
+        search did not produce one (the dense dual: ~0.03-0.2 s at ``n = 256``), then cached."""
+        src = self._lower_bound
+        if isinstance(src, DeferredBound):
+            src = src()
+            object.__setattr__(self, "_lower_bound", src)
+        return src
 
     @property
     def gap(self) -> float | None:
@@ -248,16 +294,20 @@ def optimize(
     p, restarts:
         p-Identity: number of extra rows (default: the internal nodes of the 16-ary tree over
         ``n`` cells, at most 300; hybrid: dense rows on the block sums, default
-        ``min(nb // 8, 64)``) and of starts (default 2 for ``n <= 512``, else 1; the best is kept):
-        the first a tree with fitted level weights, the others random
-        (:mod:`~sparsedp.optimize.pidentity_start`).  Weighted marginals (Laplace
-        marginal workloads): random starts (default 4; ``rng`` default 0).
+        ``min(nb // 8, 64)``) and of starts (default 1; the best is kept): the first a tree with
+        fitted level weights -- for ``n <=`` :data:`SMALL_N` with a positive perturbation of every
+        entry -- the others random (:mod:`~sparsedp.optimize.pidentity_start`).  Weighted
+        marginals (Laplace marginal workloads): random starts (default 4; ``rng`` default 0).
     domain:
         Multi-dimensional workloads only (optional): the :class:`~sparsedp.marginals.Domain` the
         workload must be on; a different one raises :class:`~sparsedp.errors.ShapeError`.
     maxiter:
         L-BFGS-B iterations of each p-Identity start and of the hybrid's final polish (default
         1000); more iterations can only lower the error reached, at ``O(p^2 n)`` each (p-Identity).
+        Without it, a p-Identity start at ``n <=`` :data:`SMALL_N` also stops once its error improves
+        by less than 0.1% over 20 evaluations (:data:`PIDENTITY_PROGRESS`; prefix sums and all
+        ranges at ``n = 256``: about 100 evaluations, below HDMM's error); with it, it runs up to
+        ``maxiter`` iterations.
     epsilon, rho, secure:
         The noise the strategy will be measured with: the budget (``epsilon`` for Laplace, ``rho``
         for Gaussian; default 1, the unit budget) and exact discrete noise (``secure=True``, the
@@ -280,7 +330,8 @@ def optimize(
             options={"time_limit": time_limit, "per_node": per_node, "p": p}, solve_1d=optimize)
         return OptimizedStrategy(strategy=strat, family=fam_m, name=name, error=report, noise=model.kind,
                                  sensitivity=sens, history=hist, seconds=time.perf_counter() - t_start,
-                                 lower_bound=multidim_lower_bound(W, model.kind), continuous_error=report.total)
+                                 _lower_bound=DeferredBound(multidim_lower_bound, W, model.kind),
+                                 continuous_error=report.total)
     if domain is not None:
         raise ShapeError("domain= is for multi-dimensional workloads (MarginalWorkload, KronOperator); "
                          "a 1-D workload has none")
@@ -289,8 +340,11 @@ def optimize(
         time_limit = check_positive(time_limit, "time_limit")
     Wop = aslinearoperator(W, name="workload")
     m, n = Wop.shape
+    small = n <= SMALL_N
     if restarts is None:
-        restarts = 2 if n <= 512 else 1  # the tree start and one random start (a third: same errors at n = 256, 40% more time)
+        # small n: the perturbed tree start alone -- at the progress stop a U[0, 1] start beside it
+        # ended above it on prefix sums and all ranges at n = 256 and doubled the time (issue 27)
+        restarts = 1
     for name, value in (("restarts", restarts), ("p", p), ("maxiter", maxiter)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
             raise SparseDPError(f"{name} must be a positive integer, got {value!r}")
@@ -323,30 +377,42 @@ def optimize(
         cands += toeplitz_candidates(Wop, model, deadline=deadline)
     settled = fam == "auto" and any(
         getattr(c, "gap", math.inf) <= (TOEPLITZ_SETTLE_GAP if c.family == "toeplitz" else SETTLE_GAP) for c in cands)
-    if fam == "tree" or (fam == "auto" and not settled):
+    pid_runs = fam == "pidentity" or (fam == "auto" and not settled and n <= PIDENTITY_MAX_N)
+    # small n: p-Identity first, and the weighted trees only when it did not beat every template
+    # (measured up to n = 512 on prefix sums, all ranges, sliding windows, random ranges and a
+    # weighted union: p-Identity beat the best tree by 6-21% wherever it beat the templates)
+    trees_after = fam == "auto" and small and pid_runs
+    if fam == "tree" or (fam == "auto" and not settled and not trees_after):
         cands += tree_candidates(Wop, gram, traces, model, deadline=deadline, rng=gen, per_node=per_node)
     # the hybrid (O(p nb^2) per step) before the dense p-Identity (O(p^2 n)): under a time limit
     # the cheaper family gets its share first
     if fam == "hybrid" or (fam == "auto" and not settled and hybrid_useful(gram) and not deadline.expired()):
         cands += hybrid_candidates(Wop, gram, model, p=p, deadline=deadline, rng=gen, maxiter=iters)
-    if fam == "pidentity" or (fam == "auto" and not settled and n <= PIDENTITY_MAX_N and not deadline.expired()):
+    if pid_runs and (fam == "pidentity" or not deadline.expired()):
+        # small n: from the perturbed tree, stopped on relative progress unless maxiter is given
         cands += pidentity_candidates(Wop, gram, model, p=p, restarts=int(restarts), deadline=deadline, rng=gen,
-                                      maxiter=iters)
+                                      maxiter=iters, start="perturbed" if small else "tree",
+                                      progress=PIDENTITY_PROGRESS if small and maxiter is None else None,
+                                      maxcor=PIDENTITY_MAXCOR if small and maxiter is None else 10)
+    if trees_after and not deadline.expired():
+        pid_best = min((c.total for c in cands if c.family == "pidentity"), default=math.inf)
+        if pid_best >= min((c.total for c in cands if c.family == "templates"), default=math.inf):
+            cands += tree_candidates(Wop, gram, traces, model, deadline=deadline, rng=gen, per_node=per_node)
     if not cands:
         raise ShapeError(f"family {fam!r} has no strategy for this workload (n = {n}, kind {gram.kind!r})")
     # score every candidate under the noise that runs (exact discrete variances by default), at the budget
-    scored = [_under_noise(Wop, c, model, budget, bool(secure)) for c in cands]
+    scored = [_under_noise(Wop, c, model, budget, bool(secure), gram) for c in cands]
     best = min(scored, key=lambda c: c.total)
     # the certified lower bound (continuous noise of the same calibration, at the budget) and the
     # winner's gap: known when the Gaussian family ran (its dual value at a feasible point)
     bounds = [c.lower_bound for c in cands if math.isfinite(getattr(c, "lower_bound", math.nan))]
-    if not bounds:  # every result carries one: the dual (0.1 s at n = 256), else a closed / quick form
-        if n <= BOUND_AUTO_MAX_N:
-            bounds = [dual_lower_bound(Wop, model.kind, time_limit=10.0)]
-        else:
-            bounds = [quick_lower_bound(Wop, model.kind)]
     per_budget = budget ** (2 if model.kind == "laplace" else 1)
-    lower = max(bounds) / per_budget if bounds else None
+    lower: Any
+    if bounds:
+        lower = max(bounds) / per_budget
+    else:  # every result carries one, computed on first access: the dual, else a closed / quick form
+        func = _dense_dual if n <= BOUND_AUTO_MAX_N else quick_lower_bound
+        lower = DeferredBound(func, Wop, model.kind, 1.0 / per_budget)
     winner_continuous = cands[next(i for i, c in enumerate(scored) if c is best)].total / per_budget
     report = ErrorReport(best.total, best.total / m, best.method, noise=model.kind, secure=bool(secure))
     return OptimizedStrategy(
@@ -360,14 +426,14 @@ def optimize(
         seconds=time.perf_counter() - t_start,
         budget=budget,
         secure=bool(secure),
-        lower_bound=lower,
+        _lower_bound=lower,
         continuous_error=winner_continuous,
     )
 
 
-def _under_noise(W: Operator, c: Candidate, model: Any, budget: float, secure: bool) -> Candidate:
+def _under_noise(W: Operator, c: Candidate, model: Any, budget: float, secure: bool, gram: Any = None) -> Candidate:
     """``c`` with its total rescored under the noise that runs (:func:`error_under_noise`)."""
-    total, how = error_under_noise(W, c.strategy, c.total, model, budget, secure)
+    total, how = error_under_noise(W, c.strategy, c.total, model, budget, secure, gram)
     return dataclasses.replace(c, total=total, method=f"{c.method}; {how} at {model.kind} budget {budget:g}",
                                note=(c.note + "; " if c.note else "") + f"continuous unit error {c.total:.6g}")
 

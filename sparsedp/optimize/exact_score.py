@@ -37,11 +37,43 @@ from ..measure import plan_measurement
 from ..operators import Operator
 from .calibrate import NoiseModel, unit_variance
 
-__all__ = ["EXACT_PER_ROW_MAX_N", "error_under_noise", "noise_factor"]
+__all__ = ["EXACT_PER_ROW_MAX_N", "ORTHOGONAL_MAX_N", "error_under_noise", "noise_factor", "orthogonal_rows_error"]
 
 #: Largest domain for which a plan with per-row scales is scored by the exact GLS error (above it,
 #: by the upper bound ``f * unit_total``: the exact computation costs seconds per candidate).
 EXACT_PER_ROW_MAX_N = 1 << 16
+
+
+#: Largest square strategy checked for orthogonal rows by :func:`orthogonal_rows_error` (it forms
+#: ``G M^T``, ``n x n`` dense).
+ORTHOGONAL_MAX_N = 2048
+
+
+def orthogonal_rows_error(strategy: Operator, variances: Any, gram: Any) -> float | None:
+    """The exact GLS error of a square strategy with orthogonal rows (the identity, Haar), else
+    ``None``: with ``V = diag(v)``, ``M^T V^-1 M = sum_i m_i m_i^T / v_i`` and the ``m_i / ||m_i||``
+    orthonormal, ``(M^T V^-1 M)^-1 = sum_i v_i m_i m_i^T / ||m_i||^4``, so the error is
+    ``sum_i v_i (m_i^T G m_i) / ||m_i||^4`` -- one product of ``G`` (``gram``, a
+    :class:`~sparsedp.optimize.gram.Gram`) with ``M^T``, where the general exact path solves.
+    Rows count as orthogonal when every off-diagonal entry of ``M M^T`` is at most ``1e-13
+    sqrt(||m_i||^2 ||m_j||^2)`` (Haar's rational entries for ``n`` not a power of two)."""
+    m, n = (int(d) for d in strategy.shape)
+    if m != n or n > ORTHOGONAL_MAX_N or gram is None:
+        return None
+    A = strategy.tosparse().tocsr().astype(np.float64)
+    P = (A @ A.T).tocoo()
+    norms2 = np.zeros(n)
+    on = P.row == P.col
+    np.add.at(norms2, P.row[on], P.data[on])
+    if np.any(norms2 <= 0):
+        return None
+    off = ~on
+    if np.any(np.abs(P.data[off]) > 1e-13 * np.sqrt(norms2[P.row[off]] * norms2[P.col[off]])):
+        return None
+    MT = A.T.toarray()
+    q = np.einsum("ji,ji->i", MT, gram.matmat(MT))  # m_i^T G m_i
+    v = np.broadcast_to(np.asarray(variances, dtype=np.float64), (n,))
+    return float(np.sum(v * q / (norms2 * norms2)))
 
 
 def _plan(strategy: Operator, model: NoiseModel, budget: float, secure: bool) -> Any:
@@ -72,13 +104,14 @@ def noise_factor(strategy: Operator, model: NoiseModel, budget: float, secure: b
 
 
 def error_under_noise(workload: Operator, strategy: Operator, unit_total: float, model: NoiseModel, budget: float,
-                      secure: bool) -> tuple[float, str]:
+                      secure: bool, gram: Any = None) -> tuple[float, str]:
     """``(total, how)``: the expected total squared error of the GLS answers of ``strategy`` at
     ``budget`` under the noise the mechanism draws, from its continuous unit-budget error
     ``unit_total``: exactly ``f * unit_total`` for homoscedastic plans (:func:`noise_factor`); for
     per-row scales the exact GLS error with the plan's variances, or the upper bound
     ``f * unit_total`` above :data:`EXACT_PER_ROW_MAX_N` cells or when that computation would not
-    fit in memory."""
+    fit in memory.  ``gram`` (the workload's :class:`~sparsedp.optimize.gram.Gram`, optional): square
+    strategies with orthogonal rows are then scored by :func:`orthogonal_rows_error`."""
     plan = _plan(strategy, model, budget, secure)
     f, homoscedastic = noise_factor(strategy, model, budget, secure, plan)
     noise = "exact discrete noise" if secure else "float noise"
@@ -86,6 +119,9 @@ def error_under_noise(workload: Operator, strategy: Operator, unit_total: float,
         return unit_total * f, noise
     if strategy.shape[1] > EXACT_PER_ROW_MAX_N:  # seconds per candidate above this: the bound
         return unit_total * f, noise + ", upper bound"
+    ortho = orthogonal_rows_error(strategy, plan.variances(), gram)
+    if ortho is not None:
+        return min(ortho, unit_total * f), noise + ", per-row variances"
     try:
         rep = expected_error(workload, strategy, plan.variances(), method="exact")
     except MemoryLimitError:

@@ -27,7 +27,7 @@ from ..errors import SparseDPError
 from .pidentity import PIdentityObjective, internal_nodes
 from .search import Deadline, lbfgs
 
-__all__ = ["internal_nodes", "tree_fanout", "tree_rows", "tree_start"]
+__all__ = ["PERTURB_SCALE", "internal_nodes", "perturbed_tree_start", "tree_fanout", "tree_rows", "tree_start"]
 
 
 def tree_fanout(n: int, p: int) -> int:
@@ -105,3 +105,32 @@ def tree_start(
         theta[q:] = rng.uniform(0.0, 0.1 * scale, size=(p - q, n))
     weights = ", ".join(f"{v:.3g}" for v in c)
     return theta, f"{k}-ary tree start ({q} of {p} rows, level weights {weights})"
+
+
+#: Entries of :func:`perturbed_tree_start`'s perturbation: ``U[0, PERTURB_SCALE * min(c)]``.
+PERTURB_SCALE = 1.0
+
+
+def perturbed_tree_start(
+    obj: PIdentityObjective,
+    rng: np.random.Generator,
+    *,
+    scale: float = PERTURB_SCALE,
+    maxiter: int = 60,
+    deadline: Deadline | None = None,
+) -> tuple[np.ndarray, str]:
+    """:func:`tree_start` plus ``U[0, scale * min(c)]`` on every entry of ``Theta``.
+
+    The tree start has zeros wherever a row's block does not cover a column; under ``Theta >= 0``
+    (Laplace) L-BFGS-B keeps an entry at its bound while the gradient pushes it down, so the search
+    stays near the tree's sparsity pattern -- a local optimum on some workloads (all ranges at
+    ``n = 256``: ``2.1552e6``, above the ``2.1344e6`` a ``U[0, 1]`` start reaches in 1000
+    iterations).  With every entry positive the search keeps the tree's head start and reaches the
+    random start's basin: measured at ``n = 256`` (Laplace, ``p = 17``), 100 evaluations reach
+    13,781 on prefix sums (tree start 13,774, ``U[0, 1]`` 14,203) and 2.1461e6 on all ranges (tree
+    2.1571e6, ``U[0, 1]`` 2.1489e6)."""
+    theta, how = tree_start(obj, rng, maxiter=maxiter, deadline=deadline)
+    c = theta.max(axis=1)
+    floor = float(c[c > 0].min()) if np.any(c > 0) else 1.0
+    theta = theta + rng.uniform(0.0, scale * floor, size=theta.shape)
+    return theta, how.replace("tree start", f"tree start + U[0, {scale:g} min c]", 1)

@@ -38,6 +38,10 @@ class _OutOfTime(Exception):
     pass
 
 
+class _Stalled(Exception):
+    pass
+
+
 @dataclass(frozen=True)
 class SearchResult:
     """The best point seen, its value, the number of evaluations and why the search stopped."""
@@ -69,6 +73,7 @@ def lbfgs(
     gtol: float = 1e-12,
     maxcor: int = 10,
     reserve: float = 0.0,
+    progress: tuple[float, int] | None = None,
 ) -> SearchResult:
     """Minimise ``fun`` (value and exact gradient) from ``x0`` by scipy's L-BFGS-B.
 
@@ -77,10 +82,16 @@ def lbfgs(
     search stops if less than ``1 + reserve`` times the last evaluation's duration is left (so an
     evaluation never overruns the deadline and ``reserve`` evaluations' time is kept for the
     caller).  A non-finite value is reported to the line search as a very large one.
+
+    ``progress = (rtol, window)``: also stop once the best value has improved by less than
+    ``rtol`` (relative) over the last ``window`` evaluations -- a tolerance on the progress made,
+    where ``ftol`` looks at one step only (a single short step does not stop the search).
     """
     x0 = np.asarray(x0, dtype=np.float64)
     best: list = [math.inf, x0.copy()]
     count = [0]
+    trail: list[float] = []  # the best value after each evaluation (with ``progress``)
+    rtol, window = (0.0, 0) if progress is None else (float(progress[0]), int(progress[1]))
     last = [0.0]
     # a tqdm bar inside a sparsedp command on a terminal, made only once the search has run
     # _BAR_EVERY seconds (most searches are shorter: a bar costs ~0.2 ms to make)
@@ -97,12 +108,21 @@ def lbfgs(
             return 1e300, np.zeros_like(x)
         if f < best[0]:
             best[0], best[1] = f, x.copy()
+        if window:
+            trail.append(best[0])
+            if len(trail) > window and trail[-1 - window] - best[0] <= rtol * abs(best[0]):
+                raise _Stalled
         if bar[1] and time.perf_counter() - bar[2] >= _BAR_EVERY:
             _touch(bar, count[0], best[0])
         return f, g
 
-    bnds = None
-    if bounds is not None:
+    bnds: Bounds | list | None = None
+    if bounds is not None and all(b is None or np.ndim(b) == 0 for b in bounds):
+        # scalar bounds as scipy's own (lo, hi) pairs: a Bounds object is converted to them and back
+        # (2.4 ms at 4352 variables, where the pairs take 0.75 ms)
+        pair = tuple(None if b is None or not math.isfinite(float(b)) else float(b) for b in bounds)
+        bnds = [pair] * x0.size
+    elif bounds is not None:
         lo = -np.inf if bounds[0] is None else bounds[0]
         hi = np.inf if bounds[1] is None else bounds[1]
         bnds = Bounds(np.broadcast_to(lo, x0.shape).astype(float), np.broadcast_to(hi, x0.shape).astype(float))
@@ -118,6 +138,8 @@ def lbfgs(
         stopped = str(res.message)
     except _OutOfTime:
         stopped = "time limit"
+    except _Stalled:
+        stopped = f"progress below {rtol:g} over {window} evaluations"
     finally:
         if bar[0] is not None:
             bar[0].close()
