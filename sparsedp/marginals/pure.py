@@ -126,7 +126,7 @@ def optimize_marginals_laplace(domain: Domain, marginals: Any, epsilon: float, *
                                rng: Any = 0) -> MarginalsStrategy:
     """Weighted-marginals strategy minimising the workload's total squared error under
     ``epsilon``-DP Laplace noise (see module doc).  Nothing is measured."""
-    from scipy.optimize import minimize
+    from scipy.optimize import Bounds, minimize
 
     t0 = time.perf_counter()
     eps = check_epsilon(epsilon)
@@ -137,14 +137,17 @@ def optimize_marginals_laplace(domain: Domain, marginals: Any, epsilon: float, *
     wl_ind = np.array([1.0 if S in mset else 0.0 for S in subsets])
     full = np.array([1.0 if len(S) == len(domain) else 0.0 for S in subsets])
     order = np.array([len(S) for S in subsets], dtype=np.float64)
-    starts = [wl_ind, full, np.ones(len(subsets)), order / max(order.max(), 1.0)]
+    wide = len(domain) > FULL_MAX_D  # no full table among the candidates; fewer starts (each ~10 steps there)
+    starts = [wl_ind, order / max(order.max(), 1.0)] if wide else \
+        [wl_ind, full, np.ones(len(subsets)), order / max(order.max(), 1.0)]
     starts += [gen.random(len(subsets)) * (order / max(order.max(), 1.0)) ** gen.uniform(0, 3)
-               for _ in range(max(0, restarts))]
+               for _ in range(max(0, min(restarts, 1) if wide else restarts))]
     best = None
     for x0 in starts:  # non-convex in theta: several starts (HDMM restarts too)
         x0 = x0 + 0.05 * gen.random(len(subsets))
         res = minimize(_objective, x0, args=(E, c), jac=True, method="L-BFGS-B",
-                       bounds=[(0.0, None)] * len(subsets), options={"maxiter": 5000, "ftol": 1e-15, "gtol": 1e-12})
+                       bounds=Bounds(np.zeros(len(subsets)), np.full(len(subsets), np.inf)),
+                       options={"maxiter": 5000, "ftol": 1e-15, "gtol": 1e-12})
         if best is None or res.fun < best.fun:
             best = res
     theta = best.x / best.x.sum()
