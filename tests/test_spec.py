@@ -153,3 +153,16 @@ def test_misspelt_keys_are_refused_with_a_suggestion(tmp_path, line, hint):
     spec.write_text(spec.read_text().replace("epsilon = 0.5", "epsilon = 0.5\n" + line))
     with pytest.raises(SparseDPError, match=re.escape(hint)):
         run_spec(spec)
+
+
+@pytest.mark.parametrize("extra,match", [
+    ("[workload]\nk = 2\n", "'k': not used by a histogram"),  # a marginal spec's key
+    ('[consistency]\ninvariants = ["state:total"]\n', "'invariants': not used by a histogram"),  # a TopDown key
+])
+def test_keys_of_the_other_kinds_are_refused_in_a_histogram_spec(tmp_path, extra, match):
+    (tmp_path / "a.csv").write_text("age\n1\n2\n")
+    path = tmp_path / "h.toml"
+    path.write_text('[data]\npath = "a.csv"\ncolumn = "age"\nbins = { start = 0, stop = 4, width = 1 }\n'
+                    "[privacy]\nepsilon = 1.0\n" + extra)
+    with pytest.raises(SparseDPError, match=match):
+        run_spec(path)

@@ -93,11 +93,3 @@ def test_bad_topdown_specs_are_refused_before_any_charge(tmp_path, edit, match):
         run_spec(path, accountant=acc)
     assert not acc.ledger and not (tmp_path / "td.npz").exists()
 
-
-def test_topdown_keys_in_other_specs_are_refused(tmp_path):
-    (tmp_path / "a.csv").write_text("age\n1\n2\n")
-    path = tmp_path / "h.toml"
-    path.write_text('[data]\npath = "a.csv"\ncolumn = "age"\nbins = { start = 0, stop = 4, width = 1 }\n'
-                    '[privacy]\nepsilon = 1.0\n[consistency]\ninvariants = ["state:total"]\n')
-    with pytest.raises(SparseDPError, match="'invariants': not used by a histogram"):
-        run_spec(path)

@@ -29,6 +29,7 @@ from .. import noise as _noise
 from ..errors import ShapeError, SparseDPError
 from ..measure import MeasurementPlan
 from ..operators import SparseOperator
+from ..scaleout.release import chunk_seeds
 from .design import LevelPlan
 from .hierarchy import Hierarchy
 
@@ -171,17 +172,7 @@ def noise_seeds(rng: Any, roots: int) -> tuple[Any, list[Any]]:
         return None, [None] * roots
     if isinstance(rng, _noise.SecureRandomBits):
         return rng, [rng] * roots
-    if isinstance(rng, np.random.Generator):
-        rng = np.random.SeedSequence(rng.integers(0, 2**32, size=8, dtype=np.uint32).tolist())
-    if isinstance(rng, (bool, np.bool_)):
-        raise SparseDPError(f"rng must be None, an int seed, a SeedSequence or a Generator, got {rng!r}")
-    if isinstance(rng, (int, np.integer)):
-        if int(rng) < 0:
-            raise SparseDPError(f"a seed must be >= 0, got {rng!r}")
-        rng = np.random.SeedSequence(int(rng))
-    if not isinstance(rng, np.random.SeedSequence):
-        raise SparseDPError(f"rng must be None, an int seed, a SeedSequence or a Generator, got {type(rng).__name__}")
-    kids = rng.spawn(1 + roots)
+    kids = chunk_seeds(rng, 1 + roots)  # the children of SeedSequence(rng), as the chunked histograms draw them
     return kids[0], kids[1:]
 
 
