@@ -218,3 +218,13 @@ def test_make_docs_ci_and_extra_are_wired():
     assert re.search(r'^docs = \[.*"mkdocs>=1\.6".*"mkdocs-material>=9\.5".*"mkdocstrings\[python\]>=0\.25"', pyproject, re.MULTILINE)
     config = (ROOT / "mkdocs.yml").read_text()
     assert "font: false" in config and "strict: true" in config
+
+
+def test_the_readme_quick_start_runs(tmp_path, monkeypatch, capsys):
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    code = re.search(r"## Quick start\n\n```python\n(.*?)```", text, re.S).group(1)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md", "exec"), {})
+    assert (tmp_path / "release.npz").is_file() and "variance" in capsys.readouterr().out
