@@ -37,7 +37,9 @@ for name, M in [
 # is a single draw, and with the identity strategy the errors of all running sums are one random
 # walk (answer t adds up t noisy bins, Var grows from ~32 to ~32,000), so one run's mean can land
 # far from the expected value. Each answer's variance and a 95% interval are in the report:
-rel = release.to_release()  # the common release model: labels lo, hi; exact variances; the ledger
+# the common release model: labels lo, hi; exact variances; the ledger (private=False: the table above
+# compared this run with the true counts, an evaluation, not a publication)
+rel = release.to_release(private=False)
 lo, hi = rel.confidence_intervals(0.95)
 print(f"last running sum: {rel.answers[-1]:.0f}, 95% interval [{lo[-1]:.0f}, {hi[-1]:.0f}]")
 with tempfile.TemporaryDirectory() as tmp:

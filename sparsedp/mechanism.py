@@ -117,12 +117,14 @@ class Release:
         :mod:`sparsedp.accuracy`)."""
         return self.error_report(**kwargs).confidence_intervals(self.answers, level, method)
 
-    def to_release(self, *, description: dict | None = None, **kwargs: Any) -> ReleaseResult:
+    def to_release(self, *, description: dict | None = None, private: bool | None = None,
+                   **kwargs: Any) -> ReleaseResult:
         """This release as a :class:`~sparsedp.releases.ReleaseResult`: the workload answers labelled
         by :func:`~sparsedp.releases.workload_labels` (``lo`` / ``hi`` ranges, ``bin`` or ``query``),
         their exact variances (:meth:`variances`; ``None`` for biased ``nnls`` / ``l1`` answers or
         when they cannot be listed), ``x_hat`` and the noise scales as arrays, the ledger entry;
-        ``kwargs`` go to :meth:`error_report`."""
+        ``private=False`` marks a release that was evaluated against the truth (it can only lower
+        the measurement's own flag); ``kwargs`` go to :meth:`error_report`."""
         m = self.measurement
         desc = {"strategy": m.strategy.name, "noise": m.noise, "secure": m.secure,
                 "sensitivity": m.sensitivity, "epsilon": m.cost.epsilon, "rho": m.cost.rho}
@@ -142,7 +144,8 @@ class Release:
             kind="matrix-mechanism", answers=self.answers, labels=labels, variances=var, noise=m.noise,
             secure=bool(m.secure), strategy=f"{m.strategy.name} ({m.strategy.shape[0]} rows), "
             f"{self.reconstruction.method} reconstruction", ledger=[m.entry] if m.entry is not None else [],
-            private=m.private, description=desc, arrays=arrays, variance_method=how, report=rep, source=self)
+            private=bool(m.private) and private is not False, description=desc, arrays=arrays, variance_method=how,
+            report=rep, source=self)
 
     def to_pandas(self, level: float = 0.95, method: str = "auto") -> Any:
         """One row per workload answer (:meth:`sparsedp.releases.ReleaseResult.to_pandas`)."""
