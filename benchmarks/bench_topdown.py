@@ -27,7 +27,23 @@ Rows:
 * **leaves only**: all of ``rho`` on the districts, parents by summation (the GLS with only the
   leaves measured is the sum), and that measurement made non-negative integer by the same rounding;
 * **district totals invariant** (a few releases, for the cost): every district's total published
-  exactly, so every level's rounding is a 2-D controlled rounding (transportation problems).
+  exactly, so every level's rounding is a 2-D controlled rounding (transportation problems);
+* **InfTDA** (the peer, PyPI ``inf-tda`` 0.1; only with ``--inftda-python``): run from its own venv
+  by ``_inftda_runner.py`` in a subprocess (inf-tda 0.1 needs pandas 2.2 and opendp 0.12, not the
+  newest releases), on the same CSV as a pandas Series indexed (cell, state, county, district) --
+  the cell as the first index level, the layout the issue found best.  InfTDA spends ``rho / 4`` per
+  level with discrete Gaussian noise, publishes the grand total exactly and rounds each parent's
+  children to non-negative integers that add up to it (Chebyshev ``int_opt``).  Its ``rho`` is for
+  *substitution* neighbours (l2 sensitivity ``sqrt(2)``), so two rows: ``rho = 1`` in its own
+  accounting (per-count sd 2; ``rho = 1/2`` for add/remove neighbours) and ``rho = 2`` in its own
+  accounting (per-count sd ``sqrt(2)``, the noise of the issue GLS row: ``rho = 1`` add/remove).
+  ``--inftda-reps`` releases each (~50-60 s and ~0.8 GB per release; OpenDP's noise cannot be
+  seeded).  Per level the same MAE per cell, from InfTDA's released leaves summed up (they add up
+  to its released levels); the time of the ``inf_tda`` call and the peer process' ``VmHWM``.  The
+  issue's figures are printed under each row.  Without ``--inftda-python`` (or if the path is
+  missing) the rows are skipped with a message.  ``--only-peers`` (``--merge``) runs only these
+  rows and merges them into the existing ``--out`` JSON (replacing earlier peer rows; the sparsedp
+  rows are not recomputed, and ``peers.mode`` records that the rows come from two runs).
 
 For each release row the violations are counted over all levels and cells (negative counts,
 non-integers, parents unequal to the sum of their children, invariants not equal to the truth)
@@ -38,9 +54,17 @@ memory.  BLAS runs one thread (threadpoolctl).
 
     python benchmarks/bench_topdown.py [--reps 20] [--target-reps 200] [--leaf-reps 3] [--out FILE] [--plot FILE]
     python benchmarks/bench_topdown.py --quick        # 2 releases per row (a smoke test)
+    python benchmarks/bench_topdown.py --inftda-python /tmp/peers/inftda-venv/bin/python [--inftda-reps 3]
+    python benchmarks/bench_topdown.py --only-peers --inftda-python /tmp/peers/inftda-venv/bin/python
     python benchmarks/bench_topdown.py --replot benchmarks/results/topdown.json --plot docs/topdown_error.png
 
-The releases use seeded generators (reproducible; marked not private), as benchmarks do.
+The peer's venv::
+
+    python3 -m venv /tmp/peers/inftda-venv
+    /tmp/peers/inftda-venv/bin/pip install 'inf-tda==0.1.*' 'pandas==2.2.*' 'opendp==0.12.*' numpy
+
+The releases use seeded generators (reproducible; marked not private), as benchmarks do (InfTDA's
+cannot be seeded).
 """
 
 from __future__ import annotations
@@ -72,6 +96,11 @@ LEVELS = ("nation", "state", "county", "district")
 INVARIANT = "state_fips:total"
 TARGETS = {"nation": 0.88, "state": 1.09, "county": 1.08, "district": 1.01}
 ISSUE_GLS = {"nation": 1.13, "state": 1.09, "county": 1.08, "district": 1.12}
+#: the issue's InfTDA rows (cell as the first index level; rho in InfTDA's own, substitution, accounting)
+ISSUE_INFTDA = {1.0: {"nation": 1.57, "state": 1.63, "county": 1.60, "district": 1.35},
+                2.0: {"nation": 0.88, "state": 1.23, "county": 1.18, "district": 1.01}}
+ISSUE_INFTDA_TIME = "49-52 s, 0.8-1.07 GB"
+RUNNER = HERE / "_inftda_runner.py"
 #: the split chosen for the issue's targets (nation / state / county / district shares of rho)
 TARGET_SPLIT = [0.37, 0.22, 0.225, 0.185]
 SPLITS = {
@@ -179,6 +208,93 @@ def end_to_end(split: list[float]) -> dict[str, Any]:
             "violations": rel.check()}
 
 
+def run_peers(python: str | None, reps: int) -> tuple[list[dict[str, Any]], str | None]:
+    """The InfTDA rows: ``_inftda_runner.py`` under the peer's Python, once per ``rho`` (its own
+    accounting).  Returns the rows and, when they are skipped, why."""
+    if not python:
+        return [], "--inftda-python not given"
+    if not Path(python).exists():
+        return [], f"--inftda-python {python} not found"
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env.pop("PYTHONPATH", None)
+    rows = []
+    for rho_own in ISSUE_INFTDA:
+        print(f"InfTDA, rho {rho_own:g} in its own accounting, {reps} releases (~50 s each) ...", flush=True)
+        proc = subprocess.run([python, str(RUNNER), "--data", str(DATA), "--rho", str(rho_own), "--reps", str(reps)],
+                              stdout=subprocess.PIPE, stderr=None, text=True, env=env)
+        if proc.returncode != 0:
+            return rows, f"{RUNNER.name} failed under {python} (exit {proc.returncode})"
+        peer = json.loads(proc.stdout.strip().splitlines()[-1])
+        rel = peer.pop("releases")
+        errs = [[r["mae"][lv] for lv in LEVELS] for r in rel]
+        secs = [r["seconds"] for r in rel]
+        row = {
+            "kind": "peer", "name": f"InfTDA {peer['versions']['inf-tda']}, rho {rho_own:g} (own)",
+            "releases": len(rel), "rho_own_accounting": rho_own, "rho_add_remove": peer["rho_used"] / 2.0,
+            "layout": peer["layout"], "release_mae": summarise(errs), "per_release_mae": errs,
+            "meets_targets": {lv: bool(np.mean(np.asarray(errs)[:, i]) <= TARGETS[lv]) for i, lv in enumerate(LEVELS)},
+            "negative": sum(r["negative"] for r in rel), "total_exact": all(r["total_exact"] for r in rel),
+            "seconds_per_release": {"median": float(np.median(secs)), "max": float(np.max(secs)), "all": secs},
+            "peak_mb_process": peer["peak_mb"], "issue": {"release_mae": ISSUE_INFTDA[rho_own],
+                                                          "time_memory": ISSUE_INFTDA_TIME},
+            "peer": peer,
+        }
+        print(f"{row['name']:26s} {row['layout']:28s} {len(rel):4d}  release " + " / ".join(
+            f"{row['release_mae'][lv]['mean']:.3f}({row['release_mae'][lv]['se']:.3f})" for lv in LEVELS)
+              + f"   {np.median(secs):.1f} s  peak {peer['peak_mb']:.0f} MB  negatives {row['negative']}", flush=True)
+        rows.append(row)
+    return rows, None
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    print("\nrelease MAE per cell (standard error), ratio release / data-free GLS prediction; targets "
+          + " / ".join(f"{TARGETS[lv]}" for lv in LEVELS))
+    print(f"{'row':26s} {'shares (nation/state/county/district)':38s} {'n':>4s}  "
+          + "  ".join(f"{lv:>22s}" for lv in LEVELS))
+    for r in rows:
+        if r["kind"] not in ("release", "optimiser"):
+            continue
+        cells = []
+        for lv in LEVELS:
+            m, se, p = r["release_mae"][lv]["mean"], r["release_mae"][lv]["se"], r["predicted_gls_mae_data_free"][lv]
+            cells.append(f"{m:.3f}({se:.2g}){'*' if m <= TARGETS[lv] else ' '} x{m / p:.3f}")
+        shares = "/".join(f"{b:.4g}" for b in r["split"])
+        print(f"{r['name']:26s} {shares:38s} {r['releases']:4d}  " + "  ".join(f"{c:>22s}" for c in cells))
+    peers = [r for r in rows if r["kind"] == "peer"]
+    for r in peers:
+        cells = [f"{r['release_mae'][lv]['mean']:.3f}({r['release_mae'][lv]['se']:.2g})"
+                 f"{'*' if r['release_mae'][lv]['mean'] <= TARGETS[lv] else ' '}       " for lv in LEVELS]
+        desc = f"{r['layout']}, add/remove rho {r['rho_add_remove']:.3g}"
+        print(f"{r['name']:26s} {desc:38s} {r['releases']:4d}  " + "  ".join(f"{c:>22s}" for c in cells)
+              + f"   {r['seconds_per_release']['median']:.1f} s, {r['peak_mb_process'] / 1024:.2f} GB")
+        issue = r["issue"]["release_mae"]
+        print(f"{'  (issue)':26s} {'':38s} {'':4s}  " + "  ".join(f"{issue[lv]:>14.2f}        " for lv in LEVELS)
+              + f"   {r['issue']['time_memory']}")
+    print("(* meets the target; x: measured / predicted, the baseline model in the same run"
+          + ("; InfTDA: rho in its own accounting (substitution neighbours), time per release, "
+             "peak memory of the peer process" if peers else "") + ")")
+
+
+def merge_peers(args: argparse.Namespace) -> None:
+    """``--only-peers``: run just the InfTDA rows and merge them into the results JSON ``--out``
+    (replacing its earlier peer rows); the sparsedp rows are not recomputed."""
+    out = Path(args.out)
+    if not out.exists():
+        raise SystemExit(f"--only-peers merges into {out}, which does not exist: run the full benchmark first")
+    results = json.loads(out.read_text())
+    peers, skipped = run_peers(args.inftda_python, args.inftda_reps)
+    if skipped:
+        print(f"InfTDA rows skipped: {skipped} (see the module docstring for the peer venv)", flush=True)
+    if not peers:
+        return
+    results["rows"] = [r for r in results["rows"] if r["kind"] != "peer"] + peers
+    results["peers"] = {"measured": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "mode": "merged (--only-peers) into an "
+                        "earlier run's sparsedp rows", "inftda_reps": args.inftda_reps, "skipped": skipped}
+    print_table(results["rows"])
+    out.write_text(json.dumps(results, indent=1) + "\n")
+    print(f"merged {len(peers)} InfTDA rows into {out}")
+
+
 def plot(results: dict[str, Any], path: Path) -> None:
     import matplotlib
 
@@ -215,9 +331,18 @@ def main() -> None:
     ap.add_argument("--plot", default=str(HERE / "results" / "topdown.png"))
     ap.add_argument("--end-to-end", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--replot", default=None, help="only draw --plot from this results JSON (no releases)")
+    ap.add_argument("--inftda-python", default=None, metavar="PATH",
+                    help="Python of a venv with inf-tda 0.1 (pandas 2.2, opendp 0.12); "
+                         "without it the InfTDA rows are skipped")
+    ap.add_argument("--inftda-reps", type=int, default=3, help="InfTDA releases per rho (~50 s each)")
+    ap.add_argument("--only-peers", "--merge", dest="only_peers", action="store_true",
+                    help="run only the InfTDA rows and merge them into the existing --out JSON")
     args = ap.parse_args()
     if args.replot:
         plot(json.loads(Path(args.replot).read_text()), Path(args.plot))
+        return
+    if args.only_peers:
+        merge_peers(args)
         return
     from threadpoolctl import threadpool_limits
 
@@ -251,28 +376,22 @@ def main() -> None:
         leaf_reps = 1 if args.quick else args.leaf_reps
         rows.append({"kind": "leaf invariant", **run_row(table, "district totals invariant", leaf_reps, 500, rho=1.0,
                                                           split=TARGET_SPLIT, invariants=["vtd_code:total"])})
+        peer_reps = 1 if args.quick else args.inftda_reps
+        peers, skipped = run_peers(args.inftda_python, peer_reps)
+        if skipped:
+            print(f"InfTDA rows skipped: {skipped} (see the module docstring for the peer venv)", flush=True)
+        rows += peers
     target = next(r for r in rows if r["name"] == "target split")
     meets = {lv: target["release_mae"][lv]["mean"] <= TARGETS[lv] for lv in LEVELS}
-    print("\nrelease MAE per cell (standard error), ratio release / data-free GLS prediction; targets "
-          + " / ".join(f"{TARGETS[lv]}" for lv in LEVELS))
-    print(f"{'row':26s} {'shares (nation/state/county/district)':38s} {'n':>4s}  "
-          + "  ".join(f"{lv:>22s}" for lv in LEVELS))
-    for r in rows:
-        if r["kind"] not in ("release", "optimiser"):
-            continue
-        cells = []
-        for lv in LEVELS:
-            m, se, p = r["release_mae"][lv]["mean"], r["release_mae"][lv]["se"], r["predicted_gls_mae_data_free"][lv]
-            cells.append(f"{m:.3f}({se:.2g}){'*' if m <= TARGETS[lv] else ' '} x{m / p:.3f}")
-        shares = "/".join(f"{b:.4g}" for b in r["split"])
-        print(f"{r['name']:26s} {shares:38s} {r['releases']:4d}  " + "  ".join(f"{c:>22s}" for c in cells))
-    print("(* meets the target; x: measured / predicted, the baseline model in the same run)")
+    print_table(rows)
     results = {
         "benchmark": "bench_topdown", "data": DATA.name, "rho": 1.0, "units": list(table.hierarchy.sizes),
         "cells": table.cells.size, "targets": TARGETS, "issue_gls_row": ISSUE_GLS, "rows": rows,
         "target_split_meets_targets": meets, "end_to_end": e2e, "read_s": read_s,
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "blas_threads": 1},
         "quick": bool(args.quick),
+        "peers": {"measured": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "mode": "same run",
+                  "inftda_reps": peer_reps, "skipped": skipped},
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
