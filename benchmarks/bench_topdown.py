@@ -53,6 +53,8 @@ file (``read_table``, ``topdown``, ``save``) runs in a fresh subprocess for its 
 memory.  BLAS runs one thread (threadpoolctl).
 
     python benchmarks/bench_topdown.py [--reps 20] [--target-reps 200] [--leaf-reps 3] [--out FILE] [--plot FILE]
+    python benchmarks/bench_topdown.py --only-default   # only the default split's row (--target-reps releases), merged
+    python benchmarks/bench_topdown.py --inftda-append RUN.json   # add a separate peer run's releases (the runner's JSON)
     python benchmarks/bench_topdown.py --quick        # 2 releases per row (a smoke test)
     python benchmarks/bench_topdown.py --inftda-python /tmp/peers/inftda-venv/bin/python [--inftda-reps 3]
     python benchmarks/bench_topdown.py --only-peers --inftda-python /tmp/peers/inftda-venv/bin/python
@@ -295,6 +297,32 @@ def merge_peers(args: argparse.Namespace) -> None:
     print(f"merged {len(peers)} InfTDA rows into {out}")
 
 
+def append_peer_runs(out: Path, files: list[str]) -> None:
+    """``--inftda-append FILE``: add the releases of a separate ``_inftda_runner.py`` run (its JSON
+    output) to the InfTDA row of the same ``rho`` in ``--out`` (more releases, a smaller standard
+    error; the row records every run it holds)."""
+    results = json.loads(out.read_text())
+    for f in files:
+        peer = json.loads(Path(f).read_text().strip().splitlines()[-1])
+        rel = peer.pop("releases")
+        row = next((r for r in results["rows"] if r["kind"] == "peer" and r["rho_own_accounting"] == peer["rho_own"]),
+                   None)
+        if row is None:
+            raise SystemExit(f"{f}: no InfTDA row at rho {peer['rho_own']} in {out} to append to")
+        errs = row["per_release_mae"] + [[r["mae"][lv] for lv in LEVELS] for r in rel]
+        secs = row["seconds_per_release"]["all"] + [r["seconds"] for r in rel]
+        row.update(releases=len(errs), per_release_mae=errs, release_mae=summarise(errs),
+                   meets_targets={lv: bool(np.mean(np.asarray(errs)[:, i]) <= TARGETS[lv]) for i, lv in enumerate(LEVELS)},
+                   negative=row["negative"] + sum(r["negative"] for r in rel),
+                   total_exact=row["total_exact"] and all(r["total_exact"] for r in rel),
+                   seconds_per_release={"median": float(np.median(secs)), "max": float(np.max(secs)), "all": secs},
+                   peak_mb_process=max(row["peak_mb_process"], peer["peak_mb"]))
+        row.setdefault("runs", [len(errs) - len(rel)]).append(len(rel))
+    print_table(results["rows"])
+    out.write_text(json.dumps(results, indent=1) + "\n")
+    print(f"appended {len(files)} InfTDA run(s) to {out}")
+
+
 def plot(results: dict[str, Any], path: Path) -> None:
     import matplotlib
 
@@ -321,6 +349,24 @@ def plot(results: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def merge_default(args: argparse.Namespace) -> None:
+    """Run the default (equal) split's row alone (``--target-reps`` releases, its seeds as in a full
+    run) and replace it in the existing ``--out`` JSON."""
+    from threadpoolctl import threadpool_limits
+
+    out = Path(args.out)
+    results = json.loads(out.read_text())
+    name, split = next(iter(SPLITS.items()))
+    with threadpool_limits(1, user_api="blas"):
+        table = load()
+        row = {"kind": "release", **run_row(table, name, 2 if args.quick else args.target_reps, 100, rho=1.0,
+                                             split=split, invariants=[INVARIANT])}
+    results["rows"] = [row if r["name"] == name else r for r in results["rows"]]
+    out.write_text(json.dumps(results, indent=1) + "\n")
+    print_table(results["rows"])
+    print(f"merged {name!r} into {out}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=20)
@@ -337,12 +383,23 @@ def main() -> None:
     ap.add_argument("--inftda-reps", type=int, default=3, help="InfTDA releases per rho (~50 s each)")
     ap.add_argument("--only-peers", "--merge", dest="only_peers", action="store_true",
                     help="run only the InfTDA rows and merge them into the existing --out JSON")
+    ap.add_argument("--inftda-append", nargs="+", default=None, metavar="FILE",
+                    help="add the releases of separate _inftda_runner.py runs (their JSON output) to the InfTDA "
+                         "rows of --out")
+    ap.add_argument("--only-default", action="store_true",
+                    help="run only the default (equal) split row, --target-reps releases, and merge it into --out")
     args = ap.parse_args()
     if args.replot:
         plot(json.loads(Path(args.replot).read_text()), Path(args.plot))
         return
     if args.only_peers:
         merge_peers(args)
+        return
+    if args.only_default:
+        merge_default(args)
+        return
+    if args.inftda_append:
+        append_peer_runs(Path(args.out), args.inftda_append)
         return
     from threadpoolctl import threadpool_limits
 
@@ -362,9 +419,9 @@ def main() -> None:
         read_s = time.perf_counter() - t0
         print(f"read {DATA.name}: {read_s:.2f} s, units per level {table.hierarchy.sizes}", flush=True)
         rows = []
-        for i, (name, split) in enumerate(SPLITS.items()):
-            rows.append({"kind": "release", **run_row(table, name, reps, 100 + i, rho=1.0, split=split,
-                                                       invariants=[INVARIANT])})
+        for i, (name, split) in enumerate(SPLITS.items()):  # the default (first): --target-reps releases
+            rows.append({"kind": "release", **run_row(table, name, target_reps if i == 0 else reps, 100 + i,
+                                                       rho=1.0, split=split, invariants=[INVARIANT])})
         rows.append({"kind": "release", **run_row(table, "target split", target_reps, 200, rho=1.0,
                                                    split=TARGET_SPLIT, invariants=[INVARIANT])})
         for i, (name, spec) in enumerate(OPTIMISED.items()):
