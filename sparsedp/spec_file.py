@@ -10,14 +10,15 @@ with ``overwrite = true`` or ``--force``).
 from __future__ import annotations
 
 import difflib
+import math
 import tomllib
 from pathlib import Path
 from typing import Any
 
 from ._cli_util import OutputFile, check_output_paths
-from .errors import SparseDPError
+from .errors import InvalidPrivacyParameterError, SparseDPError
 
-__all__ = ["flag", "load_spec", "matplotlib_pyplot", "outputs", "privacy_line", "refuse_keys"]
+__all__ = ["flag", "load_spec", "matplotlib_pyplot", "outputs", "privacy_budget", "privacy_line", "refuse_keys"]
 
 #: The keys each section may hold (anything else is refused: a misspelt key must not be ignored).
 _KEYS: dict[str, frozenset[str]] = {
@@ -131,3 +132,24 @@ def privacy_line(result: Any) -> str:
     cost = f"rho {result.rho:g}" if result.rho else f"epsilon {result.epsilon:g}"
     return (f"- privacy: {cost}, {'exact' if result.secure else 'float'} {result.noise} noise"
             + ("" if result.private else " **(seeded: NOT private)**"))
+
+
+def privacy_budget(priv: dict[str, Any], kind: str, *, noise_key: bool = True) -> tuple[str, float, bool]:
+    """``(noise, budget, secure)`` of a ``[privacy]`` section that takes ``rho`` (zCDP, Gaussian
+    noise) or ``epsilon`` (pure DP, Laplace noise), exactly one, a finite number > 0, and no
+    ``delta``; ``noise``, when allowed (``noise_key``), must name the noise the budget implies.
+    ``kind`` names the spec in the errors."""
+    if "delta" in priv or ("noise" in priv and not noise_key):
+        raise InvalidPrivacyParameterError(f"a {kind} spec takes rho (zCDP, Gaussian noise) or epsilon (pure DP, "
+                                           "Laplace noise); " + ("not delta" if "delta" in priv else
+                                                                 "the noise follows from it"))
+    if ("rho" in priv) == ("epsilon" in priv):
+        raise InvalidPrivacyParameterError(f"a {kind} spec takes privacy.rho (zCDP, Gaussian noise) or "
+                                           "privacy.epsilon (pure DP, Laplace noise): exactly one")
+    key, noise = ("rho", "gaussian") if "rho" in priv else ("epsilon", "laplace")
+    if priv.get("noise", noise) != noise:
+        raise InvalidPrivacyParameterError(f"privacy.noise = {priv['noise']!r} does not go with {key} ({noise} noise)")
+    value = priv[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise InvalidPrivacyParameterError(f"privacy.{key}: the budget must be a finite number > 0, got {value!r}")
+    return noise, float(value), flag(priv, "secure", "privacy", default=True)

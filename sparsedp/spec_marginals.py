@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidPrivacyParameterError, ShapeError, SparseDPError
+from .errors import ShapeError, SparseDPError
 from .marginals.domain import Domain
 from .marginals.nonneg import nonnegative_marginals
 from .marginals.pure import optimize_marginals_laplace
@@ -56,7 +56,7 @@ from .marginals.select import marginals_up_to
 from .marginals.table import encode_records, read_records
 from .privacy import Accountant
 from .releases import ReleaseResult
-from .spec_file import flag, matplotlib_pyplot, outputs, privacy_line, refuse_keys
+from .spec_file import flag, matplotlib_pyplot, outputs, privacy_budget, privacy_line, refuse_keys
 
 __all__ = ["MARGINAL_ONLY", "MarginalSpec", "is_marginal_spec", "marginal_spec", "run_marginal_spec"]
 
@@ -170,22 +170,6 @@ def _marginals(section: dict[str, Any], cols: list[str]) -> tuple[list[tuple[str
     return None, k, lower
 
 
-def _privacy(priv: dict[str, Any]) -> tuple[str, float, bool]:
-    if "delta" in priv:
-        raise InvalidPrivacyParameterError("a marginal spec takes rho (zCDP) or epsilon (pure DP), not delta")
-    if ("rho" in priv) == ("epsilon" in priv):
-        raise InvalidPrivacyParameterError("a marginal spec takes privacy.rho (zCDP, Gaussian noise) or "
-                                           "privacy.epsilon (pure DP, Laplace noise): exactly one")
-    noise = "gaussian" if "rho" in priv else "laplace"
-    if priv.get("noise", noise) != noise:
-        raise InvalidPrivacyParameterError(f"privacy.noise = {priv['noise']!r} does not go with "
-                                           f"{'rho' if noise == 'gaussian' else 'epsilon'} ({noise} noise)")
-    value = priv["rho" if noise == "gaussian" else "epsilon"]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise InvalidPrivacyParameterError(f"the budget must be a finite number > 0, got {value!r}")
-    return noise, float(value), flag(priv, "secure", "privacy", default=True)
-
-
 def marginal_spec(spec: dict[str, Any]) -> MarginalSpec:
     """Check a loaded marginal spec (:func:`sparsedp.spec.load_spec`) and return what it asks for."""
     refuse_keys(spec, _HISTOGRAM_ONLY, "marginal (data.columns)")
@@ -193,7 +177,7 @@ def marginal_spec(spec: dict[str, Any]) -> MarginalSpec:
     cols = _columns(data)
     sizes, cats = _domain(data, cols)
     marginals, k, lower = _marginals(spec.get("workload", {}), cols)
-    noise, budget, secure = _privacy(spec["privacy"])
+    noise, budget, secure = privacy_budget(spec["privacy"], "marginal")
     nonneg = flag(spec.get("consistency", {}), "nonnegative", "consistency")
     if nonneg and noise == "laplace":
         raise SparseDPError("consistency.nonnegative is available for zCDP marginals (privacy.rho)")

@@ -39,10 +39,10 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidPrivacyParameterError, SparseDPError
+from .errors import SparseDPError
 from .privacy import Accountant
 from .releases import ReleaseResult
-from .spec_file import flag, matplotlib_pyplot, outputs, privacy_line, refuse_keys
+from .spec_file import matplotlib_pyplot, outputs, privacy_budget, privacy_line, refuse_keys
 from .topdown.hierarchy import read_table
 from .topdown.release import TopDownRelease, topdown
 
@@ -76,21 +76,6 @@ def _names(value: Any, key: str, *, empty: bool = False) -> list[str]:
     return list(value)
 
 
-def _budget(priv: dict[str, Any]) -> tuple[float | None, float | None, bool]:
-    if "delta" in priv or "noise" in priv:
-        raise InvalidPrivacyParameterError("a TopDown spec takes rho (zCDP, Gaussian) or epsilon (pure DP, Laplace); "
-                                           "the noise follows from it")
-    if ("rho" in priv) == ("epsilon" in priv):
-        raise InvalidPrivacyParameterError("a TopDown spec takes privacy.rho or privacy.epsilon: exactly one")
-    for k in ("rho", "epsilon"):
-        v = priv.get(k)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
-            raise InvalidPrivacyParameterError(f"privacy.{k} must be a number, got {v!r}")
-    rho, eps = priv.get("rho"), priv.get("epsilon")
-    return (None if rho is None else float(rho)), (None if eps is None else float(eps)), \
-        flag(priv, "secure", "privacy", default=True)
-
-
 def _split(strategy: dict[str, Any]) -> Any:
     kind = strategy.get("kind", "topdown")
     if kind != "topdown":
@@ -122,7 +107,8 @@ def run_topdown_spec(spec: dict[str, Any], path: str | Path, *, rng: Any = None,
     sep, root = data.get("sep", "_"), data.get("root", "root")
     if not isinstance(sep, str) or not isinstance(root, str) or not root:
         raise SparseDPError("data.sep and data.root must be text")
-    rho, eps, secure = _budget(spec["privacy"])
+    noise, total, secure = privacy_budget(spec["privacy"], "TopDown", noise_key=False)
+    rho, eps = (total, None) if noise == "gaussian" else (None, total)
     split = _split(spec.get("strategy", {}))
     invariants = _names(spec.get("consistency", {}).get("invariants", []), "consistency.invariants", empty=True)
     if not isinstance(data.get("path"), str) or not data["path"]:
@@ -142,9 +128,9 @@ def run_topdown_spec(spec: dict[str, Any], path: str | Path, *, rng: Any = None,
     result = rel.to_release()
     files: dict[str, Path] = {}
     if "release" in files_out:
-        files["release"] = rel.save(files_out["release"])
+        files["release"] = result.save(files_out["release"])
     if "report" in files_out:
-        files["report"] = _report(files_out["report"], rel, Path(path).name, invariants)
+        files["report"] = _report(files_out["report"], rel, result, Path(path).name, invariants)
     if "plot" in files_out:
         files["plot"] = _plot(files_out["plot"], rel)
     return result, rel, accountant, files
@@ -155,9 +141,8 @@ def _level_sd(rel: TopDownRelease) -> list[float]:
     return [float(np.sqrt(np.mean(v))) if np.size(v) else 0.0 for v in rel.variance]
 
 
-def _report(path: Path, rel: TopDownRelease, name: str, invariants: list[str]) -> Path:
+def _report(path: Path, rel: TopDownRelease, res: ReleaseResult, name: str, invariants: list[str]) -> Path:
     h = rel.hierarchy
-    res = rel.to_release()
     checks = rel.check()
     lines = [f"# sparsedp release: {name}", "",
              f"- TopDown release of {' > '.join(h.levels)} x {h.cells.size} cells "
