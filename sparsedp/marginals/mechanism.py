@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from itertools import combinations
 from typing import Any
 
 import numpy as np
@@ -35,10 +34,10 @@ from ..privacy import Accountant, PrivacyCost
 from ..validation import check_epsilon, check_rho
 from .domain import Domain
 from .pure import MarginalsStrategy
-from .pure_release import PureMarginalRelease, fit_table_plans, release_marginals_laplace
+from .pure_release import PureMarginalRelease, fit_table_plans, release_marginals_laplace, residuals_of
 from .release import MarginalRelease, _cell_variance, fit_residual_plans, release_marginals, residual_variances
 from .select import ResidualSelection, select_residuals
-from .workload import MarginalWorkload
+from .workload import MarginalWorkload, flattened_marginals
 
 __all__ = ["MarginalPlan", "is_marginal_strategy", "marginal_plan"]
 
@@ -119,26 +118,16 @@ def _laplace_cell_variances(strategy: MarginalsStrategy, secure: bool, order: tu
     for plan, members in plans:
         vS = float(plan.variances()[0])
         for j in members:
-            S = strategy.measured[j]
-            for r in range(len(S) + 1):
-                for A in combinations(S, r):
-                    if any(dom.sizes[i] == 1 for i in A):
-                        continue
-                    den[A] = den.get(A, 0.0) + 1.0 / (vS * math.prod(dom.sizes[i] for i in S if i not in A))
+            for A, summed in residuals_of(dom, strategy.measured[j]):
+                den[A] = den.get(A, 0.0) + 1.0 / (vS * summed)
     var = {A: 1.0 / d for A, d in den.items()}
     return [_cell_variance(dom, S, var) for S in order]
 
 
 def _workload_marginals(W: Any) -> tuple[Domain, tuple[tuple[int, ...], ...]] | None:
     """``(domain, marginals in row order)`` of a marginal workload, flattened or not; else ``None``."""
-    if isinstance(W, MarginalWorkload):
-        return W.domain, tuple(tuple(S) for S in W.marginals)
-    meta = getattr(W, "meta", None)
-    if isinstance(meta, dict) and "marginals" in meta:
-        sizes, subsets = meta["marginals"]
-        return (Domain([f"a{i}" for i in range(len(sizes))], list(sizes)),
-                tuple(tuple(sorted(S)) for S in subsets))
-    return None
+    mw = W if isinstance(W, MarginalWorkload) else flattened_marginals(W)
+    return None if mw is None else (mw.domain, tuple(tuple(S) for S in mw.marginals))
 
 
 def marginal_plan(W: Any, strategy: Any, *, noise: str, epsilon: float | None, rho: float | None,

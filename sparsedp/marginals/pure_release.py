@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from fractions import Fraction
 from itertools import combinations
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import scipy.sparse as sp
@@ -81,6 +81,15 @@ class PureMarginalRelease(ReleaseMethods):
                                 private=bool(self.private), description=desc,
                                 strategy=f"weighted marginals: {len(self.measurements)} tables measured with Laplace "
                                 "noise, marginals by GLS", source=self)
+
+
+def residuals_of(domain: Domain, S: tuple[int, ...]) -> Iterator[tuple[tuple[int, ...], int]]:
+    """The residuals ``A subset S`` with a non-zero dimension, each with ``prod_{i in S \\ A} n_i``:
+    the factor by which table ``S``'s per-cell variance grows in its estimate of residual ``A``."""
+    for r in range(len(S) + 1):
+        for A in combinations(S, r):
+            if all(domain.sizes[i] > 1 for i in A):
+                yield A, math.prod(domain.sizes[i] for i in S if i not in A)
 
 
 def fit_table_plans(strategy: MarginalsStrategy, epsilon: float, secure: bool
@@ -160,16 +169,13 @@ def release_marginals_laplace(records: Any, strategy: MarginalsStrategy, *, acco
     num: dict[tuple[int, ...], np.ndarray] = {}
     den: dict[tuple[int, ...], float] = {}
     for S, (yS, vS) in noisy.items():
-        for r in range(len(S) + 1):
-            for A in combinations(S, r):
-                if any(domain.sizes[i] == 1 for i in A):
-                    continue
-                drop = tuple(k for k, i in enumerate(S) if i not in A)
-                tA = yS.sum(axis=drop) if drop else yS
-                est = residual_operator(domain.shape(A)).matvec(np.asarray(tA).ravel())
-                V = vS * math.prod(domain.sizes[i] for i in S if i not in A)
-                num[A] = num.get(A, 0.0) + est / V
-                den[A] = den.get(A, 0.0) + 1.0 / V
+        for A, summed in residuals_of(domain, S):
+            drop = tuple(k for k, i in enumerate(S) if i not in A)
+            tA = yS.sum(axis=drop) if drop else yS
+            est = residual_operator(domain.shape(A)).matvec(np.asarray(tA).ravel())
+            V = vS * summed
+            num[A] = num.get(A, 0.0) + est / V
+            den[A] = den.get(A, 0.0) + 1.0 / V
     y = {A: num[A] / den[A] for A in num}
     var = {A: 1.0 / den[A] for A in den}
     out, variances = {}, {}

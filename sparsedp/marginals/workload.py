@@ -16,10 +16,11 @@ from typing import Any
 import numpy as np
 
 from ..errors import ShapeError, SparseDPError
+from ..operators import SparseOperator
 from .domain import Domain
 from .select import _normalise, check_weights, marginals_up_to
 
-__all__ = ["MarginalWorkload", "marginal_workload"]
+__all__ = ["MarginalWorkload", "flattened_marginals", "marginal_workload"]
 
 
 @dataclass(frozen=True)
@@ -72,3 +73,19 @@ def marginal_workload(domain: Domain, marginals: Any = None, *, k: int | None = 
     w = check_weights(weights, len(ms), objective)
     w.flags.writeable = False
     return MarginalWorkload(domain=domain, marginals=tuple(ms), weights=w, objective=objective)
+
+
+def flattened_marginals(W: Any) -> MarginalWorkload | None:
+    """The :class:`MarginalWorkload` that a flattened :func:`sparsedp.workloads.marginals` operator
+    is (attributes ``a0``, ``a1``, ...; its marginals in the operator's row order), or ``None`` for
+    any other workload -- and for one whose structure a marginal workload cannot hold (a marginal
+    repeated) or whose shape does not match it."""
+    meta = getattr(W, "meta", None)
+    if not isinstance(W, SparseOperator) or not isinstance(meta, dict) or "marginals" not in meta:
+        return None
+    sizes, subsets = meta["marginals"]
+    try:
+        mw = marginal_workload(Domain([f"a{i}" for i in range(len(sizes))], list(sizes)), [list(S) for S in subsets])
+    except SparseDPError:
+        return None
+    return mw if (mw.cells, int(np.prod(sizes))) == W.shape else None

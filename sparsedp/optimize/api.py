@@ -42,9 +42,8 @@ from ..measure import plan_measurement
 from ..operators import Operator, SparseOperator, aslinearoperator
 from ..validation import check_positive
 from ..workloads import WeightedUnionWorkload
-from ..marginals.domain import Domain
 from ..marginals.kron_opt import KronStrategy
-from ..marginals.workload import marginal_workload
+from ..marginals.workload import flattened_marginals
 from .bounds import lower_bound as dual_lower_bound
 from .bounds import multidim_lower_bound, quick_lower_bound
 from .calibrate import noise_model
@@ -208,17 +207,8 @@ def recognise(W: Any) -> Any:
     they are (so the marginal families optimise them, not the 1-D ones on a flat matrix); anything
     else is returned as it is.  The recognised structure must match the operator's shape; marginals
     that a marginal workload cannot hold (repeated ones) stay flat."""
-    meta = getattr(W, "meta", None)
-    if not isinstance(W, SparseOperator) or not isinstance(meta, dict) or "marginals" not in meta:
-        return W
-    sizes, subsets = meta["marginals"]
-    try:
-        mw = marginal_workload(Domain([f"a{i}" for i in range(len(sizes))], list(sizes)), [list(S) for S in subsets])
-    except SparseDPError:
-        return W
-    if (mw.cells, int(np.prod(sizes))) != W.shape:
-        return W
-    return mw
+    mw = flattened_marginals(W)
+    return W if mw is None else mw
 
 
 def _budget(kind: str, epsilon: Any, rho: Any) -> float:
