@@ -66,6 +66,7 @@ import scipy.sparse as sp
 from ..calibration import gaussian_sigma, round_up
 from ..errors import InvalidPrivacyParameterError, SparseDPError
 from ..operators import SparseOperator
+from ..optimize.toeplitz_strategy import series_inverse  # one copy: Newton's iteration with FFT products
 from ..privacy import Accountant
 from ..validation import MAX_MAGNITUDE, check_rho
 from ._stream import SCALE_SLACK, UNIT_QUANTUM, StreamingCounter, ceil_sqrt, check_accountant, higham_gamma, plan_rows
@@ -310,22 +311,6 @@ def toeplitz_strategy(decoder: np.ndarray, N: int) -> np.ndarray:
     if not np.all(np.isfinite(m)):
         raise SparseDPError("the decoder's strategy B^{-1} W is not finite")
     return m
-
-
-def series_inverse(a: np.ndarray, N: int) -> np.ndarray:
-    """The first ``N`` coefficients of ``1 / a(x)`` (``a_0 != 0``), i.e. the first column of the
-    inverse of the lower-triangular Toeplitz matrix with first column ``a``: Newton's iteration
-    ``u <- u (2 - a u) mod x^{2n}`` with FFT products, ``O(N log N)`` (float accuracy: used for
-    variances, not for the release)."""
-    a = np.asarray(a, dtype=np.float64)[:N]
-    u = np.array([1.0 / a[0]])
-    n = 1
-    while n < N:
-        n = min(2 * n, N)
-        au = scipy.signal.fftconvolve(a[:n], u)[:n]
-        au[0] -= 2.0
-        u = -scipy.signal.fftconvolve(u, au)[:n]
-    return u
 
 
 def toeplitz_operator(m: np.ndarray, name: str = "toeplitz") -> SparseOperator:

@@ -49,7 +49,6 @@ import time
 from typing import Any
 
 import numpy as np
-from scipy.signal import fftconvolve
 
 from ..errors import SparseDPError
 from ..operators import Operator
@@ -58,7 +57,7 @@ from .bounds import svd_bound_raw
 from .calibrate import NoiseModel, unit_variance
 from .gaussian_convex import GaussianCandidate
 from .search import Deadline, lbfgs
-from .toeplitz_strategy import ToeplitzStrategy, series_inverse
+from .toeplitz_strategy import ToeplitzStrategy, fftconvolve, series_inverse
 
 __all__ = [
     "TOEPLITZ_KINDS",
