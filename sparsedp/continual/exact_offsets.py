@@ -156,7 +156,7 @@ def exact_tree_offsets(layout: TreeLayout, z: np.ndarray, variances: np.ndarray,
     return ExactOffsets(tuple(np.cumsum(xhat).tolist()), 2 * P * (L - 1), float(grid))
 
 
-def _int_matvec(B: "sp.csr_matrix", u: np.ndarray) -> np.ndarray:
+def _int_matvec(B: Any, u: np.ndarray) -> np.ndarray:
     """``B u`` exactly, for an integer sparse ``B`` (entries below ``2^31``) and Python-integer ``u``:
     int64 products on 21-bit limbs of ``u`` (no partial sum can overflow below ``2^62``), combined
     in Python integers."""

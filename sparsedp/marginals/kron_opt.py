@@ -19,9 +19,8 @@ itself, :func:`optimize_kron`, lives with the other optimisers (:mod:`sparsedp.o
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
