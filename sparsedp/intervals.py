@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from .errors import ShapeError, SparseDPError
+from .errors import ShapeError, SparseDPError, UnsupportedStructureError
+from .grid_product import check_integer_range, check_rounding, grid_integers
 from .operators import Operator
 
 __all__ = ["IntervalRows"]
@@ -116,6 +117,29 @@ class IntervalRows(Operator):
             return self.weights * (P[self.hi] - P[self.lo]).astype(np.float64)
         P = np.concatenate(([0.0], np.cumsum(v, dtype=np.float64)))
         return self.weights * (P[self.hi] - P[self.lo])
+
+    def grid_product(self, x: np.ndarray, grid: float, exact: bool) -> np.ndarray:
+        """:meth:`~sparsedp.operators.Operator.grid_product` by exact int64 prefix sums of integral
+        ``x``: ``(w_i / g) (P[hi_i] - P[lo_i])`` in int64 when exact, else one float product and
+        one division per row (row-local: the differences are exact).  Non-integral data are refused:
+        float prefix sums would carry one entry's rounding into every later row."""
+        v = np.ravel(x)
+        if not np.all(v == np.round(v)):
+            raise UnsupportedStructureError(
+                "exact noise on interval rows needs integral data (round x, or measure the explicit form)")
+        absx = np.abs(v).astype(np.float64)
+        check_integer_range(absx.sum(), self.name)  # every prefix sum
+        P = np.concatenate(([0], np.cumsum(v.astype(np.int64))))
+        diff = P[self.hi] - P[self.lo]
+        Pa = np.concatenate(([0.0], np.cumsum(absx)))
+        absdiff = Pa[self.hi] - Pa[self.lo]
+        if exact:
+            w = grid_integers(self.weights, grid)
+            check_integer_range(np.abs(w).astype(np.float64) * absdiff, self.name)
+            return w * diff
+        check_rounding(np.abs(self.weights) * absdiff / grid, 1, self.name)
+        out = self.weights * diff.astype(np.float64)
+        return out / grid if grid != 1.0 else out
 
     def _rmatvec(self, y: np.ndarray) -> np.ndarray:
         t = self.weights * np.ravel(y)

@@ -18,7 +18,7 @@ is where privacy noise is drawn for a measurement:
    explicit entries it measures, so editing the caller's operator afterwards changes nothing
    measured (issue 26).
 2. :meth:`MeasurementPlan.measure` validates the data (shape, finite, counts, the input bound
-   ``2^50`` on ``x`` and on ``A x``), the generator and the budget, **then** charges the
+   ``2^50`` on ``x`` and on ``A x``, the certified range of the product on the grid), the generator and the budget, **then** charges the
    accountant (with a :class:`~sparsedp.privacy.LedgerEntry`), **then** draws the noise.
    The identity (recognised from its entries, ``plan.identity``; completion and flows measure it
    on millions of values) takes a fast path with the same checks in one cache-blocked pass and
@@ -29,6 +29,10 @@ is where privacy noise is drawn for a measurement:
 per-row scales ``t_i = b_i / g``.  If every ``A_ij / g`` is an integer and ``x`` is integral the
 rounding is exact and the loss is the one above; otherwise each touched row can move by one more
 grid unit, and the loss is computed for ``ceil(|A_ij| / g) + 1`` grid units per entry.
+The product ``A x / g`` is the measured operator's certified
+:meth:`~sparsedp.operators.Operator.grid_product` (:mod:`sparsedp.grid_product`): exact integers
+on an exact grid (refused past ``2^61``), a row-local float product with rounding below a quarter
+grid unit otherwise -- never a float product snapped as if it were exact.
 """
 
 from __future__ import annotations
@@ -204,14 +208,14 @@ class MeasurementPlan:
         if self.secure and self.grid_exact and not np.all(xv == np.round(xv)):
             raise SparseDPError("secure mode with an exact grid needs integral data; pass grid= or round x")
         _check_accountant(accountant)
-        exact = np.asarray(self.measured.matvec(xv), dtype=np.float64)
-        if not np.all(np.isfinite(exact)):
-            raise InputBoundError("A x overflows float64")
-        check_magnitude(exact, "A x")
         cells = None
-        if self.secure:
-            check_magnitude(exact / self.grid, "A x / grid")
-            cells = _noise.snap_to_grid(exact, self.grid)
+        if self.secure:  # the certified product on the grid (sparsedp.grid_product), never a float guess
+            cells = self._grid_cells(xv)
+        else:
+            exact = np.asarray(self.measured.matvec(xv), dtype=np.float64)
+            if not np.all(np.isfinite(exact)):
+                raise InputBoundError("A x overflows float64")
+            check_magnitude(exact, "A x")
         seeded, gen = _generator(rng)
         entry = self._charge(accountant, label, seeded, n)
         if self.secure:
@@ -234,6 +238,24 @@ class MeasurementPlan:
             entry=entry,
         )
 
+
+    def _grid_cells(self, xv: np.ndarray) -> np.ndarray:
+        """``round(A x / g)`` for exact noise, from the measured operator's certified
+        :meth:`~sparsedp.operators.Operator.grid_product`: the exact integers ``(A / g) x`` on an
+        exact grid (never a float product snapped as if exact), else a row-local float product
+        whose rounding is below a quarter grid unit; then the documented bounds ``|A x| <= 2^50``
+        and ``|A x / g| <= 2^50``."""
+        raw = np.asarray(self.measured.grid_product(xv, self.grid, self.grid_exact))
+        if self.grid_exact:
+            cells = raw.astype(np.int64, copy=False)
+            check_magnitude(cells.astype(np.float64), "A x / grid")
+            check_magnitude(cells * self.grid, "A x")
+            return cells
+        if not np.all(np.isfinite(raw)):
+            raise InputBoundError("A x overflows float64")
+        check_magnitude(raw, "A x / grid")
+        check_magnitude(raw * self.grid, "A x")
+        return _noise.snap_to_grid(raw, 1.0)
 
     def _measure_identity(self, x: Any, accountant: Accountant | None, rng: Any, counts: bool,
                           label: str) -> Measurement:

@@ -22,7 +22,8 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator
 
 from .calibration import sensitivity_bound
-from .errors import ShapeError, SparseDPError
+from .errors import ShapeError, SparseDPError, UnsupportedStructureError
+from .grid_product import csr_grid_product
 from .validation import check_vector
 
 __all__ = [
@@ -90,6 +91,17 @@ class Operator(LinearOperator):
     def tosparse(self) -> sp.csr_matrix:
         """The operator as a CSR matrix (may be large for implicit workloads)."""
         raise NotImplementedError
+
+    def grid_product(self, x: np.ndarray, grid: float, exact: bool) -> np.ndarray:
+        """What exact noise snaps to its grid (:mod:`sparsedp.grid_product`): with ``exact`` (every
+        ``A_ij / grid`` an integer, ``x`` integral) the integers ``(A / grid) x`` computed exactly,
+        as int64; otherwise ``A x / grid`` by a row-local float product whose rounding is certified
+        below a quarter grid unit.  Raises :class:`~sparsedp.errors.InputBoundError` when the data
+        are too large for that certificate.  The measurement path measures only operators that
+        implement it (:class:`SparseOperator`, interval rows, Kronecker products, Toeplitz
+        strategies); this default refuses."""
+        raise UnsupportedStructureError(
+            f"{type(self).__name__} has no certified product on the noise grid; measure its explicit form")
 
     def _scaled_rows(self, weights: np.ndarray, name: str | None) -> "Operator | None":
         """``diag(weights) self`` as an operator of this kind when it stays implicit
@@ -173,6 +185,10 @@ class SparseOperator(Operator):
 
     def tosparse(self) -> sp.csr_matrix:
         return self.matrix
+
+    def grid_product(self, x: np.ndarray, grid: float, exact: bool) -> np.ndarray:
+        """:meth:`Operator.grid_product` of the explicit matrix (int64 CSR product when exact)."""
+        return csr_grid_product(self.matrix, x, grid, exact, self.name)
 
     def frozen_copy(self) -> "SparseOperator":
         """A :class:`SparseOperator` (this exact class) with read-only copies of this operator's

@@ -27,7 +27,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..calibration import sensitivity_bound
-from ..errors import ShapeError, SparseDPError, UnsupportedStructureError
+from ..errors import InputBoundError, ShapeError, SparseDPError, UnsupportedStructureError
+from ..grid_product import FLOAT_EXACT, check_integer_range, grid_integers
 from ..operators import Operator
 
 __all__ = ["EXPLICIT_MAX_N", "ToeplitzStrategy", "exact_convolution", "series_inverse", "toeplitz_calibration"]
@@ -239,6 +240,25 @@ class ToeplitzStrategy(Operator):
         hi, lo = xi >> K, xi & ((1 << K) - 1)  # x = 2^K hi + lo, 0 <= lo < 2^K
         out = exact_convolution(mi, hi, n, self._ntt_cache) * float(2**K) + exact_convolution(mi, lo, n, self._ntt_cache)
         return out
+
+    def grid_product(self, x: np.ndarray, grid: float, exact: bool) -> np.ndarray:
+        """:meth:`~sparsedp.operators.Operator.grid_product`: ``(m / g) * x`` by the exact
+        number-theoretic convolution (:func:`exact_convolution`), never a float FFT (whose rounding
+        reaches every row).  Only exact grids are measured (:func:`toeplitz_calibration` refuses
+        others); the result must stay below ``2^52`` to be returned exactly."""
+        if not exact:
+            raise UnsupportedStructureError("a Toeplitz strategy is measured with exact noise only on a grid "
+                                            "on which its first column is integral")
+        v = np.asarray(x, dtype=np.float64).ravel()
+        if not np.all(v == np.round(v)):
+            raise UnsupportedStructureError("exact noise on a Toeplitz strategy needs integral data")
+        k = grid_integers(self._m, grid)
+        # every term of the convolution is below sum |k| max |x|: int64-exact below 2^61
+        check_integer_range(float(np.abs(k).astype(np.float64).sum()) * float(np.abs(v).max(initial=0.0)), self.name)
+        out = exact_convolution(k, v.astype(np.int64), self.shape[0], self._ntt_cache if grid == 1.0 else None)
+        if out.size and not float(np.abs(out).max()) < FLOAT_EXACT:
+            raise InputBoundError(f"{self.name}: the product on the grid reaches 2^52, beyond the exact range")
+        return np.rint(out).astype(np.int64)
 
     def _rmatvec(self, y: np.ndarray) -> np.ndarray:
         y = np.asarray(y, dtype=np.float64).ravel()
