@@ -213,6 +213,23 @@ def test_bad_tables_are_refused():
         HierarchicalTable.from_counts(both, ["state", "county", "vtd"], CELLS)
 
 
+def test_errors_name_the_bound_never_the_data():
+    """A table whose total is above the input bound, and a record outside its category's domain,
+    are refused with messages that name the bound or the domain, never the secret total or value."""
+    from sparsedp.errors import InputBoundError
+    from sparsedp.validation import MAX_MAGNITUDE
+
+    big = int(MAX_MAGNITUDE) - 3  # each count within the bound, their sum not
+    frame = pd.DataFrame({"state": ["01", "02"], "a": [big, big], "b": [0, 5]})
+    with pytest.raises(InputBoundError) as err:
+        HierarchicalTable.from_counts(frame, ["state"], "a,b")
+    assert str(2 * big + 5) not in str(err.value) and f"{MAX_MAGNITUDE:.0f}" in str(err.value)
+    records = pd.DataFrame({"state": ["01", "02"], "sex": ["f", "secret-value"]})
+    with pytest.raises(ShapeError) as err:
+        HierarchicalTable.from_records(records, ["state"], ["sex"], domain={"sex": ["f", "m"]}, units="observed")
+    assert "secret-value" not in str(err.value) and "'f', 'm'" in str(err.value)
+
+
 # -- the estimate ----------------------------------------------------------------------------------
 
 

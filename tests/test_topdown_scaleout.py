@@ -283,3 +283,21 @@ def test_a_subtree_is_measured_by_the_level_plan_restricted_to_its_units(cfg):
         x = t.counts[lp.depth].ravel()
         if not p.identity:
             assert np.array_equal(p.measured.matvec(x.astype(float)), q.measured.matvec(x.astype(float)))
+
+
+def test_a_subtree_over_the_bound_is_refused_without_its_total(tmp_path):
+    """Validation names the input bound, never the subtree's (or the table's) exact total."""
+    from sparsedp.errors import InputBoundError
+    from sparsedp.topdown import CellDomain, Hierarchy
+    from sparsedp.validation import MAX_MAGNITUDE
+
+    big = int(MAX_MAGNITUDE) - 3
+    cells = CellDomain.flat(["a", "b"])
+    h = Hierarchy(("nation", "state", "county"), (np.array([-1]), np.array([0]), np.array([0, 0])),
+                  (np.array(["nation"], dtype=object), np.array(["01"], dtype=object),
+                   np.array(["001", "002"], dtype=object)), cells)
+    leaf = np.array([[big, 0], [big, 7]], dtype=np.int64)
+    counts = (leaf.sum(0, keepdims=True), leaf.sum(0, keepdims=True), leaf)
+    with pytest.raises(InputBoundError) as err:
+        topdown_scaleout(HierarchicalTable(h, counts), tmp_path / "out", rho=1.0, rng=0)
+    assert str(2 * big + 7) not in str(err.value) and f"{MAX_MAGNITUDE:.0f}" in str(err.value)

@@ -503,7 +503,7 @@ class HierarchicalTable:
             levels[d] += h.children_sum(d, levels[d + 1])
         total = int(levels[0].sum())
         if total > MAX_MAGNITUDE:
-            raise InputBoundError(f"the total count {total} exceeds {MAX_MAGNITUDE:.0f}")
+            raise InputBoundError(f"the total count exceeds {MAX_MAGNITUDE:.0f}")  # the bound, never the total
         return cls(h, tuple(levels), units_observed)
 
     @classmethod
@@ -555,8 +555,7 @@ class HierarchicalTable:
                                  "Categorical; values seen in the records are a function of the data")
             cat = pd.Categorical(col, categories=vals)
             if (cat.codes < 0).any():
-                bad = col[cat.codes < 0].iloc[0]
-                raise ShapeError(f"category {c!r}: value {bad!r} is not in its domain {vals[:20]}")
+                raise ShapeError(f"category {c!r}: a record's value is not in its domain {vals[:20]}")
             values.append(tuple(str(v) for v in vals))
             codes.append(cat.codes.astype(np.int64))
         sizes = [len(v) for v in values]
