@@ -23,6 +23,8 @@ from .errors import (
     SparseDPError,
     UnsupportedStructureError,
     InputBoundError,
+    ReleaseExistsError,
+    UnsafeFileError,
 )
 from . import flows, marginals, topdown, trees  # each registers its readers with sparsedp.load_release
 from .marginals import Domain
@@ -78,6 +80,8 @@ __all__ = [
     "SparseOperator",
     "UnsupportedStructureError",
     "InputBoundError",
+    "ReleaseExistsError",
+    "UnsafeFileError",
     "aslinearoperator",
     "expected_error",
     "kron",

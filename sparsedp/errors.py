@@ -16,6 +16,8 @@ __all__ = [
     "InfeasibleConstraintsError",
     "UnsupportedStructureError",
     "InputBoundError",
+    "UnsafeFileError",
+    "ReleaseExistsError",
 ]
 
 
@@ -55,3 +57,15 @@ class InputBoundError(SparseDPError):
     """Input lies outside the documented domain of a release (e.g. a count above
     :data:`sparsedp.validation.MAX_MAGNITUDE`, a stream increment outside its counter's domain).  Raised before any
     budget is charged or noise drawn: outside the domain no privacy guarantee is claimed."""
+
+
+class UnsafeFileError(SparseDPError):
+    """A file sparsedp was asked to read is refused before it is opened: a release file names a
+    file outside its own directory (an absolute path, ``..`` or a symlink leading out), or a Zarr
+    array's metadata asks for something other than plain numbers under well-known numeric codecs
+    (:mod:`sparsedp.safe_files`)."""
+
+
+class ReleaseExistsError(SparseDPError, FileExistsError):
+    """A release would be saved over an existing file: ``save`` replaces one only with
+    ``overwrite=True`` (the command line's ``--force``).  Also a :class:`FileExistsError`."""

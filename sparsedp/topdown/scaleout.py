@@ -66,6 +66,7 @@ from ..privacy import Accountant
 from ..progress import progress_bar
 from ..release_file import FORMAT
 from ..releases import register_reader
+from ..safe_files import resolve_inside
 from ..validation import MAX_MAGNITUDE
 from .design import Invariant, TopDownDesign, plan_topdown
 from .gls import Upward, downward_level, upward_level
@@ -925,7 +926,7 @@ class ChunkedTopDownRelease:
         within its level; a part's ``first``: the index within its level of its first unit, per level
         from the subtree level down), the top levels first."""
         for f in self.manifest["files"]:
-            with np.load(Path(self.path) / f, allow_pickle=False) as z:
+            with np.load(resolve_inside(self.path, f), allow_pickle=False) as z:  # inside the directory only
                 yield {k: z[k] for k in z.files}
 
     def to_topdown(self) -> TopDownRelease:
@@ -994,7 +995,7 @@ def load_chunked(path: str | Path) -> ChunkedTopDownRelease:
     if not isinstance(manifest, dict) or manifest.get("kind") != "topdown" or "files" not in manifest:
         raise SparseDPError(f"{m} is not a chunked TopDown release's manifest")
     for f in manifest["files"]:
-        if not (p / f).is_file():
+        if not resolve_inside(p, f).is_file():  # a name inside the directory (no '..', absolute path, symlink out)
             raise SparseDPError(f"{p}: the release's file {f} is missing")
     return ChunkedTopDownRelease(str(p), manifest)
 
