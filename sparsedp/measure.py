@@ -58,6 +58,7 @@ from .errors import (
 from .intervals import IntervalRows
 from .operators import Operator, SparseOperator, aslinearoperator, frozen_csr
 from .privacy import Accountant, LedgerEntry, PrivacyCost, ledger_time, rho_for_approx_dp
+from .privacy_unit import PrivacyUnit, disjoint_columns
 from .validation import (
     MAX_MAGNITUDE,
     budget_fraction,
@@ -106,6 +107,7 @@ class MeasurementPlan:
     cost: PrivacyCost  # what is charged: the stated budget, which covers ``loss``
     row_factors: np.ndarray | None = None  # integer-row form: y = f * (integer rows x + noise)
     identity: bool = False  # the measured matrix is the identity (checked entry by entry): y = x + z
+    privacy_unit: str | None = None  # whom it protects (None: one row), as the ledger records it
 
     def __post_init__(self) -> None:
         # The plan's own arrays (never the caller's: plan_measurement copies what it calibrates)
@@ -173,6 +175,7 @@ class MeasurementPlan:
             scale_min=float(self.scales.min()),
             scale_max=float(self.scales.max()),
             time=ledger_time(),
+            privacy_unit=self.privacy_unit,
         )
         if accountant is not None:
             accountant.spend(self.cost, label=entry.label, entry=entry)
@@ -639,6 +642,7 @@ def plan_measurement(
     grid: float = 1.0,
     unit: float = 1.0,
     max_distinct_scales: int = 64,
+    privacy_unit: Any = None,
 ) -> MeasurementPlan:
     """Calibrate a measurement of ``M`` (see the module docstring); nothing is drawn or charged.
 
@@ -651,6 +655,12 @@ def plan_measurement(
     the sensitivity is multiplied by ``unit`` (a restaurant order: 5; a trip of at most ``L`` edges
     counted with its two end points: ``L + 2``; a bounded value: the width of its range).
 
+    ``privacy_unit``: a :class:`~sparsedp.privacy_unit.PrivacyUnit` whose contribution bounds the
+    data obey (truncated with :func:`~sparsedp.privacy_unit.truncate`): one unit moves ``x`` by ``d``
+    with ``||d||_1 <= unit.l1_bound()`` (and ``||d||_2 <= unit.l2_bound()``), so the sensitivity is
+    multiplied by ``||d||_1`` -- or, with Gaussian noise on a strategy whose columns have disjoint
+    supports, by ``||d||_2`` -- on top of ``unit``.  The ledger entry names the unit.
+
     ``max_distinct_scales``: with exact noise the sampler builds a table per distinct scale; when
     more scales are given, each is rounded *up* to the grid ``2^(k/64)`` (at most 1.1% more noise
     standard deviation; the loss is computed after rounding, so it only falls).
@@ -662,6 +672,9 @@ def plan_measurement(
     p = 1 if noise == "laplace" else 2
     secure = bool(secure)
     c = check_positive(unit, "unit")
+    pu = _privacy_unit(privacy_unit)
+    if pu is not None and not pu.is_row:
+        c = _times(c, pu.multiplier(noise, p == 2 and disjoint_columns(op)))
     if scales is not None:
         unit_scales = _check_scales(scales, m)
     integer_form = _integer_form(op) if secure and c == 1.0 and g == 1.0 else None
@@ -712,7 +725,15 @@ def plan_measurement(
         loss=loss,
         cost=cost,
         identity=is_identity,
+        privacy_unit=None if pu is None or pu.is_row else str(pu).removeprefix("privacy unit: "),
     )
+
+
+def _privacy_unit(value: Any) -> Any:
+    """``None`` or a :class:`~sparsedp.privacy_unit.PrivacyUnit` (anything else refused)."""
+    if value is None or isinstance(value, PrivacyUnit):
+        return value
+    raise SparseDPError(f"privacy_unit must be a PrivacyUnit, got {type(value).__name__}")
 
 
 def measure(
@@ -731,9 +752,10 @@ def measure(
     counts: bool = True,
     label: str = "",
     unit: float = 1.0,
+    privacy_unit: Any = None,
 ) -> Measurement:
     """Measure ``M x`` with calibrated noise: :func:`plan_measurement` then
     :meth:`MeasurementPlan.measure` (validate, charge, draw).  Exact noise by default."""
     plan = plan_measurement(M, epsilon=epsilon, rho=rho, delta=delta, scales=scales, noise=noise,
-                            secure=secure, grid=grid, unit=unit)
+                            secure=secure, grid=grid, unit=unit, privacy_unit=privacy_unit)
     return plan.measure(x, accountant=accountant, rng=rng, counts=counts, label=label)

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from .accuracy import ErrorReport, expected_error
-from .errors import InvalidPrivacyParameterError, ShapeError, SparseDPError
+from .errors import InvalidPrivacyParameterError, ShapeError, SparseDPError, UnsupportedStructureError
 from .inference import _METHODS as RECONSTRUCTION_METHODS
 from .inference import Reconstruction, reconstruct
 from .calibration import gaussian_sigma, laplace_scale
@@ -233,6 +233,11 @@ class MatrixMechanism:
     accountant:
         Optional :class:`~sparsedp.privacy.Accountant`; every :meth:`measure` spends its cost there
         first and raises :class:`~sparsedp.errors.BudgetExceededError` before drawing noise.
+    privacy_unit:
+        Whom the release protects (:class:`~sparsedp.privacy_unit.PrivacyUnit`; default one row).
+        The data passed to :meth:`run` must already obey its bounds (build it with
+        :func:`~sparsedp.privacy_unit.unit_histogram`); the sensitivity is multiplied by what one
+        unit can change (:func:`~sparsedp.measure.plan_measurement`) and the ledger names the unit.
     optimize_options:
         Keyword arguments of :func:`sparsedp.optimize` for ``M="optimized"`` (``family``,
         ``time_limit``, ``rng``, ...); ``noise`` is this mechanism's.  The optimiser chooses the
@@ -253,11 +258,16 @@ class MatrixMechanism:
         grid: float = 1.0,
         accountant: Accountant | None = None,
         optimize_options: dict[str, Any] | None = None,
+        privacy_unit: Any = None,
     ):
         self.optimized = _optimized_strategy(W, M, noise, optimize_options)
         target = M if self.optimized is None else self.optimized.strategy
         self._marginal: MarginalPlan | None = None
+        self.privacy_unit = privacy_unit
         if is_marginal_strategy(target):  # ResidualPlanner / weighted marginals: measured by marginals.mechanism
+            if privacy_unit is not None and not getattr(privacy_unit, "is_row", False):
+                raise UnsupportedStructureError("a privacy unit with a marginal strategy is not supported yet: "
+                                                "measure the marginals' explicit matrix")
             self._init_marginal(W, target, epsilon, rho, delta, noise, secure, accountant)
             return
         if isinstance(W, MarginalWorkload):
@@ -279,7 +289,7 @@ class MatrixMechanism:
         # One measurement path: the plan measures the operator's explicit matrix and calibrates
         # from the same entries (never from a structure tag or a closed form it claims).
         self._plan = plan_measurement(self.M, epsilon=epsilon, rho=rho, delta=delta, noise=noise,
-                                      secure=self.secure, grid=grid)
+                                      secure=self.secure, grid=grid, privacy_unit=privacy_unit)
         # the plan's read-only copy of the strategy (interval rows, sparse and Kronecker operators):
         # editing the caller's M later changes neither the measurement nor its reconstruction
         self.M = self._plan.strategy

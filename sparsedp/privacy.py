@@ -103,6 +103,9 @@ class LedgerEntry:
     #: UNIX time of the charge, rounded down to the hour (:data:`LEDGER_TIME_RESOLUTION`): the charge
     #: comes after the data are read and checked, so a finer clock would show how long that took
     time: float | None = None
+    #: whom the measurement protects (:class:`~sparsedp.privacy_unit.PrivacyUnit`): ``None`` is one
+    #: row; else the unit's column and bounds, e.g. ``"CustomerID (max_rows 50)"``
+    privacy_unit: str | None = None
 
     def as_dict(self) -> dict:
         """A JSON-ready dict (the cost as ``epsilon`` / ``rho``)."""
