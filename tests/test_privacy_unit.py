@@ -126,8 +126,8 @@ def test_the_ledger_names_the_unit() -> None:
     unit = PrivacyUnit("CustomerID", max_rows=50)
     mech = sparsedp.MatrixMechanism(np.eye(4), np.eye(4), epsilon=1.0, privacy_unit=unit, accountant=acct)
     mech.run(np.array([3.0, 0.0, 5.0, 1.0]))
-    entry = acct.ledger[-1]
-    assert entry.entry.privacy_unit == "CustomerID (max_rows 50)" if hasattr(entry, "entry") else True
+    assert acct.ledger[-1].privacy_unit == "CustomerID (max_rows 50)"
+    assert acct.ledger[-1].as_dict()["privacy_unit"] == "CustomerID (max_rows 50)"
     assert mech.sensitivity == 50.0
     plain = sparsedp.MatrixMechanism(np.eye(4), np.eye(4), epsilon=1.0)
     assert plain._plan.privacy_unit is None
