@@ -301,3 +301,57 @@ def test_a_subtree_over_the_bound_is_refused_without_its_total(tmp_path):
     with pytest.raises(InputBoundError) as err:
         topdown_scaleout(HierarchicalTable(h, counts), tmp_path / "out", rho=1.0, rng=0)
     assert str(2 * big + 7) not in str(err.value) and f"{MAX_MAGNITUDE:.0f}" in str(err.value)
+
+
+def _scratch_dirs(parent):
+    return sorted(p for p in parent.iterdir() if p.name.startswith("sparsedp-topdown-"))
+
+
+def test_scratch_is_private_holds_no_count_and_is_removed_on_every_exit(tmp_path, monkeypatch):
+    """The scratch directory is mode 0700 and holds the public geography and the noisy measurements
+    only (no exact count of a subtree); it is gone after a return, an exception and a SIGTERM; the
+    manifest holds no timing (the in-memory release keeps them)."""
+    import os
+    import signal
+    import stat
+
+    import sparsedp.topdown.scaleout as sc
+
+    real = sc.release_part
+    seen = []
+
+    def inspect(spec, summaries, finals, offsets, out):
+        d = os.path.dirname(summaries[0].path)
+        seen.append(stat.S_IMODE(os.stat(d).st_mode))
+        for s in summaries:
+            with np.load(s.path) as f:
+                assert all(k.startswith(("parent", "code", "y")) for k in f.files), f.files
+        return real(spec, summaries, finals, offsets, out)
+
+    monkeypatch.setattr(sc, "release_part", inspect)
+    t = table(3)
+    rel = topdown_scaleout(t, tmp_path / "rel", rho=0.9, rng=2, invariants=["state:total"], progress=False)
+    assert seen and set(seen) == {0o700} and not _scratch_dirs(tmp_path)
+    assert "timings" not in rel.manifest and {"validate", "total"} <= set(rel.timings)
+    assert "timings" not in load_chunked(tmp_path / "rel").manifest
+    # the same release as before the scratch changed: the invariant pinned from the driver's copy
+    ref = topdown(t, rho=0.9, rng=2, invariants=["state:total"])
+    np.testing.assert_array_equal(np.concatenate(rel.to_topdown().counts), np.concatenate(ref.counts))
+
+    def fail(*a, **k):
+        raise RuntimeError("a worker died")
+
+    monkeypatch.setattr(sc, "release_part", fail)
+    with pytest.raises(RuntimeError):
+        topdown_scaleout(t, tmp_path / "rel2", rho=0.9, rng=2, progress=False)
+    assert not _scratch_dirs(tmp_path)
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        pytest.skip("another SIGTERM handler is installed")
+
+    def terminated(*a, **k):
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(sc, "release_part", terminated)
+    with pytest.raises(SystemExit):
+        topdown_scaleout(t, tmp_path / "rel3", rho=0.9, rng=2, progress=False)
+    assert not _scratch_dirs(tmp_path) and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

@@ -44,7 +44,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -458,11 +460,15 @@ def _upward_all(h: Hierarchy, own: list, var: list) -> list[Upward]:
     return ups
 
 
-def _root_pin(spec: _Spec, root_counts: np.ndarray) -> Any:
+def _pin_values(spec: _Spec, root_counts: np.ndarray) -> np.ndarray | None:
+    """The invariant marginal pinned at a subtree's root (``None``: none is)."""
     if spec.pin_axes is None:
         return None
-    cells = spec.design.hierarchy.cells
-    return spec.pin_axes, cells.marginal(root_counts.reshape(1, -1), spec.pin_axes)
+    return spec.design.hierarchy.cells.marginal(np.asarray(root_counts).reshape(1, -1), spec.pin_axes)
+
+
+def _root_pin(spec: _Spec, values: np.ndarray | None) -> Any:
+    return None if values is None or spec.pin_axes is None else (spec.pin_axes, values)
 
 
 def measure_part(spec: _Spec, part: Any, index: Sequence[int], seeds: Sequence[Any], scratch: str
@@ -479,10 +485,10 @@ def measure_part(spec: _Spec, part: Any, index: Sequence[int], seeds: Sequence[A
         h = sub.hierarchy
         gen = stream(seed)
         ys = [None if up is None else measure_units(cache, up, sub.counts[i], gen) for i, up in enumerate(spec.ups)]
-        own, var = _own_all(spec, h, ys, _root_pin(spec, sub.counts[0][0]))
+        own, var = _own_all(spec, h, ys, _root_pin(spec, _pin_values(spec, sub.counts[0][0])))
         ups = _upward_all(h, own, var)
         path = os.path.join(scratch, f"subtree{g:07d}-{uuid.uuid4().hex}.npz")
-        arrays: dict[str, np.ndarray] = {"root_counts": np.asarray(sub.counts[0][0], dtype=np.int64)}
+        arrays: dict[str, np.ndarray] = {}  # the public geography and the noisy measurements only
         for i in range(h.depth + 1):
             arrays[f"parent{i}"] = np.asarray(h.parents[i], dtype=np.int64)
             arrays[f"code{i}"] = np.asarray(h.codes[i]).astype(str)
@@ -505,17 +511,17 @@ class _RootFinal:
     var: np.ndarray
     outside: np.ndarray
     counts: np.ndarray
+    pin: np.ndarray | None = None  # the root's invariant marginal (published exactly), if one is pinned
 
 
-def _load_scratch(spec: _Spec, path: str) -> tuple[Hierarchy, list, np.ndarray]:
+def _load_scratch(spec: _Spec, path: str) -> tuple[Hierarchy, list]:
     cells = spec.design.hierarchy.cells
     levels = spec.design.hierarchy.levels[spec.s:]
     with np.load(path, allow_pickle=False) as f:
         parents = tuple(f[f"parent{i}"] for i in range(len(levels)))
         codes = tuple(f[f"code{i}"] for i in range(len(levels)))
         ys = [f[f"y{i}"] if f"y{i}" in f.files else None for i in range(len(levels))]
-        root_counts = f["root_counts"]
-    return Hierarchy(levels, parents, codes, cells), ys, root_counts
+    return Hierarchy(levels, parents, codes, cells), ys
 
 
 def release_part(spec: _Spec, summaries: Sequence[RootSummary], finals: Sequence[_RootFinal],
@@ -532,8 +538,8 @@ def release_part(spec: _Spec, summaries: Sequence[RootSummary], finals: Sequence
     per_level = np.zeros(D + 1, dtype=np.int64)
     bad = {"negative": 0, "non_integer": 0, "inconsistent": 0}
     for summary, fin, off in zip(summaries, finals, offsets):
-        h, ys, root_counts = _load_scratch(spec, summary.path)
-        own, var = _own_all(spec, h, ys, _root_pin(spec, root_counts))
+        h, ys = _load_scratch(spec, summary.path)
+        own, var = _own_all(spec, h, ys, _root_pin(spec, fin.pin))
         ups: list[Any] = _upward_all(h, own, var)
         del own, ys  # the downward pass needs the upward pass and the own variances only
         est, out_side = fin.est.reshape(1, C), fin.outside.reshape(1, C)
@@ -660,6 +666,38 @@ def _check_plan_args(split: Any, invariants: Sequence[Any], s: int, levels: tupl
     noise_seeds(rng if not isinstance(rng, np.random.Generator) else None, 0)
 
 
+def _exit_on_signal(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)  # through the ``finally`` that removes the scratch directory
+
+
+class _Scratch:
+    """The run's private scratch directory (mode ``0700``: the noisy measurements between the two
+    passes), removed by :meth:`remove` on every way out of the run: a return, an exception, Ctrl-C,
+    and (while it exists, in the main thread) SIGTERM and SIGHUP, which then end the run through
+    the caller's ``finally``.  Only SIGKILL (or a power cut) leaves it behind."""
+
+    def __init__(self) -> None:
+        self.path: str | None = None
+        self._handlers: dict[int, Any] = {}
+
+    def make(self, parent: str) -> str:
+        self.path = tempfile.mkdtemp(prefix="sparsedp-topdown-", dir=parent)  # mode 0700
+        os.chmod(self.path, 0o700)
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+                if sig is not None and signal.getsignal(sig) in (signal.SIG_DFL, None):
+                    self._handlers[sig] = signal.signal(sig, _exit_on_signal)
+        return self.path
+
+    def remove(self) -> None:
+        for sig, old in self._handlers.items():
+            signal.signal(sig, old)
+        self._handlers.clear()
+        if self.path is not None:
+            shutil.rmtree(self.path, ignore_errors=True)
+            self.path = None
+
+
 def _run(ex: Any, fn: Any, args: list, desc: str, progress: bool | None) -> list:
     total = len(args[0])
     disable = None if progress is None else not progress
@@ -684,9 +722,14 @@ def topdown_scaleout(data: Any, out: str | Path, *, rho: float | None = None, ep
     ``subtree_level``: a level name or index (default 1); for the same seed and subtree level the
     release is bit for bit :func:`~sparsedp.topdown.topdown`'s.  ``executor``: ``None``
     (in-process), ``"threads"``, ``"dask"`` (a new ``LocalCluster`` of ``workers`` processes, one
-    thread each; default 2), a ``dask.distributed.Client`` or an executor.  ``scratch``: where the
-    noisy measurements wait between the two passes (default: a temporary directory next to
-    ``out``; on a real cluster, storage every worker reaches), removed at the end."""
+    thread each; default 2), a ``dask.distributed.Client`` or an executor.  ``scratch``: where a private
+    temporary directory (mode ``0700``) is made for the noisy measurements between the two passes
+    (default: next to ``out``; on a real cluster, storage every worker reaches); it holds the
+    public geography and the noisy measurements only (no count of the data) and is removed on every
+    way out of the run, SIGTERM included (SIGKILL excepted: then delete the ``sparsedp-topdown-*``
+    directory it leaves; with a seed its noise is reproducible, so it is not private).  The
+    returned release's ``timings`` (seconds per phase) stay in memory: they are not written, as the
+    phases that read the data take data-dependent time."""
     t_start = time.perf_counter()
     source = _as_source(data, per_part)
     levels = tuple(source.levels)
@@ -710,7 +753,7 @@ def topdown_scaleout(data: Any, out: str | Path, *, rho: float | None = None, ep
     else:
         ex = get_executor(executor)
     timings: dict[str, float] = {}
-    scratch_dir = None
+    work = _Scratch()
     summaries: list[RootSummary] = []
     try:
         # 1. validate every part (no noise, no charge)
@@ -762,8 +805,7 @@ def topdown_scaleout(data: Any, out: str | Path, *, rho: float | None = None, ep
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
             (out_dir / "parts").mkdir(exist_ok=True)
-            scratch_dir = tempfile.mkdtemp(prefix="sparsedp-topdown-",
-                                           dir=str(Path(scratch) if scratch else out_dir.resolve().parent))
+            scratch_dir = work.make(str(Path(scratch) if scratch else out_dir.resolve().parent))
         except OSError as exc:
             raise SparseDPError(f"cannot create the release directory {out_dir} or its scratch space: {exc}") from exc
 
@@ -829,15 +871,15 @@ def topdown_scaleout(data: Any, out: str | Path, *, rho: float | None = None, ep
         for d in range(s + 1, len(levels)):
             sizes = np.array([i.sizes[d - s] for i in infos], dtype=np.int64)
             starts.append(np.concatenate(([0], np.cumsum(sizes)[:-1])))
-        finals = [_RootFinal(est[s][g], var[s][g], outside[g], counts[s][g]) for g in range(n_s)]
+        finals = [_RootFinal(est[s][g], var[s][g], outside[g], counts[s][g], _pin_values(spec, infos[g].counts))
+                  for g in range(n_s)]
         offs = [[[int(g)] + [int(starts[i][g]) for i in range(1, len(levels) - s)] for g in idx] for idx in index]
         files = [str(out_dir / "parts" / f"part-{q:05d}.npz") for q in range(len(parts))]
         metas = _run(ex, release_part, [[spec] * len(parts), [[by_g[g] for g in idx] for idx in index],
                                         [[finals[g] for g in idx] for idx in index], offs, files], "release", progress)
         timings["downward+round+write"] = time.perf_counter() - t0
     finally:
-        if scratch_dir is not None:
-            shutil.rmtree(scratch_dir, ignore_errors=True)
+        work.remove()
         if owns:
             ex.close()
     checks = dict(top_bad)
@@ -859,9 +901,9 @@ def topdown_scaleout(data: Any, out: str | Path, *, rho: float | None = None, ep
                 "noise": design.noise, "secure": design.secure, "ledger": [e.as_dict() for e in ledger],
                 "description": desc, "invariants": published, "files": ["top.npz"] +
                 [str(Path(f).relative_to(out_dir)) for f in files], "checks": checks,
-                "executor": getattr(ex, "name", "?"), "timings": timings}
+                "executor": getattr(ex, "name", "?")}  # no timings: reading the data takes data-dependent time
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=1, default=_json_default) + "\n")
-    return ChunkedTopDownRelease(str(out_dir), manifest)
+    return ChunkedTopDownRelease(str(out_dir), manifest, timings)
 
 
 def _json_default(o: Any) -> Any:
@@ -902,6 +944,9 @@ class ChunkedTopDownRelease:
 
     path: str
     manifest: dict = field(repr=False)
+    #: seconds per phase of the run that made it (in memory only, never written: the phases that read
+    #: the data take data-dependent time; empty for a release read back from disk)
+    timings: dict = field(default_factory=dict, repr=False)
 
     @property
     def ledger(self) -> list[dict]:
