@@ -253,3 +253,141 @@ def test_histogram_outputs_match_on_neighbours(tmp_path, capsys, method):
     for name in ("lo", "hi", "parent", "child_start", "level_start", "eps_per_node", "noise_scales"):
         if name in a0:  # the tree and its budgets are chosen from public parameters only
             np.testing.assert_array_equal(a0[name], a1[name], err_msg=name)
+
+
+# -- no file holds how long a phase that reads the true data took ---------------------------------
+#: keys that name a duration (or a clock reading)
+_DURATION_KEY = re.compile(r"(^|[_.+ -])(times?|timings?|seconds?|secs?|durations?|elapsed|clock|wall)($|[_.+ -])"
+                           r"|_(s|ms|us)$", re.I)
+#: a duration written in a string ("1.2 s", "30 ms", "4 seconds")
+_DURATION_TEXT = re.compile(r"\b\d+(\.\d+)?\s?(s|ms|µs|us|sec|secs|seconds|minutes)\b")
+
+
+def _durations(obj, where=""):
+    """Every place in a JSON-like ``obj`` that holds a duration: ``where/key`` of a duration key
+    (a ledger's ``time`` only when it is not a date rounded down to the hour), or of a string value
+    that spells one."""
+    hits = []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            here = f"{where}/{k}"
+            if _DURATION_KEY.search(str(k)):
+                if not (str(k) == "time" and "/ledger" in where and float(v) % 3600 == 0):
+                    hits.append(here)
+            hits += _durations(v, here)
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            hits += _durations(v, f"{where}/{i}" if not isinstance(v, dict) or "/ledger" not in where else
+                               f"{where}/*")
+    elif isinstance(obj, str) and _DURATION_TEXT.search(obj):
+        hits.append(f"{where}={obj!r}")
+    return hits
+
+
+def _file_durations(d, inputs):
+    """The durations of every file a run wrote into ``d`` (``inputs`` excepted): JSON documents, the
+    record and array names of ``.npz`` files (release files or not), text reports and CSV headers."""
+    hits = []
+    for f in sorted(p for p in d.rglob("*") if p.is_file() and p.name not in inputs):
+        name = str(f.relative_to(d))
+        if f.suffix == ".json":
+            hits += [f"{name}:{h}" for h in _durations(json.loads(f.read_text()))]
+        elif f.suffix == ".npz":
+            with np.load(f, allow_pickle=False) as z:
+                keys = list(z.files)
+            hits += [f"{name}:array {k}" for k in keys if _DURATION_KEY.search(k)]
+            if "__sparsedp__" in keys:
+                rel = load_release_file(f)
+                record = {"description": rel.description, "ledger": list(rel.ledger), "model": rel.model}
+                hits += [f"{name}:{h}" for h in _durations(record)]
+        elif f.suffix in (".md", ".txt", ".csv"):
+            text = f.read_text() if f.suffix != ".csv" else f.read_text().splitlines()[0]
+            hits += [f"{name}:{m.group(0)!r}" for m in _DURATION_TEXT.finditer(text)]
+            if f.suffix == ".csv":
+                hits += [f"{name}:column {c}" for c in text.split(",") if _DURATION_KEY.search(c)]
+    return hits
+
+
+def _topdown_chunked(d):
+    from test_topdown import small_frame
+
+    from sparsedp.topdown import HierarchicalTable
+    from sparsedp.topdown.scaleout import topdown_scaleout
+
+    t = HierarchicalTable.from_counts(small_frame(2), ["state", "county", "vtd"], "vap_*,u18_*",
+                                      attributes=("age", "race"), root="nation")
+    topdown_scaleout(t, d / "chunked", rho=1.0, rng=1, invariants=["state:total"], progress=False)
+
+
+def _continual_release(d):
+    from sparsedp.continual import ContinualCounter
+
+    counter = ContinualCounter(8, epsilon=1.0, rng=0)
+    counter.run(np.array([1, 0, 2, 1]))
+    counter.to_release().save(d / "continual.npz")
+
+
+def _topdown_csv(d):
+    from test_topdown import small_frame
+
+    small_frame(5).to_csv(d / "t.csv", index=False)
+    return d / "t.csv"
+
+
+_TOPDOWN = ["topdown", "{data}", "--geo", "state,county,vtd", "--counts", "vap_*,u18_*", "--attributes", "age,race",
+            "--invariant", "state:total", "--rho", "1", "--seed", "1"]
+
+#: per release kind: how to make the data, the command (or the API call), and the durations its
+#: files may hold -- only those of phases that read noisy values (a solve of the noisy answers)
+_KINDS = {
+    "histogram": (lambda d: (np.save(d / "h.npy", np.arange(12) % 4), d / "h.npy")[1],
+                  ["histogram", "{data}", "--epsilon", "1", "--seed", "0", "--out", "{out}/h.npz"], set()),
+    "histogram-chunked": (lambda d: (np.save(d / "h.npy", np.arange(64) % 4), d / "h.npy")[1],
+                          ["histogram", "{data}", "--epsilon", "1", "--seed", "0", "--executor", "inprocess",
+                           "--chunk", "16", "--out", "{out}/hc.npy"], set()),
+    "trees-boost": (lambda d: (np.save(d / "h.npy", np.arange(12) % 4), d / "h.npy")[1],
+                    ["histogram", "{data}", "--epsilon", "1", "--method", "boost", "--seed", "0", "--out",
+                     "{out}/b.npz"], set()),
+    "restaurant": (lambda d: _write_sales(d, 0),
+                   ["restaurant", "--data", "{data}", "--seed", "2", "--json", "{out}/s.json", "--out", "{out}/r.npz"],
+                   {"s.json:/seconds"}),
+    "restaurant-chunked": (lambda d: _write_sales(d, 0, "npy"),
+                           ["restaurant", "--data", "{data}", "--seed", "2", "--chunk", "4", "--out", "{out}/o.npy"],
+                           {"o.npy.release.json:/seconds"}),  # its phases on noisy values only (above)
+    "flows": (lambda d: _write_trips(d, 0),
+              ["flows", "--grid", *map(str, GRID), "--trips-file", "{data}", "--seed", "3", "--json", "{out}/f.json",
+               "--out", "{out}/f.npz"], {"f.json:/seconds"}),
+    "marginals": (lambda d: _write_records(d, 0),
+                  ["marginals", "{data}", "--columns", "a,b", "--sizes", "3,2", "--rho", "1", "--seed", "0",
+                   "--out", "{out}/m.json"], set()),
+    "marginals-npz": (lambda d: _write_records(d, 0),
+                      ["marginals", "{data}", "--columns", "a,b", "--sizes", "3,2", "--rho", "1", "--seed", "0",
+                       "--out", "{out}/m.npz"], set()),
+    "completion": (lambda d: _write_entries(d, 0),
+                   ["complete", "{data}", "--rank", "2", "--epsilon", "1", "--bounds", "-4", "4", "--seed-noise",
+                    "--seed", "1", "--max-iter", "20", "--json", "{out}/c.json", "--save", "{out}/c.npz"],
+                   {"c.json:/seconds"}),
+    "spec": (lambda d: _write_spec(d, 0), ["release", "{data}", "--seed", "1"], set()),
+    "topdown": (_topdown_csv, _TOPDOWN + ["--out", "{out}/td.npz"], set()),
+    "topdown-table": (_topdown_csv, _TOPDOWN + ["--out", "{out}/td.csv"], set()),
+    "topdown-chunked": (_topdown_chunked, None, set()),
+    "continual": (_continual_release, None, set()),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_KINDS))
+def test_no_release_file_holds_the_duration_of_a_phase_that_reads_the_data(tmp_path, capsys, kind):
+    """Every file a release of each kind writes (release files, records, manifests, summaries,
+    reports, the parts of a chunked release) is scanned for keys and values of durations: the
+    only ones allowed are the solves of the noisy values, named per kind; a ledger's ``time`` is a
+    date rounded down to the hour."""
+    make, argv, noisy = _KINDS[kind]
+    data = make(tmp_path)
+    if argv is not None:
+        args = [a.format(data=data, out=tmp_path) for a in argv]
+        assert main(args) == 0, capsys.readouterr().err
+    inputs = {"h.npy", "sales.csv", "sales.npy", "trips.csv", "t.csv", "e.csv", "people.csv", "s.toml"}
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and p.name not in inputs]
+    assert written, "the run wrote nothing"
+    hits = set(_file_durations(tmp_path, inputs))
+    assert hits == noisy, sorted(hits)
