@@ -59,15 +59,25 @@ class PrivacyUnit:
     every release).  ``max_rows``: rows kept per unit in total.  ``max_groups`` and
     ``max_rows_per_group``: distinct cells per unit and rows per cell, for grouped releases
     (histograms, marginals, per-unit tables).  A declared column needs ``max_rows`` or both group
-    bounds."""
+    bounds.  ``max_rows="auto"`` chooses it from the data, privately, with ``auto_share`` of the
+    release's budget spent on a DP ``auto_quantile`` of the rows per unit
+    (:func:`sparsedp.contribution_bound.resolve_unit`)."""
 
     column: str | None = None
-    max_rows: int | None = None
+    max_rows: int | str | None = None
     max_groups: int | None = None
     max_rows_per_group: int | None = None
+    auto_quantile: float = 0.95
+    auto_share: float = 0.1
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "max_rows", _bound(self.max_rows, "max_rows"))
+        if isinstance(self.max_rows, str) and self.max_rows == "auto":
+            if self.column is None:
+                raise SparseDPError("max_rows='auto' needs the column that identifies the privacy unit")
+            if not 0.0 < float(self.auto_quantile) < 1.0 or not 0.0 < float(self.auto_share) < 1.0:
+                raise SparseDPError("auto_quantile and auto_share must lie in (0, 1)")
+        else:
+            object.__setattr__(self, "max_rows", _bound(self.max_rows, "max_rows"))
         object.__setattr__(self, "max_groups", _bound(self.max_groups, "max_groups"))
         object.__setattr__(self, "max_rows_per_group", _bound(self.max_rows_per_group, "max_rows_per_group"))
         if self.column is None:
@@ -91,8 +101,19 @@ class PrivacyUnit:
     def grouped(self) -> bool:
         return self.max_groups is not None
 
+    @property
+    def is_auto(self) -> bool:
+        """Whether ``max_rows`` is still to be chosen from the data (``"auto"``)."""
+        return self.max_rows == "auto"
+
+    def _concrete(self) -> None:
+        if self.is_auto:
+            raise SparseDPError("max_rows='auto' is chosen from the data first "
+                                "(sparsedp.contribution_bound.resolve_unit)")
+
     def l1_bound(self) -> int:
         """``max ||d||_1`` over the histogram changes one unit can make (module doc)."""
+        self._concrete()
         if self.is_row:
             return 1
         bounds = [b for b in (self.max_rows, None if not self.grouped else self.max_groups * self.max_rows_per_group)
@@ -101,6 +122,7 @@ class PrivacyUnit:
 
     def l2_bound(self) -> float:
         """``max ||d||_2`` over the histogram changes one unit can make (module doc), rounded up."""
+        self._concrete()
         if self.is_row:
             return 1.0
         if not self.grouped:
@@ -120,6 +142,16 @@ class PrivacyUnit:
             return float(self.l1_bound())
         return self.l2_bound()
 
+    def row_budget(self, noise: str, budget: float, disjoint_columns: bool = False) -> float:
+        """The budget per *row* that gives ``budget`` per *unit* for a row-level release whose
+        loss is linear in ``||d||_1`` (Laplace: ``epsilon / ||d||_1``) or quadratic in it
+        (zCDP: ``rho / m^2`` with ``m`` the :meth:`multiplier`).  For a release calibrated with
+        per-count sensitivity 1 this is exact, not an approximation: its loss for a change ``d`` is
+        at most ``||d||_1`` (or ``m^2``) times its loss for one row.  Rounded down."""
+        m = self.multiplier(noise, disjoint_columns)
+        out = budget / m if noise == "laplace" else budget / (m * m)
+        return out if out * (m if noise == "laplace" else m * m) <= budget else math.nextafter(out, 0.0)
+
     def describe(self) -> dict[str, Any]:
         """What the ledger and a release file record: the unit and its bounds."""
         if self.is_row:
@@ -128,12 +160,15 @@ class PrivacyUnit:
         for key in ("max_rows", "max_groups", "max_rows_per_group"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
+        if self.is_auto:
+            out.update(auto_quantile=self.auto_quantile, auto_share=self.auto_share)
         return out
 
     def __str__(self) -> str:
         if self.is_row:
             return "privacy unit: one row"
-        bounds = ", ".join(f"{k} {v}" for k, v in self.describe().items() if k != "privacy_unit")
+        bounds = ", ".join(f"{k} {v}" for k, v in self.describe().items()
+                           if k in ("max_rows", "max_groups", "max_rows_per_group"))
         return f"privacy unit: {self.column} ({bounds})"
 
 

@@ -159,3 +159,13 @@ def test_id_like_columns_warn_once_without_a_unit() -> None:
         warnings.simplefilter("error")
         assert warn_if_id_like(["CustomerID"], PrivacyUnit("CustomerID", max_rows=5)) == []
         assert warn_if_id_like(["amount"], None) == []
+
+
+def test_row_budget_gives_the_unit_budget_through_the_group_bound() -> None:
+    unit = PrivacyUnit("id", max_rows=7)
+    assert unit.row_budget("laplace", 1.0) * 7 <= 1.0
+    assert unit.row_budget("gaussian", 0.5) * 49 <= 0.5
+    grouped = PrivacyUnit("id", max_groups=4, max_rows_per_group=1)
+    assert grouped.row_budget("gaussian", 0.5, disjoint_columns=True) == pytest.approx(0.5 / 4)
+    with pytest.raises(SparseDPError, match="auto"):
+        PrivacyUnit("id", max_rows="auto").l1_bound()
