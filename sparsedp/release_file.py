@@ -155,7 +155,9 @@ def ledger_rows(release: Any) -> list[str]:
     """The ledger as printable lines (``sparsedp ledger FILE``) of a :class:`ReleaseFile` or a
     :class:`~sparsedp.releases.ReleaseResult` (anything with ``kind``, ``private``, ``ledger``,
     ``epsilon`` and ``rho``)."""
-    lines = [f"{release.kind} release, {'private' if release.private else 'NOT PRIVATE'}, "
+    exact = list((getattr(release, "description", None) or {}).get("exact_disclosures") or ())
+    lines = [f"{release.kind} release, {'private' if release.private else 'NOT PRIVATE'}"
+             f"{f' noise, {len(exact)} exact disclosure(s), NOT private' if exact else ''}, "
              f"{len(release.ledger)} measurement(s)"]
     for i, e in enumerate(release.ledger):
         cost = f"epsilon={e['epsilon']:g}" if e.get("epsilon") else f"rho={e.get('rho', 0):g}"
@@ -173,6 +175,10 @@ def ledger_rows(release: Any) -> list[str]:
         lines.append("  " + ", ".join(parts))
     total = f"epsilon {release.epsilon:g}" if release.epsilon else f"rho {release.rho:g}"
     lines.append(f"total: {total}")
+    for d in exact:  # an invariant: the true values, published exactly (no noise, no privacy)
+        size = f" ({d['units']} unit(s) x {d['cells']} value(s))" if d.get("units") is not None else ""
+        lines.append(f"exact: {d.get('what', '?')}{size} published exactly, NOT under DP (not private, not in the "
+                     "total above)")
     opt = (getattr(release, "description", None) or {}).get("optimizer")
     if isinstance(opt, dict):  # the strategy sparsedp.optimize chose, with its certified gap
         gap = f", certified gap {opt['gap']:.4g} (error {opt['error']:.6g} >= bound {opt['lower_bound']:.6g} at " \

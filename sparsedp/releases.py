@@ -240,6 +240,13 @@ class ReleaseResult:
         """Total zCDP rho of the ledger."""
         return float(sum(e.get("rho") or 0.0 for e in self.ledger))
 
+    @property
+    def exact_disclosures(self) -> tuple[dict, ...]:
+        """What the release publishes exactly, NOT under differential privacy (a TopDown invariant:
+        ``{"what": "state:total", "units": 50, "values": 50, ...}``), as its description records it;
+        empty for a release that publishes nothing exactly.  ``private`` speaks of the noise only."""
+        return tuple(dict(d) for d in (self.description.get("exact_disclosures") or ()))
+
     # -- accuracy ------------------------------------------------------------------------------
     def error_report(self) -> Any:
         """The answers' :class:`~sparsedp.accuracy.ErrorReport`: the source's, or one made from

@@ -648,3 +648,30 @@ def test_load_release_to_pandas_is_one_row_per_unit(tmp_path):
     assert list(frame["level"].iloc[:2]) == [h.levels[0], h.levels[1]]
     assert back.table()["answer"].shape == (sum(h.sizes) * h.cells.size,)
     assert rel.to_release().to_pandas().equals(frame)
+
+
+def test_invariants_are_listed_as_exact_disclosures_in_every_file_and_the_ledger(tmp_path, capsys):
+    """An invariant is not private: the release record, its reloaded form and `sparsedp ledger` list
+    it as an exact disclosure (units and values), beside the private noise and its total cost."""
+    from sparsedp.cli import main
+    from sparsedp.topdown.scaleout import topdown_scaleout
+
+    t = table(2)
+    rel = topdown(t, rho=1.0, invariants=["state:total"])
+    want = [{"what": "state:total", "level": "state", "marginal": "total", "units": t.hierarchy.sizes[1], "cells": 1,
+             "values": t.hierarchy.sizes[1], "published": "exactly (the true values): not differentially private"}]
+    assert list(rel.to_release().exact_disclosures) == want and rel.private
+    chunked = topdown_scaleout(t, tmp_path / "dir", rho=1.0, invariants=["state:total"], progress=False)
+    assert chunked.manifest["exact_disclosures"] == want
+    for path in (rel.save(tmp_path / "td.npz"), tmp_path / "dir"):
+        back = load_release(path)
+        assert list(back.exact_disclosures) == want and back.private
+        assert main(["ledger", str(path)]) == 0
+        out = capsys.readouterr().out.splitlines()
+        assert "1 exact disclosure(s), NOT private" in out[0]
+        assert out[-1].startswith(f"exact: state:total ({t.hierarchy.sizes[1]} unit(s) x 1 value(s)) published "
+                                  "exactly, NOT under DP")
+    assert topdown(t, rho=1.0).to_release().exact_disclosures == ()
+    assert main(["ledger", str(topdown(t, rho=1.0).save(tmp_path / "plain.npz"))]) == 0
+    plain = capsys.readouterr().out
+    assert "exact:" not in plain and "disclosure" not in plain

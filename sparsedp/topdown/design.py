@@ -189,6 +189,21 @@ class TopDownDesign:
         return tuple(float(np.sqrt(2.0 / np.pi) * np.sqrt(v).mean()) if v.size else 0.0
                      for v in self.gls_variances())
 
+    def exact_disclosures(self) -> list[dict[str, Any]]:
+        """The invariants as what they are: true values published exactly, NOT under differential
+        privacy (no noise, no charge), one record each -- ``what`` (``"state:total"``), the level
+        and marginal, its ``units`` and ``cells`` (values per unit), ``values`` published (and their
+        sums at every level above, which they determine)."""
+        h = self.hierarchy
+        out = []
+        for d, ax in self.invariants:
+            name = h.cells.marginal_name(ax)
+            m = h.cells.marginal_size(ax)
+            out.append({"what": f"{h.levels[d]}:{name}", "level": h.levels[d], "marginal": name,
+                        "units": int(h.sizes[d]), "cells": int(m), "values": int(h.sizes[d]) * int(m),
+                        "published": "exactly (the true values): not differentially private"})
+        return out
+
     def describe(self) -> dict[str, Any]:
         cells = self.hierarchy.cells
         unit = "rho" if self.noise == "gaussian" else "epsilon"
@@ -200,6 +215,7 @@ class TopDownDesign:
                         "scales": ([float(lp.plan.scales[b.start]) for b in lp.blocks] if lp.plan is not None else [])}
                        for lp in self.levels],
             "invariants": [f"{self.hierarchy.levels[d]}:{cells.marginal_name(ax)}" for d, ax in self.invariants],
+            "exact_disclosures": self.exact_disclosures(),
             "neighbours": "add or remove one person (one cell of one leaf unit, hence of every level, by one)",
         }
 

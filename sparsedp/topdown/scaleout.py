@@ -899,7 +899,8 @@ def topdown_scaleout(data: Any, out: str | Path, *, rho: float | None = None, ep
     timings["total"] = time.perf_counter() - t_start
     manifest = {"format": FORMAT, "kind": "topdown", "layout": "chunked by subtree", "private": not seeded,
                 "noise": design.noise, "secure": design.secure, "ledger": [e.as_dict() for e in ledger],
-                "description": desc, "invariants": published, "files": ["top.npz"] +
+                "description": desc, "invariants": published, "exact_disclosures": desc["exact_disclosures"],
+                "files": ["top.npz"] +
                 [str(Path(f).relative_to(out_dir)) for f in files], "checks": checks,
                 "executor": getattr(ex, "name", "?")}  # no timings: reading the data takes data-dependent time
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=1, default=_json_default) + "\n")
