@@ -48,6 +48,7 @@ from ._tails import ErrorShape
 from .errors import SparseDPError
 from .noise import discrete_laplace_variance
 from .release_file import FORMAT, ReleaseFile, load_release_file, release_record, save_release
+from .safe_files import check_zarr, open_zarr, refuse_existing, resolve_inside
 
 __all__ = [
     "AxisLabel",
@@ -218,7 +219,8 @@ class ReleaseResult:
             object.__setattr__(self, "variances", v)
         ledger = _ledger_tuple(self.ledger)
         object.__setattr__(self, "ledger", ledger)
-        if any(e.get("private") is False for e in ledger):
+        if not ledger or any(e.get("private") is False for e in ledger):
+            # no measurement recorded: nothing says noise was added, so it is not reported private
             object.__setattr__(self, "private", False)
         object.__setattr__(self, "description", dict(self.description or {}))
         object.__setattr__(self, "arrays", dict(self.arrays or {}))
@@ -335,16 +337,18 @@ class ReleaseResult:
         return {"noise": self.noise, "secure": bool(self.secure), "strategy": self.strategy,
                 "variance_method": self.variance_method}
 
-    def save(self, path: str | Path) -> Path:
+    def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
         """Write the release: an ``.npz`` release file (any other suffix than ``.npy`` / ``.zarr``
         is written as one), or for ``.npy`` / ``.zarr`` the answers as that array (skipped when
         they already are that file: a chunked release) and the record in ``PATH.release.json``.
         The array layout holds no label or variance arrays: labels must be axes
         (:class:`AxisLabel`) and the variances none or one constant; save anything else as
-        ``.npz``.  Returns the path written."""
+        ``.npz``.  A file that exists already is replaced only with ``overwrite=True`` (else
+        :class:`~sparsedp.errors.ReleaseExistsError`, nothing written), as the command line
+        replaces one only with ``--force``.  Returns the path written."""
         p = Path(path)
         if p.suffix in (".npy", ".zarr"):
-            return self._save_array(p)
+            return self._save_array(p, overwrite)
         arrays = dict(self.arrays)
         model = self._model()
         key = next((k for k, v in arrays.items() if v is self.answers), None)
@@ -379,9 +383,9 @@ class ReleaseResult:
         if shape_spec is not None:
             model["error_shape"] = shape_spec
         return save_release(p, self.kind, arrays, ledger=self.ledger, description=dict(self.description),
-                            private=self.private, model=model)
+                            private=self.private, model=model, overwrite=overwrite)
 
-    def _save_array(self, p: Path) -> Path:
+    def _save_array(self, p: Path, overwrite: bool) -> Path:
         n = len(self)
         shapes = {col.shape for col in self.labels.values() if isinstance(col, AxisLabel)}
         if any(not isinstance(col, AxisLabel) for col in self.labels.values()) or len(shapes) > 1:
@@ -392,7 +396,10 @@ class ReleaseResult:
         if self.variances is not None and const is None:
             raise SparseDPError(f"{p.name}: this {self.kind} release has one variance per answer: save it as .npz "
                                 "(a .npy / .zarr release holds the answers and a constant variance bound only)")
-        if not (self.path is not None and _same_path(self.path, p)):
+        side = Path(str(p) + SIDE_SUFFIX)
+        own = self.path is not None and _same_path(self.path, p)  # a chunked release's own array: kept
+        refuse_existing([side] if own else [p, side], overwrite)
+        if not own:
             _write_array(p, self.answers, shape)
         model = self._model()
         model.update(answers=p.name, shape=list(shape),
@@ -405,17 +412,8 @@ class ReleaseResult:
                                 private=self.private, model=model)
         # the description's fields also at the top level: the layout of the side files of earlier versions
         flat = {k: v for k, v in record["description"].items() if k not in record}
-        side = Path(str(p) + SIDE_SUFFIX)
         side.write_text(json.dumps({**flat, **record}, indent=1, allow_nan=True) + "\n")
         return p
-
-
-def _zarr() -> Any:
-    try:
-        import zarr
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise SparseDPError("Zarr arrays need the zarr package: pip install 'sparsedp[scale]'") from exc
-    return zarr
 
 
 def _same_path(a: str | Path, b: str | Path) -> bool:
@@ -439,7 +437,7 @@ def _write_array(p: Path, answers: Any, shape: tuple[int, ...], block: int = 2**
         out.flush()
         del out, flat
         return
-    z = _zarr().open_array(str(p), mode="w", shape=shape, chunks=(min(rows, shape[0]), *shape[1:]), dtype="f8")
+    z = open_zarr(p, mode="w", shape=shape, chunks=(min(rows, shape[0]), *shape[1:]), dtype="f8")
     for a in range(0, shape[0], rows):
         lo, hi = a * (step // rows), min(n, (a + rows) * (step // rows))
         z[a:a + rows] = np.asarray(answers[lo:hi], dtype=np.float64).reshape((-1, *shape[1:]))
@@ -494,8 +492,8 @@ def _shape_from_spec(spec: Any, arrays: dict[str, Any]) -> Any:
 
 class ReleaseMethods:
     """What every release class offers through its :meth:`to_release` (a :class:`ReleaseResult`):
-    ``confidence_intervals(level=0.95, method="auto")``, ``save(path)`` and ``to_pandas()``.  A
-    class that defines one of them itself keeps its own (with the same call)."""
+    ``confidence_intervals(level=0.95, method="auto")``, ``save(path, overwrite=False)`` and
+    ``to_pandas()``.  A class that defines one of them itself keeps its own (with the same call)."""
 
     def to_release(self) -> ReleaseResult:  # pragma: no cover - every class defines it
         raise NotImplementedError
@@ -505,9 +503,10 @@ class ReleaseMethods:
         (:meth:`ReleaseResult.confidence_intervals`)."""
         return self.to_release().confidence_intervals(level, method)
 
-    def save(self, path: str | Path) -> Path:
-        """Write :meth:`to_release` (:meth:`ReleaseResult.save`)."""
-        return self.to_release().save(path)
+    def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
+        """Write :meth:`to_release` (:meth:`ReleaseResult.save`; an existing file is replaced only
+        with ``overwrite=True``)."""
+        return self.to_release().save(path, overwrite=overwrite)
 
     def to_pandas(self, level: float = 0.95, method: str = "auto") -> Any:
         """:meth:`ReleaseResult.to_pandas` of :meth:`to_release`."""
@@ -704,26 +703,32 @@ def _read_array(p: Path) -> Any:
             return np.load(p, mmap_mode="r", allow_pickle=False)
         except (OSError, ValueError) as exc:
             raise SparseDPError(f"cannot read {p} as a .npy array: {exc}") from exc
+    check_zarr(p)  # plain numbers under numeric codecs only: nothing of a crafted array is decoded
     try:
-        return np.asarray(_zarr().open_array(str(p), mode="r")[:])
+        return np.asarray(open_zarr(p)[:])
     except Exception as exc:  # zarr's errors: not a Zarr array
         raise SparseDPError(f"cannot read {p} as a Zarr array: {exc}") from exc
 
 
 def _array_path(side: Path, meta: Mapping[str, Any], given: Path | None) -> Path:
-    """The answers' array of a record: next to it by name, or where the record says."""
+    """The answers' array of a record: the array it was given with, or the one its ``model`` names,
+    or (earlier records, which kept the path written to) the file of its ``estimate``'s name.  Every
+    candidate must resolve inside the record's own directory (:func:`~sparsedp.safe_files.resolve_inside`):
+    a record that names a file elsewhere (an absolute path, ``..``, a symlink leading out) is refused."""
     name = (meta.get("model") or {}).get("answers")
+    if name is not None and not isinstance(name, str):
+        raise SparseDPError(f"{side}: the release's array is not named by a string: {name!r}")
     candidates = []
-    if given is not None:
-        candidates.append(given)
+    if given is not None:  # next to the record by construction (OUT and OUT.release.json)
+        candidates.append(given.name)
     if name:
-        candidates.append(side.parent / name)
+        candidates.append(name)
     est = meta.get("estimate") or (meta.get("description") or {}).get("estimate")
-    if est:
-        candidates += [side.parent / Path(est).name, Path(est)]
+    if isinstance(est, str) and Path(est).name:
+        candidates.append(Path(est).name)  # earlier records: where the array was written, read next to the record
     for c in candidates:
-        if c.exists():
-            return c
+        if resolve_inside(side.parent, c).exists():
+            return side.parent / c
     raise SparseDPError(f"{side}: the release's array ({name or est}) is missing")
 
 

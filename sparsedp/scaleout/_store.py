@@ -10,15 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SparseDPError
-
-
-def zarr_module() -> Any:
-    """The ``zarr`` package, or a :class:`SparseDPError` naming the ``scale`` extra."""
-    try:
-        import zarr
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise SparseDPError("Zarr input/output needs the zarr package: pip install 'sparsedp[scale]'") from exc
-    return zarr
+from ..safe_files import open_zarr, zarr_module  # every Zarr array is opened through open_zarr
 
 
 def is_zarr(path: Path) -> bool:
@@ -41,7 +33,7 @@ def stored_shape(data: Any, what: str = "input") -> tuple[int, ...]:
     if isinstance(data, (str, Path)):
         path = Path(data)
         if is_zarr(path):
-            return tuple(zarr_module().open_array(str(path), mode="r").shape)
+            return tuple(open_zarr(path).shape)
         if path.suffix == ".npy":
             return tuple(npy_header(path)[0])
         raise SparseDPError(f"{path}: scale-out {what} must be a .npy file or a .zarr array")

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ShapeError, SparseDPError
-from ._store import is_zarr, npy_header, stored_shape, zarr_module
+from ._store import is_zarr, npy_header, open_zarr, stored_shape, zarr_module
 
 __all__ = ["as_input", "as_output", "open_array", "BlockReader", "ChunkedInput", "ChunkedOutput"]
 
@@ -41,7 +41,7 @@ class BlockReader:
         if self.kind == "npy":
             return np.array(np.load(self.source, mmap_mode="r", allow_pickle=False)[self.lo : self.hi])
         if self.kind == "zarr":
-            return np.asarray(zarr_module().open_array(self.source, mode="r")[self.lo : self.hi])
+            return np.asarray(open_zarr(self.source)[self.lo : self.hi])
         if self.kind == "dask":
             return np.asarray(self.source.compute(scheduler="sync"))
         return np.asarray(self.source)
@@ -73,7 +73,7 @@ def native_chunks(data: Any) -> tuple[int, ...] | None:
     if hasattr(data, "chunks") and hasattr(data, "dask"):
         return tuple(int(c) for c in data.chunks[0])
     if isinstance(data, (str, Path)) and is_zarr(Path(data)):
-        z = zarr_module().open_array(str(data), mode="r")
+        z = open_zarr(data)
         c = int(z.chunks[0])
         n = int(z.shape[0])
         return tuple(min(c, n - lo) for lo in range(0, n, c))
@@ -114,7 +114,7 @@ def open_array(path: str | Path, chunk: int) -> Any:
     p = Path(path)
     n = input_length(p)
     if is_zarr(p):
-        return da.from_zarr(str(p)).rechunk(chunk)
+        return da.from_zarr(open_zarr(p)).rechunk(chunk)
     _, dtype = npy_header(p)
     sizes = tuple(min(chunk, n - lo) for lo in range(0, n, chunk))
     return da.map_blocks(_read_npy_block, str(p.resolve()), chunks=(sizes,), dtype=dtype, meta=np.empty(0, dtype))
@@ -144,7 +144,7 @@ class BlockWriter:
             del out
             return None
         if self.kind == "zarr":
-            zarr_module().open_array(self.path, mode="r+")[self.lo : self.hi] = values
+            open_zarr(self.path, mode="r+")[self.lo : self.hi] = values
             return None
         return values
 
@@ -169,7 +169,7 @@ class ChunkedOutput:
         if self.kind == "npy":
             np.lib.format.open_memmap(self.path, mode="w+", dtype=np.float64, shape=(self.n, *tail)).flush()
         elif self.kind == "zarr":
-            zarr_module().open_array(self.path, mode="w", shape=(self.n, *tail), chunks=(self.chunk, *tail), dtype="f8")
+            open_zarr(self.path, mode="w", shape=(self.n, *tail), chunks=(self.chunk, *tail), dtype="f8")
 
     def load(self) -> np.ndarray:
         """The written release (memory-mapped for ``.npy``)."""
@@ -184,7 +184,7 @@ def load_output(path: str | None) -> np.ndarray:
         raise SparseDPError("an in-memory release has no file to load")
     if Path(path).suffix == ".npy":
         return np.load(path, mmap_mode="r", allow_pickle=False)
-    return np.asarray(zarr_module().open_array(path, mode="r")[:])
+    return np.asarray(open_zarr(path)[:])
 
 
 def as_output(out: Any, n: int, chunk: int, cols: int | None = None) -> ChunkedOutput:
