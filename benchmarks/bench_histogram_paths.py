@@ -46,7 +46,7 @@ f = release_lue if method == "lue" else release_hierarchical
 kw = {} if method == "lue" else {"k": 16}
 r = f(np.load(x), 1.0, rng=3, variances=True, **kw)
 rel = r.to_release()
-t = time.perf_counter(); rel.save(out); print(time.perf_counter() - t)
+t = time.perf_counter(); rel.save(out, overwrite=True); print(time.perf_counter() - t)  # one probe file per run
 """
 
 

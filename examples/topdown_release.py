@@ -19,7 +19,7 @@ with ``sparsedp.load_release``.  Nothing it prints by default is computed from t
 except the released figures themselves.  ``--evaluate`` adds a comparison with the confidential
 truth, clearly marked (for judging the method, not for publishing).
 
-    python examples/topdown_release.py [CSV] [--out release.npz] [--rho 1.0] [--evaluate]
+    python examples/topdown_release.py [CSV] [--out release.npz] [--force] [--rho 1.0] [--evaluate]
 """
 
 import argparse
@@ -36,11 +36,14 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "census2020
 ap = argparse.ArgumentParser()
 ap.add_argument("csv", nargs="?", default=str(DATA), help="the voting-district table (default: the shared copy)")
 ap.add_argument("--out", default="topdown_release.npz")
+ap.add_argument("--force", action="store_true", help="replace --out if it exists (default: refuse)")
 ap.add_argument("--rho", type=float, default=1.0)
 ap.add_argument("--evaluate", action="store_true", help="also compare with the true counts (NOT a private output)")
 args = ap.parse_args()
 if not Path(args.csv).is_file():
     raise SystemExit(f"no table at {args.csv}: give the path of us2020_vtd_race_eth_age.csv.gz")
+if Path(args.out).exists() and not args.force:  # refused before anything is measured, as the CLI does
+    raise SystemExit(f"{args.out} exists: pass --force to replace it, or choose another --out")
 
 t0 = time.perf_counter()
 table = read_table(args.csv, geo="state_fips,county_fips,vtd_code", counts="vap_*,u18_*",
@@ -65,7 +68,7 @@ for e in budget.ledger:
 print("invariants (published exactly, NOT private):", rel.description.get("invariants"))
 print("checks:", rel.check())
 
-path = rel.save(args.out)
+path = rel.save(args.out, overwrite=args.force)  # an earlier release is replaced only when asked
 loaded = sparsedp.load_release(path)
 frame = loaded.to_pandas()
 print(f"saved {path.name} ({path.stat().st_size / 2**20:.1f} MB); loaded back with sparsedp.load_release: "

@@ -151,11 +151,12 @@ class Release:
         """One row per workload answer (:meth:`sparsedp.releases.ReleaseResult.to_pandas`)."""
         return self.to_release().to_pandas(level, method)
 
-    def save(self, path: str | Path, *, description: dict | None = None) -> Path:
+    def save(self, path: str | Path, *, description: dict | None = None, overwrite: bool = False) -> Path:
         """Write the answers with their labels and variances, the estimate and the measurement's
         ledger entry as a release file (:meth:`to_release` saved by
-        :meth:`sparsedp.releases.ReleaseResult.save`; never the data)."""
-        return self.to_release(description=description).save(path)
+        :meth:`sparsedp.releases.ReleaseResult.save`; never the data).  An existing file is
+        replaced only with ``overwrite=True``."""
+        return self.to_release(description=description).save(path, overwrite=overwrite)
 
 
 def optimizer_record(opt: Any) -> dict[str, Any]:

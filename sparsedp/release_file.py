@@ -29,6 +29,7 @@ import numpy as np
 
 from .errors import SparseDPError
 from .privacy import Accountant, LedgerEntry
+from .safe_files import refuse_existing
 
 __all__ = ["FORMAT", "ReleaseFile", "release_record", "save_release", "load_release_file", "ledger_rows"]
 
@@ -105,11 +106,15 @@ def save_release(
     description: dict[str, Any] | None = None,
     private: bool = True,
     model: dict[str, Any] | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """Write a release file (see the module docstring).  ``arrays`` must hold only released
     quantities; ``private=False`` marks seeded or evaluation output.  A ledger entry that says
     its noise was not private makes the file not private.  ``model``: the answers' layout
-    (written by :meth:`sparsedp.releases.ReleaseResult.save`)."""
+    (written by :meth:`sparsedp.releases.ReleaseResult.save`).  An existing ``path`` is replaced
+    only with ``overwrite=True`` (else :class:`~sparsedp.errors.ReleaseExistsError`, before
+    anything is written)."""
+    refuse_existing([path], overwrite)
     meta = release_record(kind, ledger=ledger, description=description, private=private, model=model)
     text = json.dumps(meta, allow_nan=True)
     clean = {}
@@ -146,8 +151,10 @@ def load_release_file(path: str | Path) -> ReleaseFile:
     meta = json.loads(str(data.pop(_META)))
     if meta.get("format") != FORMAT:
         raise SparseDPError(f"{path}: unknown release format {meta.get('format')!r}")
+    ledger = tuple(meta.get("ledger") or ())
+    # a file that records no measurement does not show noise was added: never reported private
     return ReleaseFile(kind=meta["kind"], arrays=data, description=meta.get("description", {}),
-                       ledger=tuple(meta.get("ledger", [])), private=bool(meta.get("private", True)),
+                       ledger=ledger, private=bool(meta.get("private", True)) and bool(ledger),
                        model=dict(meta.get("model") or {}))
 
 

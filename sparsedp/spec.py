@@ -211,7 +211,7 @@ def run_spec(path: str | Path, *, rng: Any = None, accountant: Accountant | None
                            variance_method="gls-before-consistency" if processed else "exact-gls",
                            report=None if processed else report)
     if "release" in files_out:
-        files["release"] = result.save(files_out["release"])
+        files["release"] = result.save(files_out["release"], overwrite=True)  # outputs() refused it unless asked
     if "report" in files_out:
         files["report"] = _report(files_out["report"], description, result, release)
     if "plot" in files_out:

@@ -221,7 +221,7 @@ def run_marginal_spec(spec: dict[str, Any], path: str | Path, *, rng: Any = None
         result = rel.to_release(description=desc)
     files: dict[str, Path] = {}
     if "release" in files_out:
-        files["release"] = result.save(files_out["release"])
+        files["release"] = result.save(files_out["release"], overwrite=True)  # outputs() refused it unless asked
     if "report" in files_out:
         files["report"] = _report(files_out["report"], result, ms)
     if "plot" in files_out:

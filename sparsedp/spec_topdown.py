@@ -128,7 +128,7 @@ def run_topdown_spec(spec: dict[str, Any], path: str | Path, *, rng: Any = None,
     result = rel.to_release()
     files: dict[str, Path] = {}
     if "release" in files_out:
-        files["release"] = result.save(files_out["release"])
+        files["release"] = result.save(files_out["release"], overwrite=True)  # outputs() refused it unless asked
     if "report" in files_out:
         files["report"] = _report(files_out["report"], rel, result, Path(path).name, invariants)
     if "plot" in files_out:

@@ -253,3 +253,47 @@ def test_cli_output_that_is_a_directory_is_refused(tmp_path, capsys, no_measure)
         assert main(["flows", "--grid", "3", "3", "--trips-file", str(data), "--json", target]) == 2
         err = capsys.readouterr().err
         assert ("directory" in err or "empty" in err) and "Traceback" not in err
+
+
+def _topdown_table(d):
+    from test_topdown import small_frame
+
+    path = d / "t.csv"
+    small_frame(5).to_csv(path, index=False)
+    return path
+
+
+def _counts(d):
+    path = d / "x.npy"
+    np.save(path, np.random.default_rng(0).poisson(5, 256))
+    return path
+
+
+def _sales_npy(d):
+    path = d / "s.npy"
+    np.save(path, restaurant(64, seed=0).sales)
+    return path
+
+
+# the releases written through a release object's save (which itself refuses an existing file
+# unless overwrite=True): the command passes its --force on
+SAVED = {
+    "histogram-chunked": (_counts, ["histogram", "{data}", "--epsilon", "1", "--executor", "inprocess", "--k", "4",
+                                    "--chunk", "64"], "c.npy"),
+    "histogram-in-process": (_counts, ["histogram", "{data}", "--epsilon", "1"], "h.npz"),
+    "restaurant-chunked": (_sales_npy, ["restaurant", "--data", "{data}", "--chunk", "32"], "o.npy"),
+    "marginals-npz": (_records, ["marginals", "{data}", "--columns", "a,b", "--sizes", "3,2", "--rho", "1"], "m.npz"),
+    "topdown": (_topdown_table, ["topdown", "{data}", "--geo", "state,county,vtd", "--counts", "vap_*,u18_*",
+                                 "--attributes", "age,race", "--root", "nation", "--rho", "0.5"], "r.npz"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAVED))
+def test_force_replaces_a_release_written_by_save(tmp_path, capsys, name):
+    write, argv, out = SAVED[name]
+    args = [a.format(data=write(tmp_path)) for a in argv] + ["--out", str(tmp_path / out)]
+    assert main(args) == 0
+    first = (tmp_path / out).read_bytes() if (tmp_path / out).is_file() else None
+    assert main(args) == 2 and "--force" in capsys.readouterr().err
+    assert main([*args, "--force"]) == 0, capsys.readouterr().err
+    assert first is None or (tmp_path / out).read_bytes() != first

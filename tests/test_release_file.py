@@ -58,3 +58,18 @@ def test_flows_and_restaurant_releases_save_in_the_one_format(tmp_path):
     assert back.kind == "restaurant" and back.private and back.description["days"] == 16
     ev = restaurant_release(sales=restaurant(16, seed=0), epsilon=1.0, evaluate=True)
     assert load_release_file(ev.save(tmp_path / "e.npz")).private is False
+
+
+def test_save_release_refuses_an_existing_file_unless_asked(tmp_path):
+    from sparsedp.errors import ReleaseExistsError
+
+    entry = [{"label": "x", "epsilon": 1.0}]
+    path = save_release(tmp_path / "r.npz", "mine", {"answers": np.arange(3.0)}, ledger=entry)
+    with pytest.raises(ReleaseExistsError, match="overwrite=True") as info:
+        save_release(path, "mine", {"answers": np.zeros(3)}, ledger=entry)
+    assert str(path) in str(info.value)
+    np.testing.assert_array_equal(load_release_file(path).arrays["answers"], np.arange(3.0))  # untouched
+    save_release(path, "mine", {"answers": np.zeros(3)}, ledger=entry, overwrite=True)
+    np.testing.assert_array_equal(load_release_file(path).arrays["answers"], np.zeros(3))
+    back = load_release_file(save_release(tmp_path / "none.npz", "mine", {"answers": np.zeros(3)}))
+    assert back.private is False  # no measurement recorded: never reported private

@@ -439,3 +439,128 @@ def test_an_optimised_strategy_carries_its_certified_gap_into_the_release_and_le
     assert load_release(path).description["optimizer"] == opt
     assert main(["ledger", str(path)]) == 0
     assert f"certified gap {opt['gap']:.4g}" in capsys.readouterr().out
+
+
+# -- what a release file may point to (a record is data from whoever made it) -----------------------
+def _record(answers: str, ledger: list | None = None, **top) -> str:
+    """A hand-made chunked release record (what a 400-byte crafted file holds)."""
+    return json.dumps({"format": "sparsedp-release/1", "kind": "histogram", "private": True, "description": {},
+                       "ledger": ledger or [], "model": {"answers": answers, "shape": [8],
+                                                         "labels": {"bin": {"axis": 0}}, "variances": None}, **top})
+
+
+def test_a_record_naming_a_file_outside_its_directory_is_refused(tmp_path, capsys):
+    from sparsedp.errors import UnsafeFileError
+
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    truth = np.array([11, 0, 7, 3, 0, 5, 2, 9])
+    np.save(secret / "true_histogram.npy", truth)
+    pub = tmp_path / "pub"
+    pub.mkdir()
+    (pub / "link.npy").symlink_to(secret / "true_histogram.npy")
+    entry = [{"label": "h", "epsilon": 1.0}]
+    for name, answers in (("dotdot", "../secret/true_histogram.npy"),
+                          ("absolute", str(secret / "true_histogram.npy")), ("symlink", "link.npy")):
+        rec = pub / f"{name}.release.json"
+        rec.write_text(_record(answers, entry))
+        with pytest.raises(UnsafeFileError, match="directory"):
+            load_release(rec)
+        assert main(["query", str(rec), "0", "4"]) == 2 and main(["ledger", str(rec)]) == 2
+        out = capsys.readouterr()
+        assert str(int(truth[:5].sum())) not in out.out and "directory" in out.err
+    (pub / "given.npy").symlink_to(secret / "true_histogram.npy")  # the array named by the record's own name
+    (pub / "given.npy.release.json").write_text(_record("given.npy", entry))
+    for path in ("given.npy", "given.npy.release.json"):
+        with pytest.raises(UnsafeFileError, match="symlink"):
+            load_release(pub / path)
+    # an earlier record's estimate (the path written to) is read by its name next to the record only
+    (pub / "old.release.json").write_text(json.dumps({"method": "boost", "ledger": entry,
+                                                      "estimate": str(secret / "true_histogram.npy")}))
+    with pytest.raises(SparseDPError, match="missing"):
+        load_release(pub / "old.release.json")
+    np.save(pub / "true_histogram.npy", np.ones(8))  # the one next to it is the release's
+    np.testing.assert_array_equal(load_release(pub / "old.release.json").answers, np.ones(8))
+
+
+def test_a_release_whose_ledger_is_empty_is_never_reported_private(tmp_path, capsys):
+    from sparsedp.release_file import load_release_file
+
+    np.save(tmp_path / "counts.npy", np.arange(8.0))
+    rec = tmp_path / "counts.npy.release.json"
+    rec.write_text(_record("counts.npy"))  # "private": true, no measurement
+    rel = load_release(rec)
+    assert rel.private is False and rel.ledger == ()
+    assert main(["ledger", str(rec)]) == 0
+    assert "NOT PRIVATE, 0 measurement(s)" in capsys.readouterr().out
+    assert main(["query", str(rec), "0", "4"]) == 0
+    assert "not private (it records no measurement)" in capsys.readouterr().err
+    save_release(tmp_path / "bare.npz", "matrix-mechanism", {"answers": np.arange(4.0)})  # no ledger
+    assert load_release_file(tmp_path / "bare.npz").private is False
+    assert load_release(tmp_path / "bare.npz").private is False
+    assert main(["ledger", str(tmp_path / "bare.npz")]) == 0
+    assert "NOT PRIVATE" in capsys.readouterr().out
+    assert ReleaseResult(kind="mine", answers=np.zeros(2)).private is False  # in memory too
+    rec.write_text(_record("counts.npy", [{"label": "h", "epsilon": 1.0}]))  # one measurement: as the file says
+    assert load_release(rec).private is True
+
+
+# -- save never replaces an earlier release silently ------------------------------------------------
+@pytest.mark.parametrize("cls", _release_classes(), ids=lambda c: c.__name__)
+def test_every_release_class_saves_with_overwrite_false_by_default(cls):
+    if not hasattr(cls, "save"):
+        pytest.skip(f"{cls.__name__} has no save")
+    if cls.__module__.startswith("sparsedp.continual"):
+        pytest.skip("a continual counter's save writes its state, read and rewritten by design")
+    assert inspect.signature(cls.save).parameters["overwrite"].default is False
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_every_kind_refuses_to_save_over_an_existing_file(kinds, name, tmp_path):
+    from sparsedp.errors import ReleaseExistsError
+
+    want, path = kinds[name]
+    rel = want if want is not None else load_release(path)
+    before = path.read_bytes() if path.is_file() else None
+    with pytest.raises(ReleaseExistsError, match="overwrite=True") as info:
+        rel.save(path)
+    assert str(path) in str(info.value) and isinstance(info.value, FileExistsError)
+    assert before is None or path.read_bytes() == before
+    for suffix in (".npz", ".npy"):  # replaced when asked
+        if suffix == ".npy" and any(not isinstance(c, AxisLabel) for c in rel.labels.values()):
+            continue
+        if suffix == ".npy" and rel.variances is not None and rel.variances.strides != (0,):
+            continue
+        copy = tmp_path / f"copy{suffix}"
+        rel.save(copy)
+        with pytest.raises(ReleaseExistsError):
+            rel.save(copy)
+        if suffix == ".npy":
+            Path(str(copy) + SIDE_SUFFIX).unlink()  # the array alone left: still refused
+            with pytest.raises(ReleaseExistsError):
+                rel.save(copy)
+        _same(rel, load_release(rel.save(copy, overwrite=True)))
+
+
+def test_the_release_classes_refuse_to_save_over_an_existing_file(tmp_path):
+    from sparsedp.consistency import restaurant, restaurant_release
+    from sparsedp.errors import ReleaseExistsError
+    from sparsedp.flows import random_trips, release_flows, road_grid
+    from sparsedp.marginals import Domain, release_marginals
+    from sparsedp.trees import LUEDPTree
+
+    road = road_grid(3, 3, seed=0)
+    recs = np.random.default_rng(0).integers(0, 2, (50, 2))
+    objects = [MatrixMechanism(wl.prefix(16), st.hierarchical(16, 4), epsilon=1.0).run(X[:16], rng=1),
+               LUEDPTree(1.0).fit(X[:16], rng=1).release_,
+               restaurant_release(sales=restaurant(8, seed=0), epsilon=1.0, seed=1),
+               release_flows(road, random_trips(road, 10, seed=1, max_edges=3), epsilon=1.0, rng=0),
+               release_marginals(recs, Domain(["a", "b"], [2, 2]), [("a",)], 1.0, rng=1)]
+    for i, obj in enumerate(objects):
+        p = tmp_path / f"r{i}.npz"
+        obj.save(p)
+        before = p.read_bytes()
+        with pytest.raises(ReleaseExistsError, match=str(p)):
+            obj.save(p)
+        assert p.read_bytes() == before
+        assert load_release(obj.save(p, overwrite=True)).kind == obj.to_release().kind

@@ -150,6 +150,34 @@ def test_load_the_chunked_release(tmp_path):
         load_release(tmp_path / "rel")
 
 
+def test_a_manifest_naming_files_outside_its_directory_is_refused(tmp_path):
+    """A chunked TopDown directory's topdown.json names its files: a name with '..', an absolute path
+    or a symlink leading out of the directory would present another file (another release, or the
+    true counts saved with the same arrays) as this release's; each is refused before it is read."""
+    import json
+    import shutil
+
+    from sparsedp.errors import UnsafeFileError
+
+    t = table(3, high=9)
+    topdown_scaleout(t, tmp_path / "rel", rho=0.9, rng=2, progress=False)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.copy(tmp_path / "rel" / "top.npz", elsewhere / "top.npz")  # a well-formed file outside the release
+    manifest = json.loads((tmp_path / "rel" / "topdown.json").read_text())
+    (tmp_path / "rel" / "link.npz").symlink_to(elsewhere / "top.npz")
+    for name in ("../elsewhere/top.npz", str(elsewhere / "top.npz"), "link.npz"):
+        crafted = tmp_path / "crafted"
+        shutil.rmtree(crafted, ignore_errors=True)
+        shutil.copytree(tmp_path / "rel", crafted, symlinks=True)
+        (crafted / "topdown.json").write_text(json.dumps({**manifest, "files": [name] + manifest["files"][1:]}))
+        for read in (load_release, load_chunked, load_topdown):
+            with pytest.raises(UnsafeFileError, match="directory"):
+                read(crafted)
+        with pytest.raises(UnsafeFileError):  # a manifest changed after it was opened: parts() checks again
+            list(type(load_chunked(tmp_path / "rel"))(str(crafted), {**manifest, "files": [name]}).parts())
+
+
 def test_parquet_partitions_are_read_by_the_workers(tmp_path, cluster):
     frame = small_frame(9, high=7)
     frame.to_parquet(tmp_path / "data", partition_cols=["state"], index=False)

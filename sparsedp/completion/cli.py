@@ -199,5 +199,6 @@ def _complete(args: argparse.Namespace) -> int:
         save_release(args.save, "completion", {"left": res.left, "right": res.right,
                                                "private": np.bool_(report["private"]),
                                                "privacy": np.str_(report["privacy"]), **saved},
-                     ledger=ledger, description=description, private=bool(report["private"]))
+                     ledger=ledger, description=description, private=bool(report["private"]),
+                     overwrite=bool(getattr(args, "force", False)))
     return 0

@@ -137,7 +137,7 @@ def _scaleout(args: argparse.Namespace) -> int:
     # OUT.release.json: the release record (sparsedp.load_release reads OUT with it); the summary's
     # fields also at its top level, as before; no timing in the description
     desc = {k: v for k, v in summary.items() if k not in ("private", "ledger", "seconds")}
-    r.to_release(description=desc, private=summary["private"]).save(args.out)
+    r.to_release(description=desc, private=summary["private"]).save(args.out, overwrite=bool(getattr(args, "force", False)))
     side = Path(str(args.out) + ".release.json")
     record = json.loads(side.read_text())
     record["seconds"] = summary["seconds"]
@@ -219,7 +219,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.out:
         desc = {k: summary[k] for k in ("secure", "noise", "days", "epsilon", "sensitivity", "laplace_scale", "method",
                                         "noise_seed", "data", "data_seed")}
-        rel.to_release(description=desc, private=summary["private"]).save(args.out)
+        rel.to_release(description=desc, private=summary["private"]).save(args.out, overwrite=bool(getattr(args, "force", False)))
     if args.plot:
         _plot(res.history, args.plot, res.method, args.evaluate)
     return 0

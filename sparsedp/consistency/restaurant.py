@@ -329,11 +329,12 @@ class RestaurantRelease:
                                  ledger=[self.ledger] if self.ledger else [], private=private, description=desc,
                                  noise="laplace", secure=bool(self.secure), source=self)
 
-    def save(self, path: Any, description: dict | None = None) -> Any:
+    def save(self, path: Any, description: dict | None = None, *, overwrite: bool = False) -> Any:
         """Write the consistent release (node-major, 5 items per node) with its labels and exact
         variances, the noisy counts' variance and the ledger as a release file (:meth:`to_release`
-        saved by :meth:`sparsedp.releases.ReleaseResult.save`; never the sales)."""
-        return self.to_release(description=description).save(path)
+        saved by :meth:`sparsedp.releases.ReleaseResult.save`; never the sales).  An existing file
+        is replaced only with ``overwrite=True``."""
+        return self.to_release(description=description).save(path, overwrite=overwrite)
 
     def to_pandas(self, level: float = 0.95, method: str = "auto") -> Any:
         """One row per (node, item) value (:meth:`sparsedp.releases.ReleaseResult.to_pandas`)."""

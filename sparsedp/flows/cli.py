@@ -161,7 +161,7 @@ def _flows(args: argparse.Namespace) -> int:
         desc = {k: out[k] for k in ("secure", "noise", "epsilon", "max_trip_edges", "sensitivity", "laplace_scale",
                                     "fixed_endpoints", "nodes", "edges", "variables", "noise_seed", "data_seed",
                                     "trips_source")}
-        rel.to_release(description=desc, private=out["private"]).save(args.out)
+        rel.to_release(description=desc, private=out["private"]).save(args.out, overwrite=bool(getattr(args, "force", False)))
         print(f"wrote {args.out}")
     return 0
 

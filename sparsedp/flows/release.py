@@ -100,11 +100,12 @@ class FlowRelease:
                             private=self.private if private is None else private, noise="laplace",
                             secure=bool(self.secure), source=self, report=rep)
 
-    def save(self, path: Any, description: dict | None = None) -> Any:
+    def save(self, path: Any, description: dict | None = None, *, overwrite: bool = False) -> Any:
         """Write the consistent flows with their labels and variances, the noise variance and the
         ledger as a release file (:meth:`to_release` saved by
-        :meth:`sparsedp.releases.ReleaseResult.save`; never the trips or the true counts)."""
-        return self.to_release(description=description).save(path)
+        :meth:`sparsedp.releases.ReleaseResult.save`; never the trips or the true counts).  An
+        existing file is replaced only with ``overwrite=True``."""
+        return self.to_release(description=description).save(path, overwrite=overwrite)
 
     def to_pandas(self, level: float = 0.95, method: str = "auto") -> Any:
         """One row per consistent value (:meth:`sparsedp.releases.ReleaseResult.to_pandas`)."""

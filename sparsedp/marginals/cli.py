@@ -89,7 +89,7 @@ def _write(args: argparse.Namespace, rel, dom: Domain, columns: list[str], categ
     cats = None if categories is None else {c: categories[c] for c in columns}
     if Path(args.out).suffix == ".npz":  # a release file (sparsedp.releases): one answer per cell
         rel.to_release(description={"objective": args.objective}, categories=cats,
-                       private=private and rel.private).save(args.out)
+                       private=private and rel.private).save(args.out, overwrite=bool(getattr(args, "force", False)))
         return
     # the ledger entry without its time: the JSON is the same for neighbouring data sets (issue 26)
     entry = {k: v for k, v in rel.entry.as_dict().items() if k != "time"}

@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
                   invariants=list(args.invariant or ()), accountant=acc, rng=args.seed, keep_noisy=False,
                   subtree_level=subtree)
     if out.suffix.lower() == ".npz":
-        rel.save(out)
+        rel.save(out, overwrite=bool(getattr(args, "force", False)))
     else:
         frame = rel.to_pandas()
         if out.suffix.lower() == ".csv":

@@ -141,11 +141,11 @@ def _histogram_chunked(args: argparse.Namespace, method: str) -> int:
         meta.update(column=args.column, bins=dict(zip(("start", "stop", "width"), args.bins)), clip=bool(args.clip))
     noise = "exact discrete Laplace" if r.secure else "float Laplace (--float-noise)"
     if inproc:
-        r.to_release(description=meta).save(args.out)
+        r.to_release(description=meta).save(args.out, overwrite=bool(getattr(args, "force", False)))
         where, side = "in process", ""
     else:
         meta.update(estimate=str(args.out), private=r.private, ledger=[r.ledger.as_dict()])
-        where, side = f"on {r.executor}", f" (ledger: {_write_record(r, meta, args.out)})"
+        where, side = f"on {r.executor}", f" (ledger: {_write_record(r, meta, args.out, bool(getattr(args, 'force', False)))})"
     print(f"{method}: published {r.n} bins at epsilon {r.epsilon} {where} ({shape}), {noise} noise -> "
           f"{args.out}{side}")
     if args.seed is not None:
@@ -154,12 +154,13 @@ def _histogram_chunked(args: argparse.Namespace, method: str) -> int:
     return 0
 
 
-def _write_record(r, meta: dict, out: str) -> Path:
+def _write_record(r, meta: dict, out: str, overwrite: bool) -> Path:
     """``OUT.release.json``: the release record of the chunked release ``r`` (its
     :meth:`to_release` saved next to ``OUT``, which holds the answers already), with ``meta``'s
-    fields as its description and, as in earlier versions, at its top level."""
+    fields as its description and, as in earlier versions, at its top level (an existing record is
+    replaced only with ``overwrite``: ``--force``)."""
     desc = {k: v for k, v in meta.items() if k not in ("private", "ledger")}
-    r.to_release(description=desc).save(out)
+    r.to_release(description=desc).save(out, overwrite=overwrite)
     return Path(str(out) + ".release.json")
 
 
@@ -193,7 +194,7 @@ def _histogram(args: argparse.Namespace) -> int:
     assert release is not None
     if args.seed is not None:
         release = dataclasses.replace(release, private=False)
-    release.save(args.out)
+    release.save(args.out, overwrite=bool(getattr(args, "force", False)))
     noise = "exact discrete Laplace" if release.secure else "float Laplace (--float-noise)"
     print(f"{method}: published {release.n} bins at epsilon {args.epsilon}, {noise} noise -> {args.out}")
     if args.seed is not None:
@@ -208,7 +209,8 @@ def _query(args: argparse.Namespace) -> int:
 
     release = load_release(args.release)  # every release file: .npz, .npy / .zarr with its record, JSON
     if not release.private:
-        print(f"warning: {args.release} was published with a fixed --seed and is not private", file=sys.stderr)
+        why = "it records no measurement" if not release.ledger else "it was published with a fixed --seed"
+        print(f"warning: {args.release} is not private ({why})", file=sys.stderr)
     if not release.secure:
         print(f"warning: {args.release} was published with float noise (--float-noise), which leaks through its "
               "low bits", file=sys.stderr)

@@ -239,13 +239,14 @@ class HistogramRelease:
         """One row per bin (:meth:`sparsedp.releases.ReleaseResult.to_pandas`)."""
         return self.to_release().to_pandas(level, method)
 
-    def save(self, path: str | Path) -> Path:
+    def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
         """Write the release as a sparsedp release file (:meth:`to_release` saved by
         :meth:`sparsedp.releases.ReleaseResult.save`: the released arrays with each bin's variance,
         a JSON description with ``method``, ``epsilon``, ``consistent`` and ``secure``, the ledger
         entry of the measurement and the ``private`` flag; never the data).  ``sparsedp ledger
-        FILE`` prints its ledger, :func:`sparsedp.load_release` reads it back."""
-        return self.to_release().save(path)
+        FILE`` prints its ledger, :func:`sparsedp.load_release` reads it back.  An existing file
+        is replaced only with ``overwrite=True``."""
+        return self.to_release().save(path, overwrite=overwrite)
 
 
 def _interval_args(level: Any, method: Any, pairs: Any) -> tuple[float, str, Any]:
