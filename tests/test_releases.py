@@ -503,6 +503,17 @@ def test_a_release_whose_ledger_is_empty_is_never_reported_private(tmp_path, cap
     assert ReleaseResult(kind="mine", answers=np.zeros(2)).private is False  # in memory too
     rec.write_text(_record("counts.npy", [{"label": "h", "epsilon": 1.0}]))  # one measurement: as the file says
     assert load_release(rec).private is True
+    # a marginals JSON with no ledger and no privacy block to read one from; the first histogram layout
+    (tmp_path / "m.json").write_text(json.dumps({"domain": {"names": ["a"], "sizes": [3]}, "private": True,
+                                                 "marginals": [{"attributes": ["a"], "counts": [4, 1, 2],
+                                                                "cell_variance": 1.0}]}))
+    assert load_release(tmp_path / "m.json").private is False
+    np.savez_compressed(tmp_path / "first.npz", method=np.array("dwork"), epsilon=np.array(1.0),
+                        estimate=np.arange(4.0), consistent=np.array(True), private=np.array(True))
+    assert load_release(tmp_path / "first.npz").private is False
+    from sparsedp.trees.publishers import load_release as load_histogram
+
+    assert load_histogram(tmp_path / "first.npz").private is False
 
 
 # -- save never replaces an earlier release silently ------------------------------------------------

@@ -164,9 +164,10 @@ def marginals_from_json(meta: dict, path: str | None = None) -> ReleaseResult:
     dom = meta["domain"]
     priv = meta.get("privacy") or {}
     ledger = meta.get("ledger")
-    if ledger is None:
-        ledger = [{"label": "marginals", "rho": priv.get("rho", 0.0), "epsilon": 0.0, "noise": priv.get("noise"),
+    if ledger is None and priv.get("rho") is not None:  # an earlier file: its measurement from its privacy block
+        ledger = [{"label": "marginals", "rho": priv["rho"], "epsilon": 0.0, "noise": priv.get("noise"),
                    "secure": priv.get("secure"), "private": priv.get("private")}]
+    # no measurement recorded (and none to read from a privacy block): an empty ledger, not private
     desc = {k: meta[k] for k in ("domain", "categories", "objective", "sum_of_variances") if k in meta}
     desc.update(rho=priv.get("rho"), certified_rho=priv.get("certified_rho"))
     return marginals_result(dom["names"], dom["sizes"],

@@ -358,7 +358,8 @@ def _read_arrays(path: str | Path) -> tuple[dict[str, Any], dict[str, Any], Ledg
         data = {k: f[k] for k in f.files}
     desc = {k: data.pop(k).item() for k in ("method", "epsilon", "consistent", "private") if k in data}
     desc.setdefault("secure", False)  # files written before exact noise was the default
-    return data, desc, None, bool(desc.pop("private", True))
+    desc.pop("private", None)
+    return data, desc, None, False  # this layout records no measurement: never reported private
 
 
 def _ledger_entry(ledger: Any, path: Any) -> LedgerEntry | None:
