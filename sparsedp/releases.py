@@ -48,7 +48,7 @@ from ._tails import ErrorShape
 from .errors import SparseDPError
 from .noise import discrete_laplace_variance
 from .release_file import FORMAT, ReleaseFile, load_release_file, release_record, save_release
-from .safe_files import check_zarr, open_zarr, refuse_existing, resolve_inside
+from .safe_files import open_zarr, refuse_existing, resolve_inside
 
 __all__ = [
     "AxisLabel",
@@ -703,9 +703,10 @@ def _read_array(p: Path) -> Any:
             return np.load(p, mmap_mode="r", allow_pickle=False)
         except (OSError, ValueError) as exc:
             raise SparseDPError(f"cannot read {p} as a .npy array: {exc}") from exc
-    check_zarr(p)  # plain numbers under numeric codecs only: nothing of a crafted array is decoded
-    try:
+    try:  # open_zarr checks the metadata first: plain numbers under numeric codecs, or nothing is decoded
         return np.asarray(open_zarr(p)[:])
+    except SparseDPError:
+        raise
     except Exception as exc:  # zarr's errors: not a Zarr array
         raise SparseDPError(f"cannot read {p} as a Zarr array: {exc}") from exc
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SparseDPError
-from ..safe_files import open_zarr, zarr_module  # every Zarr array is opened through open_zarr
+from ..safe_files import open_zarr  # every Zarr array is opened through open_zarr (its metadata checked first)
 
 
 def is_zarr(path: Path) -> bool:

@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import ShapeError, SparseDPError
-from ._store import is_zarr, npy_header, open_zarr, stored_shape, zarr_module
+from ..safe_files import open_zarr, zarr_module
+from ._store import is_zarr, npy_header, stored_shape
 
 __all__ = ["as_input", "as_output", "open_array", "BlockReader", "ChunkedInput", "ChunkedOutput"]
 
