@@ -675,3 +675,93 @@ def test_invariants_are_listed_as_exact_disclosures_in_every_file_and_the_ledger
     assert main(["ledger", str(topdown(t, rho=1.0).save(tmp_path / "plain.npz"))]) == 0
     plain = capsys.readouterr().out
     assert "exact:" not in plain and "disclosure" not in plain
+
+
+# -- the cells must partition the people -----------------------------------------------------------
+def _with_sum(frame, name, parts):
+    out = frame.copy()
+    out[name] = out[parts].sum(axis=1)
+    return out
+
+
+@pytest.mark.parametrize("name, parts", [
+    ("total", CELLS),  # the sum of every other column
+    ("vap_total", ["vap_a", "vap_b", "vap_c"]),  # the sum of its name group
+    ("odd", ["vap_b", "u18_a", "u18_c"]),  # a sum of columns of both groups (the least-squares fit)
+])
+def test_a_count_column_that_is_a_sum_of_others_is_refused_naming_the_columns(name, parts):
+    frame = _with_sum(small_frame(4, high=30), name, parts)
+    secret = str(int(frame[name].sum()))
+    with pytest.raises(ShapeError, match="must partition the people") as err:
+        HierarchicalTable.from_counts(frame, ["state", "county", "vtd"], CELLS + [name])
+    msg = str(err.value)
+    assert repr(name) in msg and all(repr(p) in msg for p in parts) and secret not in msg
+    # declared: one person is counted in two columns (their cell and the sum)
+    t = HierarchicalTable.from_counts(frame, ["state", "county", "vtd"], CELLS + [name], contributions_per_person=2)
+    assert t.contributions_per_person == 2
+    acc = Accountant(rho=1.0)
+    with pytest.raises(ShapeError, match="at least 2"):  # never fewer than the table declares
+        topdown(t, rho=1.0, accountant=acc, contributions_per_person=1)
+    assert acc.spent == 0
+    rel = topdown(t, rho=1.0, accountant=acc, rng=0)
+    assert rel.description["contributions_per_person"] == 2 and acc.spent == pytest.approx(1.0)
+    assert all("2 cells per person" in e.label for e in acc.ledger)
+
+
+@pytest.mark.parametrize("cfg", [
+    dict(rho=0.9),
+    dict(epsilon=1.3),
+    dict(rho=0.37, split=[0.3, 0, 0.1, 0.2], queries={"cells": 3, "total": 1, "age": 1, "race": 2}),
+    dict(epsilon=0.7, split=[1, 0, 3, 2], queries={"race": 1, "cells": 1, "total": 1}),
+    dict(rho=0.8, invariants=["county:total"], queries={"cells": 3, "age": 1}),
+    dict(rho=0.6, invariants=["vtd:age"], split=[1, 2, 2, 3]),
+])
+@pytest.mark.parametrize("k", [2, 3])
+def test_a_person_in_k_cells_costs_at_most_the_charge(cfg, k):
+    """Brute force over every leaf and every set of at most k of its cells (one person counted in
+    each, hence in those cells of every level above): the loss is within what was charged; the
+    calibration for one cell per person would exceed it (what overlapping columns did)."""
+    t = table(8)
+    gauss = "rho" in cfg
+    total = cfg.get("rho", cfg.get("epsilon"))
+
+    def worst_loss(design):
+        M, scales = full_matrix(design)
+        C = design.hierarchy.cells.size
+        sets = [s for j in range(1, k + 1) for s in itertools.combinations(range(C), j)]
+        E = np.zeros((C, len(sets)))
+        for i, s in enumerate(sets):
+            E[list(s), i] = 1.0
+        worst = 0.0
+        for leaf in range(M.shape[1] // C):
+            D = M[:, leaf * C:(leaf + 1) * C] @ E  # every set's change to every measurement
+            loss = ((D / scales[:, None]) ** 2).sum(axis=0) / 2 if gauss else (abs(D) / scales[:, None]).sum(axis=0)
+            worst = max(worst, float(loss.max()))
+        return worst
+
+    acc = Accountant(rho=total) if gauss else Accountant(epsilon=total)
+    rel = topdown(t, accountant=acc, rng=1, contributions_per_person=k, **cfg)
+    charged = acc.spent
+    assert charged <= total * (1 + 1e-12)
+    assert worst_loss(rel.design) <= charged
+    assert worst_loss(rel.design) > charged * 0.5  # the noise is not wasted
+    assert worst_loss(plan_topdown(t.hierarchy, **cfg)) > total  # one cell per person: the charge is exceeded
+    assert rel.description["contributions_per_person"] == k
+    assert all(f"{k} cells per person" in e.label for e in acc.ledger)
+
+
+def test_command_line_refuses_overlapping_columns_unless_declared(tmp_path, capsys):
+    from sparsedp.cli import main
+
+    _with_sum(small_frame(5, high=20), "total", CELLS).to_csv(tmp_path / "t.csv", index=False)
+    base = ["topdown", str(tmp_path / "t.csv"), "--geo", "state,county,vtd", "--counts", "vap_*,u18_*,total",
+            "--rho", "1", "--seed", "1"]
+    assert main(base + ["--out", str(tmp_path / "a.npz")]) == 2
+    err = capsys.readouterr().err
+    assert "'total' equals the sum of" in err and "--cells-per-person" in err
+    assert not (tmp_path / "a.npz").exists()
+    assert main(base + ["--cells-per-person", "2", "--out", str(tmp_path / "b.npz")]) == 0
+    capsys.readouterr()
+    assert main(["ledger", str(tmp_path / "b.npz")]) == 0
+    out = capsys.readouterr().out
+    assert "2 cells per person" in out and "total: rho 1" in out

@@ -383,3 +383,27 @@ def test_scratch_is_private_holds_no_count_and_is_removed_on_every_exit(tmp_path
     with pytest.raises(SystemExit):
         topdown_scaleout(t, tmp_path / "rel3", rho=0.9, rng=2, progress=False)
     assert not _scratch_dirs(tmp_path) and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_overlapping_columns_are_refused_by_the_workers_unless_declared(tmp_path):
+    """A Parquet part whose 'total' column is the sum of the cells is refused during validation,
+    before any charge; declared (two cells per person), the chunked release is the in-process
+    one, calibrated to it."""
+    pytest.importorskip("pyarrow")
+    frame = small_frame(6, unbalanced=False, high=20)
+    frame["total"] = frame[CELLS].sum(axis=1)
+    frame.to_parquet(tmp_path / "t.parquet")
+    geo = ("state", "county", "vtd")
+    acc = Accountant(rho=1.0)
+    with pytest.raises(ShapeError, match="'total' equals the sum of"):
+        topdown_scaleout(ParquetSource(str(tmp_path / "t.parquet"), geo, "vap_*,u18_*,total"), tmp_path / "a",
+                         rho=1.0, accountant=acc, progress=False)
+    assert acc.spent == 0
+    src = ParquetSource(str(tmp_path / "t.parquet"), geo, "vap_*,u18_*,total", contributions_per_person=2)
+    b = topdown_scaleout(src, tmp_path / "b", rho=1.0, rng=3, accountant=acc, progress=False)
+    t = HierarchicalTable.from_counts(frame, list(geo), "vap_*,u18_*,total", root="root", contributions_per_person=2)
+    a = topdown(t, rho=1.0, rng=3)
+    np.testing.assert_array_equal(np.concatenate(b.to_topdown().counts), np.concatenate(a.counts))
+    assert all("2 cells per person" in e["label"] for e in b.ledger) and acc.spent == pytest.approx(1.0)
+    with pytest.raises(ShapeError, match="at least 2"):
+        topdown_scaleout(src, tmp_path / "c", rho=1.0, contributions_per_person=1, progress=False)

@@ -8,7 +8,9 @@ leading zeros stay) and count columns (names or glob patterns).  Every level is 
 discrete Gaussian noise (``--rho``, zCDP) or discrete Laplace noise (``--epsilon``, pure DP), the
 budget split across levels by ``--split`` (default equal; ``optimal``: the data-free optimiser), then estimated by GLS and made
 non-negative integer and consistent.  ``--invariant LEVEL:MARGINAL`` (repeatable) publishes that
-marginal EXACTLY (not private).  Output: ``.npz`` -- the release file
+marginal EXACTLY (not private).  The count columns must partition the people (one column per
+person and unit: not also a total); ``--cells-per-person K`` declares columns that overlap (a person
+in up to ``K`` of them) and calibrates the noise to it.  Output: ``.npz`` -- the release file
 (:func:`sparsedp.topdown.load_topdown`, :func:`sparsedp.load_release`, ``sparsedp ledger``); ``.csv``
 / ``.parquet`` -- one row per unit (level, codes, one column per cell) with the release record
 (ledger, parameters) in ``OUT.release.json`` next to it.
@@ -74,9 +76,10 @@ def run(args: argparse.Namespace) -> int:
         data = Path(args.data)
         if data.is_dir() or data.suffix.lower() in (".parquet", ".pq"):
             source: Any = ParquetSource(str(data), args.geo, args.counts, attributes=attributes, sep=args.sep,
-                                        root=args.root)
+                                        root=args.root, contributions_per_person=args.cells_per_person)
         else:
-            source = read_table(args.data, args.geo, args.counts, attributes=attributes, sep=args.sep, root=args.root)
+            source = read_table(args.data, args.geo, args.counts, attributes=attributes, sep=args.sep, root=args.root,
+                                contributions_per_person=args.cells_per_person)
         crel = topdown_scaleout(source, out, rho=args.rho, epsilon=args.epsilon, split=_split(args.split),
                                 invariants=list(args.invariant or ()), accountant=acc, rng=args.seed,
                                 subtree_level=subtree, executor=args.executor, workers=args.workers)
@@ -89,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
               f"{', '.join(args.invariant or ()) or 'none'}; violations: {crel.check()}")
         print(f"--out: {out}")
         return 0
-    table = read_table(args.data, args.geo, args.counts, attributes=attributes, sep=args.sep, root=args.root)
+    table = read_table(args.data, args.geo, args.counts, attributes=attributes, sep=args.sep, root=args.root,
+                       contributions_per_person=args.cells_per_person)
     rel = topdown(table, rho=args.rho, epsilon=args.epsilon, split=_split(args.split),
                   invariants=list(args.invariant or ()), accountant=acc, rng=args.seed, keep_noisy=False,
                   subtree_level=subtree)
@@ -126,6 +130,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("data", help="CSV (.csv, .csv.gz) or Parquet file, one row per leaf unit")
     p.add_argument("--geo", required=True, help="comma-separated geography columns, outermost first")
     p.add_argument("--counts", required=True, help="comma-separated count columns or glob patterns ('vap_*,u18_*')")
+    p.add_argument("--cells-per-person", type=int, default=1, metavar="K",
+                   help="the most count columns one person is counted in (default 1: the columns partition the "
+                   "people, and a column that is the sum of others, such as a total, is refused); K > 1 for "
+                   "overlapping columns: the noise is calibrated to a person changing K counts (in the ledger)")
     p.add_argument("--attributes", default=None,
                    help="names of the cell attributes parsed from the count column names at --sep (e.g. age,race); "
                    "default: one attribute 'cell'")

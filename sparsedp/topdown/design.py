@@ -28,16 +28,16 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from ..calibration import gaussian_sigma, laplace_scale
+from ..calibration import certified_sqrt, gaussian_sigma, laplace_scale
 from ..errors import InvalidPrivacyParameterError, ShapeError, SparseDPError
 from ..measure import MeasurementPlan, plan_measurement
 from ..operators import SparseOperator, scale_rows
 from ..privacy import PrivacyCost, sequential
 from ..validation import budget_fraction, check_epsilon, check_rho
-from .hierarchy import CellDomain, Hierarchy
+from .hierarchy import CellDomain, Hierarchy, check_contributions
 
 __all__ = ["QueryBlock", "LevelPlan", "TopDownDesign", "Invariant", "OptimalSplit", "SplitChoice", "optimal_split",
-           "plan_topdown"]
+           "plan_topdown", "person_sensitivity"]
 
 #: scales of stacked queries are widened by this factor over the calibrated ones, so that the
 #: plan's certified loss (which carries a float-rounding margin) stays within the level's budget
@@ -69,10 +69,23 @@ class LevelPlan:
     budget: float
     blocks: tuple[QueryBlock, ...]
     plan: MeasurementPlan | None
+    #: cells of its unit one person may be counted in (1: the cells partition the people)
+    contributions: int = 1
+    #: with ``contributions > 1``: the level's sensitivity to one person (``Delta_2``, or ``Delta_1``
+    #: for Laplace, over its unweighted queries), which the scales are calibrated to
+    person_sensitivity: float | None = None
 
     @property
     def label(self) -> str:
-        return f"topdown {self.name} ({', '.join(b.name for b in self.blocks)})"
+        k = f", {self.contributions} cells per person" if self.contributions > 1 else ""
+        return f"topdown {self.name} ({', '.join(b.name for b in self.blocks)}{k})"
+
+    @property
+    def sensitivity(self) -> float:
+        """What one person changes the level's measurement by (the plan's ``Delta`` for one cell)."""
+        if self.person_sensitivity is not None:
+            return self.person_sensitivity
+        return float(self.plan.data_sensitivity) if self.plan is not None else 0.0
 
     def block_variances(self) -> tuple[np.ndarray, ...]:
         """Per block, the noise variance of each of a unit's ``size`` rows (the same for every
@@ -127,6 +140,7 @@ class TopDownDesign:
     invariants: tuple[tuple[int, tuple[int, ...]], ...]  # (depth, axes) of each invariant
     basis: np.ndarray  # (cells, cells) orthonormal rows: the components
     split_choice: "SplitChoice | None" = None  # how the split was chosen, when split="optimal"
+    contributions_per_person: int = 1  # cells of its unit one person may be counted in
 
     @property
     def split(self) -> tuple[float, ...]:
@@ -216,7 +230,11 @@ class TopDownDesign:
                        for lp in self.levels],
             "invariants": [f"{self.hierarchy.levels[d]}:{cells.marginal_name(ax)}" for d, ax in self.invariants],
             "exact_disclosures": self.exact_disclosures(),
-            "neighbours": "add or remove one person (one cell of one leaf unit, hence of every level, by one)",
+            "neighbours": ("add or remove one person (one cell of one leaf unit, hence of every level, by one)"
+                           if self.contributions_per_person == 1 else
+                           f"add or remove one person (up to {self.contributions_per_person} cells of one leaf unit, "
+                           "hence of every level, by one each)"),
+            "contributions_per_person": self.contributions_per_person,
         }
 
 
@@ -515,7 +533,8 @@ def _round_shares(x: np.ndarray, lower: np.ndarray, decimals: int) -> np.ndarray
 
 def optimal_split(h: Hierarchy, *, rho: float | None = None, epsilon: float | None = None, noise: str | None = None,
                   queries: Any = None, invariants: Sequence[Any] = (), secure: bool = True,
-                  measure_invariants: bool | None = None, spec: OptimalSplit | str = "optimal") -> SplitChoice:
+                  measure_invariants: bool | None = None, spec: OptimalSplit | str = "optimal",
+                  contributions_per_person: int = 1) -> SplitChoice:
     """The data-free split of :class:`OptimalSplit` ``spec`` for a release planned with these
     arguments (those of :func:`plan_topdown`).
 
@@ -537,7 +556,8 @@ def optimal_split(h: Hierarchy, *, rho: float | None = None, epsilon: float | No
         raise SparseDPError(f"spec must be 'optimal' or an OptimalSplit, got {spec!r}")
     w = _check_spec(h, spec)
     ref = plan_topdown(h, rho=rho, epsilon=epsilon, noise=noise, split=None, queries=queries, invariants=invariants,
-                       secure=secure, measure_invariants=measure_invariants)
+                       secure=secure, measure_invariants=measure_invariants,
+                       contributions_per_person=contributions_per_person)
     model = _LevelErrorModel(ref)
     D1 = h.depth + 1
     nb = len(model.blocks)
@@ -613,10 +633,67 @@ def _marginal_matrix(cells: CellDomain, axes: tuple[int, ...]) -> sp.csr_matrix:
     return sp.csr_matrix((np.ones(C), (cells.cell_to_marginal(axes), np.arange(C))), shape=(m, C))
 
 
+def _root_up(x: float) -> float:
+    """``sqrt(x)`` rounded up (certified)."""
+    return float(certified_sqrt(np.array([float(x)]))[0])
+
+
+def person_sensitivity(cells: CellDomain, block: QueryBlock, per_cell: float, k: int, noise: str) -> float:
+    """What one person counted in up to ``k`` cells of their unit (each by one) changes one query
+    of the unit by, in the norm of the noise (``Delta_2`` Gaussian, ``Delta_1`` Laplace);
+    ``per_cell``: the query's sensitivity to one cell.  A marginal whose cells each sum ``N``
+    cells: ``Delta_1 = k``, and ``Delta_2 = sqrt(q N^2 + r^2)`` (``k = q N + r``: the ``k`` cells
+    packed into as few marginal cells as they fill -- ``k`` for a total, ``sqrt(k)`` for the
+    cells' histogram).  Orthonormal component rows: the largest norm over every set of at most
+    ``k`` cells when there are at most ``_EXACT_SETS`` such sets (rounded up by a relative
+    ``2^-40``), else the bounds ``Delta_2 <= min(sqrt(k), k per_cell)``, ``Delta_1 <= min(k
+    per_cell, sqrt(rows k))`` (triangle and Cauchy-Schwarz inequalities).  ``k = 1`` gives
+    ``per_cell``."""
+    kk = min(int(k), cells.size)
+    if kk == 1:
+        return float(per_cell)
+    if block.components is None:
+        if noise == "laplace":
+            return float(kk)
+        q, r = divmod(kk, cells.size // block.size)
+        n = cells.size // block.size
+        return _root_up(q * n * n + r * r)
+    exact = _largest_set_norm(cells.basis()[list(block.components)], kk, 1 if noise == "laplace" else 2)
+    if exact is not None:
+        return exact
+    if noise == "laplace":
+        return min(kk * float(per_cell), _root_up(len(block.components) * kk))
+    return min(kk * float(per_cell), _root_up(kk))
+
+
+#: most sets of cells :func:`person_sensitivity` enumerates for the exact norm of component rows
+_EXACT_SETS = 20000
+
+
+def _largest_set_norm(rows: np.ndarray, k: int, p: int) -> float | None:
+    """``max ||rows @ e||_p`` over the 0/1 vectors ``e`` with at most ``k`` ones (``None``: too many
+    sets to enumerate), rounded up by a relative ``2^-40`` over the float sums."""
+    from itertools import combinations
+    from math import comb
+
+    C = rows.shape[1]
+    if sum(comb(C, j) for j in range(1, k + 1)) > _EXACT_SETS:
+        return None
+    best = 0.0
+    for j in range(1, k + 1):
+        sets = np.array(list(combinations(range(C), j)), dtype=np.int64)
+        moved = rows[:, sets].sum(axis=2)  # (rows, sets): what each set changes
+        norms = np.abs(moved).sum(axis=0) if p == 1 else np.sqrt((moved * moved).sum(axis=0))
+        best = max(best, float(norms.max()))
+    return best * (1.0 + 2.0**-40)
+
+
 def _plan_level(h: Hierarchy, d: int, budget: float, queries: list[tuple[tuple[int, ...], Any]], noise: str,
-                secure: bool, pinned: tuple[int, ...] | None) -> LevelPlan:
+                secure: bool, pinned: tuple[int, ...] | None, contributions: int = 1) -> LevelPlan:
     """The plan of level ``d``.  ``pinned``: the invariant marginal at this level when its
-    components are not to be measured (the cells query then measures the other components only)."""
+    components are not to be measured (the cells query then measures the other components only).
+    ``contributions``: cells of a unit one person may be counted in; above 1 every query's scale
+    is calibrated to :func:`person_sensitivity` within its share of the level's budget."""
     cells = h.cells
     n, C = h.sizes[d], cells.size
     all_axes = cells.axes("cells")
@@ -664,6 +741,14 @@ def _plan_level(h: Hierarchy, d: int, budget: float, queries: list[tuple[tuple[i
         A = rows[0] if len(rows) == 1 else sp.vstack(rows, format="csr")
     if weighted:  # diag(w) H with H integer: exact noise on the integer rows (the plan's integer form)
         A = scale_rows(SparseOperator(A, name=f"topdown {h.levels[d]} rows"), np.concatenate(weights))
+    if contributions > 1:  # each query within its share for a person in k cells: the level within its budget
+        person = [person_sensitivity(cells, b, s_, contributions, noise) for b, s_ in zip(blocks, sens)]
+        scales = np.concatenate([
+            np.full(n * b.size, (laplace_scale(p_, b.budget) if noise == "laplace" else gaussian_sigma(p_, b.budget))
+                    * _WIDEN) for b, p_ in zip(blocks, person)])
+        plan = plan_measurement(A, **{key: level_budget_f}, scales=scales, noise=noise, secure=secure)
+        level_sens = float(sum(person)) if noise == "laplace" else _root_up(sum(p_ * p_ for p_ in person))
+        return LevelPlan(d, h.levels[d], n, level_budget_f, tuple(blocks), plan, int(contributions), level_sens)
     if len(blocks) == 1:
         plan = plan_measurement(A, **{key: level_budget_f}, noise=noise, secure=secure)
     else:
@@ -676,7 +761,8 @@ def _plan_level(h: Hierarchy, d: int, budget: float, queries: list[tuple[tuple[i
 
 def plan_topdown(h: Hierarchy, *, rho: float | None = None, epsilon: float | None = None, noise: str | None = None,
                  split: Any = None, queries: Any = None, invariants: Sequence[Any] = (),
-                 secure: bool = True, measure_invariants: bool | None = None) -> TopDownDesign:
+                 secure: bool = True, measure_invariants: bool | None = None,
+                 contributions_per_person: int = 1) -> TopDownDesign:
     """Plan a release (nothing is measured or charged): ``rho`` (zCDP, discrete Gaussian noise) or
     ``epsilon`` (pure DP, discrete Laplace noise) in total; ``split``: the levels' weights (a list,
     one per level, or ``{level: weight}``; default ``None`` or ``"equal"``: equal), each level's
@@ -689,7 +775,11 @@ def plan_topdown(h: Hierarchy, *, rho: float | None = None, epsilon: float | Non
     their values are taken or checked when the data are read); ``measure_invariants``: whether the
     cells query also measures what the invariants publish exactly (default: not for Gaussian noise,
     where the histogram's other components then cost ``1 - m / cells`` of it for an invariant
-    marginal of ``m`` cells; yes for Laplace, whose contrasts would cost more in L1)."""
+    marginal of ``m`` cells; yes for Laplace, whose contrasts would cost more in L1);
+    ``contributions_per_person``: how many cells of their unit one person may be counted in (1:
+    the cells partition the people; more for overlapping count columns: every query's noise is
+    then calibrated to such a person, :func:`person_sensitivity`, within the same budget)."""
+    k = check_contributions(contributions_per_person)
     if noise is None:
         noise = "laplace" if epsilon is not None and rho is None else "gaussian"
     if noise not in ("gaussian", "laplace"):
@@ -706,7 +796,8 @@ def plan_topdown(h: Hierarchy, *, rho: float | None = None, epsilon: float | Non
     opt = _optimal_spec(split)
     if opt is not None:
         choice = optimal_split(h, rho=rho, epsilon=epsilon, noise=noise, queries=queries, invariants=invariants,
-                               secure=secure, measure_invariants=measure_invariants, spec=opt)
+                               secure=secure, measure_invariants=measure_invariants, spec=opt,
+                               contributions_per_person=k)
         split = list(choice.level_shares)
         given = _queries(h.cells, queries, h.depth + 1)
         queries = [{h.cells.axes(m): f for m, f in q.items()} if q else {ax: w for ax, w in given[d]}
@@ -725,9 +816,9 @@ def plan_topdown(h: Hierarchy, *, rho: float | None = None, epsilon: float | Non
         inv.append((h.level_index(iv.level), h.cells.axes(iv.marginal)))
     pins = _pinned(h, inv)
     skip = (noise == "gaussian") if measure_invariants is None else not bool(measure_invariants)
-    levels = tuple(_plan_level(h, d, budgets[d], qs[d], noise, bool(secure), pins[d] if skip else None)
+    levels = tuple(_plan_level(h, d, budgets[d], qs[d], noise, bool(secure), pins[d] if skip else None, k)
                    for d in range(h.depth + 1))
-    design = TopDownDesign(h, noise, bool(secure), total, levels, tuple(inv), h.cells.basis(), choice)
+    design = TopDownDesign(h, noise, bool(secure), total, levels, tuple(inv), h.cells.basis(), choice, k)
     _check_identifiable(design)
     return design
 

@@ -40,7 +40,8 @@ import numpy as np
 from ..errors import InputBoundError, NegativeCountError, NonFiniteInputError, ShapeError, SparseDPError
 from ..validation import MAX_MAGNITUDE
 
-__all__ = ["CellDomain", "Hierarchy", "HierarchicalTable", "read_table", "expand_columns"]
+__all__ = ["CellDomain", "Hierarchy", "HierarchicalTable", "read_table", "expand_columns", "check_cells_partition",
+           "check_contributions"]
 
 
 def _pd() -> Any:
@@ -431,6 +432,96 @@ def _check_count_matrix(values: Any, names: Sequence[str]) -> np.ndarray:
     return arr.astype(np.int64)
 
 
+def check_contributions(k: Any) -> int:
+    """``contributions_per_person``: how many count columns (cells) of one unit one person may be
+    counted in, a whole number >= 1 (1: the cells partition the people)."""
+    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)) or int(k) < 1:
+        raise ShapeError(f"contributions_per_person must be a whole number >= 1 (cells one person is counted in), "
+                         f"got {k!r}")
+    return int(k)
+
+
+#: rows on which candidate summands are screened before a check over every row
+_SCREEN_ROWS = 4096
+#: a column is judged a sum only when it is non-zero on at least this many rows (on fewer, a
+#: coincidence is likely: three small counts often add up once)
+_MIN_EVIDENCE = 3
+
+
+def _sum_of(X: np.ndarray, c: int, members: np.ndarray) -> bool:
+    """Whether column ``c`` of ``X`` equals the sum of the columns ``members`` (at least two) on every row."""
+    idx = np.flatnonzero(members)
+    return idx.size >= 2 and bool(np.array_equal(X[:, idx].sum(axis=1), X[:, c]))
+
+
+def _fitted_summands(X: np.ndarray, c: int, cand: np.ndarray) -> np.ndarray:
+    """The candidates whose least-squares weight in column ``c`` is above one half: the set when
+    ``c`` is a sum of candidates and they are linearly independent over the rows (then the
+    least-squares weights are exactly that set's 0/1 indicator)."""
+    idx = np.flatnonzero(cand)
+    A = X[:, idx].astype(np.float64)
+    w = np.linalg.lstsq(A.T @ A, A.T @ X[:, c].astype(np.float64), rcond=None)[0]
+    out = np.zeros_like(cand)
+    out[idx] = w > 0.5
+    return out
+
+
+def check_cells_partition(values: Any, names: Sequence[str], sep: str = "_") -> None:
+    """Refuse count columns that do not partition the people: a column equal, on every row, to the
+    sum of two or more other (non-zero) columns -- a ``total`` beside its parts -- would let one
+    person change two counts of a unit while the release is charged for one.  General subset sums
+    are not searched (that is NP-hard); for each column ``c`` these sets of other columns are
+    tried, vectorised over the rows: all the others; the columns ``<= c`` on every row; those of
+    them in ``c``'s name group (the part of the name before ``sep``: ``vap_total`` and
+    ``vap_*``); and those of them whose least-squares weight in ``c`` is above one half (exactly
+    the summands when the candidates are linearly independent over the rows, as real columns
+    are); each set is then checked exactly, in integers.  A column non-zero on fewer than three
+    rows is not judged (a coincidence is then likely), so a table of one or two units is not
+    checked.  Reads the data but raises (:class:`~sparsedp.errors.ShapeError`) naming columns
+    only, never a value; call it before anything is charged or drawn."""
+    X = np.asarray(values)
+    if X.ndim != 2 or X.shape[1] < 3 or X.shape[0] == 0:
+        return
+    X = X.astype(np.int64, copy=False)
+    cols = [str(n) for n in names]
+    nonzero = X.any(axis=0)
+    judged = nonzero & ((X > 0).sum(axis=0) >= _MIN_EVIDENCE)
+    total = X.sum(axis=1)
+    group = np.array([n.split(sep, 1)[0] if sep and sep in n else None for n in cols], dtype=object)
+    head = X[:_SCREEN_ROWS]
+    for c in np.flatnonzero(judged):
+        others = nonzero.copy()
+        others[c] = False
+        found = others if np.array_equal(2 * X[:, c], total) and others.sum() >= 2 else None
+        cand = others & (head <= head[:, c:c + 1]).all(axis=0)
+        if found is None and cand.sum() >= 2:
+            cand = _below(X, c, cand)
+            same = cand & (group == group[c]) if group[c] is not None else np.zeros_like(cand)
+            for members in (cand, same):
+                if _sum_of(X, c, members):
+                    found = members
+                    break
+            else:
+                fitted = _fitted_summands(X, c, cand)
+                found = fitted if _sum_of(X, c, fitted) else None
+        if found is not None:
+            parts = [cols[j] for j in np.flatnonzero(found)]
+            raise ShapeError(
+                f"count column {cols[c]!r} equals the sum of {parts} on every row: the count columns must "
+                "partition the people (each person counted in one column of their unit), else one person changes "
+                "several counts while the release is charged for one.  Drop the column(s) that are sums, or state "
+                "how many columns one person is counted in (contributions_per_person=K, --cells-per-person K): "
+                "the noise is then calibrated to that")
+
+
+def _below(X: np.ndarray, c: int, cand: np.ndarray) -> np.ndarray:
+    """``cand`` restricted to the columns ``<= c`` on every row (column by column: no copy of ``X``)."""
+    out = cand.copy()
+    for j in np.flatnonzero(cand):
+        out[j] = bool(np.all(X[:, j] <= X[:, c]))
+    return out
+
+
 def expand_columns(spec: Any, available: Sequence[str]) -> list[str]:
     """Column names from a list or a comma-separated string of names and glob patterns
     (``'vap_*,u18_*'``), in the order of the patterns, each pattern's matches in table order."""
@@ -470,9 +561,13 @@ class HierarchicalTable:
     counts: tuple[np.ndarray, ...]
     #: the units were taken from the records themselves (``units="observed"``): declared public
     units_observed: bool = False
+    #: how many cells of its unit one person may be counted in (1: the cells partition the people;
+    #: more for overlapping count columns, declared by the user: the release calibrates to it)
+    contributions_per_person: int = 1
 
     def __post_init__(self) -> None:
         h = self.hierarchy
+        object.__setattr__(self, "contributions_per_person", check_contributions(self.contributions_per_person))
         if len(self.counts) != h.depth + 1:
             raise ShapeError("one count array per level")
         for d, c in enumerate(self.counts):
@@ -486,7 +581,8 @@ class HierarchicalTable:
 
     @classmethod
     def from_leaf_counts(cls, hierarchy: Hierarchy, depth: np.ndarray, row_unit: np.ndarray,
-                         counts: np.ndarray, units_observed: bool = False) -> "HierarchicalTable":
+                         counts: np.ndarray, units_observed: bool = False, contributions_per_person: int = 1
+                         ) -> "HierarchicalTable":
         """Counts per level from the rows' leaf units (rows of one unit are added)."""
         h = hierarchy
         C = h.cells.size
@@ -504,26 +600,36 @@ class HierarchicalTable:
         total = int(levels[0].sum())
         if total > MAX_MAGNITUDE:
             raise InputBoundError(f"the total count exceeds {MAX_MAGNITUDE:.0f}")  # the bound, never the total
-        return cls(h, tuple(levels), units_observed)
+        return cls(h, tuple(levels), units_observed, contributions_per_person)
 
     @classmethod
     def from_counts(cls, frame: Any, geo: Sequence[str], counts: Any, *, attributes: Any = None, sep: str = "_",
-                    root: str = "root") -> "HierarchicalTable":
+                    root: str = "root", contributions_per_person: int = 1) -> "HierarchicalTable":
         """From a DataFrame with one row per leaf unit: geography columns ``geo`` (outermost first;
         codes as strings -- read them as ``str`` to keep leading zeros) and count columns
         ``counts`` (names or glob patterns, e.g. ``'vap_*,u18_*'``).  ``attributes``: ``None`` (one
         attribute ``cell``), attribute names to parse from the column names at ``sep``
         (``("age", "race")``: ``vap_hisp`` is ``(vap, hisp)``), or a :class:`CellDomain`.  A unit
         may appear once.  Raises :class:`~sparsedp.errors.SparseDPError` on unknown columns, NaN,
-        negative or non-integer counts."""
+        negative or non-integer counts.
+
+        The count columns must **partition the people**: each person is counted in one column of
+        their unit (``vap_*`` and ``u18_*``, not also ``total``).  A column that is the sum of
+        others (:func:`check_cells_partition` says what is checked) is refused, naming the columns.
+        Columns that really overlap are taken with ``contributions_per_person=K``, the most columns
+        one person is counted in: the check is then skipped and the release calibrates its noise to
+        a person changing ``K`` counts of their unit (recorded in the ledger)."""
         cols = expand_columns(counts, list(frame.columns))
         overlap = set(cols) & set(geo)
         if overlap:
             raise ShapeError(f"{sorted(overlap)} are both geography and count columns")
         cells = _cell_domain(cols, attributes, sep)
+        k = check_contributions(contributions_per_person)
         values = _check_count_matrix(frame[list(cells.columns)].to_numpy(), cells.columns)
+        if k == 1:
+            check_cells_partition(values, cells.columns, sep)
         h, depth, row_unit = _build_hierarchy(frame, geo, cells, root, unique_rows=True)
-        return cls.from_leaf_counts(h, depth, row_unit, values)
+        return cls.from_leaf_counts(h, depth, row_unit, values, contributions_per_person=k)
 
     @classmethod
     def from_records(cls, frame: Any, geo: Sequence[str], categories: Sequence[str], *,
@@ -610,12 +716,13 @@ def _normalised_geo(frame: Any) -> Any:
 
 def read_table(path: str | Path, geo: Sequence[str] | str, counts: Any = None, *, categories: Any = None,
                attributes: Any = None, sep: str = "_", root: str = "root", domain: Any = None,
-               units: Any = None) -> HierarchicalTable:
+               units: Any = None, contributions_per_person: int = 1) -> HierarchicalTable:
     """Read a CSV (``.csv``, ``.csv.gz``, ...) or Parquet (``.parquet``, ``.pq``) table into a
     :class:`HierarchicalTable`: count columns ``counts`` (names or glob patterns) as in
     :meth:`HierarchicalTable.from_counts`, or record rows with ``categories`` as in
     :meth:`HierarchicalTable.from_records`.  Geography columns are read as strings (leading zeros
-    kept)."""
+    kept).  ``contributions_per_person``: for count columns, how many of them one person may be
+    counted in (:meth:`HierarchicalTable.from_counts`)."""
     pd = _pd()
     p = Path(path)
     if not p.is_file():
@@ -655,5 +762,6 @@ def read_table(path: str | Path, geo: Sequence[str] | str, counts: Any = None, *
     except Exception as exc:  # noqa: BLE001
         raise SparseDPError(f"cannot read {p}: {exc}") from exc
     if counts is not None:
-        return HierarchicalTable.from_counts(frame, geo_cols, value_cols, attributes=attributes, sep=sep, root=root)
+        return HierarchicalTable.from_counts(frame, geo_cols, value_cols, attributes=attributes, sep=sep, root=root,
+                                             contributions_per_person=contributions_per_person)
     return HierarchicalTable.from_records(frame, geo_cols, cats, domain=domain, units=units, root=root)

@@ -42,7 +42,7 @@ from ..releases import AxisLabel, ReleaseMethods, ReleaseResult, load_release, r
 from ..validation import MAX_MAGNITUDE
 from .design import Invariant, TopDownDesign, pinned_axes, plan_topdown
 from .gls import hierarchy_gls, rowmul
-from .hierarchy import CellDomain, HierarchicalTable, Hierarchy
+from .hierarchy import CellDomain, HierarchicalTable, Hierarchy, check_contributions
 from .subtrees import (
     measure_units,
     noise_seeds,
@@ -396,7 +396,7 @@ def level_entry(lp: Any, seeded: bool, rows: int, columns: int) -> LedgerEntry:
     ``columns``: the whole level's)."""
     p = lp.plan
     return LedgerEntry(label=lp.label, cost=p.cost, rows=int(rows), columns=int(columns), noise=p.noise,
-                       secure=p.secure, private=not seeded, sensitivity=p.data_sensitivity,
+                       secure=p.secure, private=not seeded, sensitivity=lp.sensitivity,
                        scale_min=float(np.min(p.scales)), scale_max=float(np.max(p.scales)), time=ledger_time())
 
 
@@ -444,11 +444,22 @@ def measure_levels(design: TopDownDesign, counts: Sequence[np.ndarray], subtree_
     return ys
 
 
+def resolve_contributions(declared: int, asked: Any) -> int:
+    """The cells per person a release calibrates to: ``asked`` (``None``: the ``declared`` number
+    of the data), never fewer than the data declare (their count columns overlap that much)."""
+    k = declared if asked is None else check_contributions(asked)
+    if k < declared:
+        raise ShapeError(f"contributions_per_person={k}, but the table's count columns count one person in up to "
+                         f"{declared} cells: give at least {declared}")
+    return k
+
+
 def topdown(table: HierarchicalTable, *, rho: float | None = None, epsilon: float | None = None,
             noise: str | None = None, split: Any = None, queries: Any = None, invariants: Sequence[Any] = (),
             secure: bool = True, accountant: Accountant | None = None, rng: Any = None, weights: str = "variance",
             design: TopDownDesign | None = None, keep_noisy: bool = True,
-            measure_invariants: bool | None = None, subtree_level: Any = 1) -> TopDownRelease:
+            measure_invariants: bool | None = None, subtree_level: Any = 1,
+            contributions_per_person: int | None = None) -> TopDownRelease:
     """Release every level of ``table`` (a :class:`HierarchicalTable`): the counts of every unit
     and cell, non-negative integers, every parent the sum of its children, the ``invariants``
     exact (module docstring).
@@ -469,15 +480,26 @@ def topdown(table: HierarchicalTable, *, rho: float | None = None, epsilon: floa
     ``subtree_level`` (a level name or index, default 1) from one stream, each unit of that level's
     subtree from its own (children of ``SeedSequence(rng)`` when seeded), so that the chunked
     release (:func:`sparsedp.topdown.scaleout.topdown_scaleout`, same ``subtree_level``) publishes
-    the same bits for the same seed."""
+    the same bits for the same seed.
+
+    ``contributions_per_person``: how many cells of their unit one person may be counted in
+    (default: the table's, 1 unless its count columns overlap and it was read with
+    ``contributions_per_person=K``; never fewer): the noise is calibrated to a person changing
+    that many counts by one (:func:`~sparsedp.topdown.design.person_sensitivity`), within the
+    same budget, and the ledger records it."""
     if not isinstance(table, HierarchicalTable):
         raise ShapeError(f"expected a HierarchicalTable (see HierarchicalTable.from_counts / read_table), got "
                          f"{type(table).__name__}")
+    k = resolve_contributions(table.contributions_per_person, contributions_per_person)
     if design is None:
         design = plan_topdown(table.hierarchy, rho=rho, epsilon=epsilon, noise=noise, split=split, queries=queries,
-                              invariants=invariants, secure=secure, measure_invariants=measure_invariants)
+                              invariants=invariants, secure=secure, measure_invariants=measure_invariants,
+                              contributions_per_person=k)
     elif design.hierarchy is not table.hierarchy:
         raise ShapeError("the design was planned for another hierarchy")
+    elif design.contributions_per_person < k:
+        raise ShapeError(f"the design was planned for {design.contributions_per_person} cell(s) per person; the "
+                         f"table's count columns count a person in up to {k}")
     pins = resolve_invariants(table, design, invariants)
     check_weights(weights)
     s = subtree_level_index(design.hierarchy, subtree_level)

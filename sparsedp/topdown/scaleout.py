@@ -72,12 +72,20 @@ from ..safe_files import resolve_inside
 from ..validation import MAX_MAGNITUDE
 from .design import Invariant, TopDownDesign, plan_topdown
 from .gls import Upward, downward_level, upward_level
-from .hierarchy import CellDomain, HierarchicalTable, Hierarchy, _check_count_matrix, expand_columns
+from .hierarchy import (
+    CellDomain,
+    HierarchicalTable,
+    Hierarchy,
+    _check_count_matrix,
+    check_contributions,
+    expand_columns,
+)
 from .release import (
     TopDownRelease,
     charge_levels,
     check_weights,
     own_level,
+    resolve_contributions,
     resolve_invariants,
     round_level,
     to_cells,
@@ -171,6 +179,7 @@ class _ParquetPart:
     sep: str
     root: str
     s: int
+    contributions_per_person: int = 1
 
     def read(self) -> list[SubtreeData]:
         import pandas as pd
@@ -187,7 +196,8 @@ class _ParquetPart:
             frame[g] = frame[g].astype("string").astype(object)
             frame.loc[miss, g] = None
         table = HierarchicalTable.from_counts(frame, list(self.geo), list(self.counts), attributes=self.attributes,
-                                              sep=self.sep, root=self.root)
+                                              sep=self.sep, root=self.root,
+                                              contributions_per_person=self.contributions_per_person)
         return split_subtrees(table, self.s)
 
 
@@ -197,7 +207,9 @@ class ParquetSource:
     partitioned by a geography column (Hive layout, ``state_fips=06/...parquet``: one part per
     directory), a directory of ``.parquet`` files (one part per file), or one file.  Every part
     must hold whole subtrees of the subtree level (partition by a geography column at or above
-    it).  ``geo`` / ``counts`` / ``attributes`` / ``sep`` / ``root`` as :func:`read_table`."""
+    it).  ``geo`` / ``counts`` / ``attributes`` / ``sep`` / ``root`` / ``contributions_per_person``
+    as :func:`read_table` (each part's count columns are checked to partition the people on its
+    rows, by its worker, during validation)."""
 
     path: str
     geo: tuple[str, ...]
@@ -205,6 +217,7 @@ class ParquetSource:
     attributes: Any = None
     sep: str = "_"
     root: str = "root"
+    contributions_per_person: int = 1
 
     def _files(self) -> list[tuple[tuple[str, ...], tuple[tuple[str, str], ...]]]:
         p = Path(self.path)
@@ -259,7 +272,8 @@ class ParquetSource:
 
     def parts(self, s: int) -> list[Any]:
         counts = tuple(self._counts())
-        return [_ParquetPart(files, fixed, self._geo(), counts, self.attributes, self.sep, self.root, s)
+        k = check_contributions(self.contributions_per_person)
+        return [_ParquetPart(files, fixed, self._geo(), counts, self.attributes, self.sep, self.root, s, k)
                 for files, fixed in self._files()]
 
 
@@ -710,7 +724,8 @@ def topdown_scaleout(data: Any, out: str | Path, *, rho: float | None = None, ep
                      invariants: Sequence[Any] = (), secure: bool = True, accountant: Accountant | None = None,
                      rng: Any = None, weights: str = "variance", measure_invariants: bool | None = None,
                      subtree_level: Any = 1, executor: Any = None, workers: int | None = None, per_part: int = 1,
-                     scratch: str | Path | None = None, progress: bool | None = None) -> "ChunkedTopDownRelease":
+                     scratch: str | Path | None = None, progress: bool | None = None,
+                     contributions_per_person: int | None = None) -> "ChunkedTopDownRelease":
     """The release of :func:`sparsedp.topdown.topdown` chunked by subtree (module docstring),
     written to the directory ``out``; returns its :class:`ChunkedTopDownRelease`.
 
@@ -720,8 +735,9 @@ def topdown_scaleout(data: Any, out: str | Path, *, rho: float | None = None, ep
     :class:`SubtreeData`).  The privacy parameters are :func:`~sparsedp.topdown.topdown`'s (split
     as explicit weights; invariants from the data, at the subtree level or above).
     ``subtree_level``: a level name or index (default 1); for the same seed and subtree level the
-    release is bit for bit :func:`~sparsedp.topdown.topdown`'s.  ``executor``: ``None``
-    (in-process), ``"threads"``, ``"dask"`` (a new ``LocalCluster`` of ``workers`` processes, one
+    release is bit for bit :func:`~sparsedp.topdown.topdown`'s.  ``contributions_per_person``:
+    as :func:`~sparsedp.topdown.topdown` (default: the source's own, 1 unless declared).
+    ``executor``: ``None`` (in-process), ``"threads"``, ``"dask"`` (a new ``LocalCluster`` of ``workers`` processes, one
     thread each; default 2), a ``dask.distributed.Client`` or an executor.  ``scratch``: where a private
     temporary directory (mode ``0700``) is made for the noisy measurements between the two passes
     (default: next to ``out``; on a real cluster, storage every worker reaches); it holds the
@@ -742,6 +758,9 @@ def topdown_scaleout(data: Any, out: str | Path, *, rho: float | None = None, ep
     weights = check_weights(weights)
     invariants = list(invariants)
     _check_plan_args(split, invariants, s, levels, rng)
+    declared = source.table.contributions_per_person if isinstance(source, TableSource) else getattr(
+        source, "contributions_per_person", 1)
+    k = resolve_contributions(check_contributions(declared), contributions_per_person)
     if accountant is not None and not isinstance(accountant, Accountant):
         raise InvalidPrivacyParameterError(f"accountant must be an Accountant, got {type(accountant).__name__}")
     out_dir = Path(out)
@@ -785,7 +804,8 @@ def topdown_scaleout(data: Any, out: str | Path, *, rho: float | None = None, ep
         top = _top_hierarchy(paths, levels, cells)
         skel = _skeleton(top, infos, levels)
         design = plan_topdown(skel, rho=rho, epsilon=epsilon, noise=noise, split=split, queries=queries,
-                              invariants=invariants, secure=secure, measure_invariants=measure_invariants)
+                              invariants=invariants, secure=secure, measure_invariants=measure_invariants,
+                              contributions_per_person=k)
         top_counts = [np.zeros((n, cells.size), dtype=np.int64) for n in skel.sizes]
         top_counts[s] = np.stack([i.counts for i in infos]).astype(np.int64)
         for d in range(s - 1, -1, -1):
