@@ -23,7 +23,7 @@ __all__ = ["flag", "load_spec", "matplotlib_pyplot", "outputs", "privacy_budget"
 #: The keys each section may hold (anything else is refused: a misspelt key must not be ignored).
 _KEYS: dict[str, frozenset[str]] = {
     "data": frozenset({"path", "column", "bins", "clip", "columns", "sizes", "categories", "geo", "counts",
-                       "attributes", "sep", "root"}),
+                       "attributes", "sep", "root", "cells_per_person"}),
     "workload": frozenset({"kind", "ranges", "k", "lower", "marginals"}),
     "strategy": frozenset({"kind", "branching", "time_limit", "split"}),
     "privacy": frozenset({"epsilon", "rho", "delta", "noise", "secure"}),

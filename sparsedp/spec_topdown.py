@@ -9,6 +9,8 @@ every level, non-negative integers, every parent the sum of its children, the in
     geo = ["state_fips", "county_fips", "vtd_code"]   # outermost first; codes read as text
     counts = ["vap_*", "u18_*"]               # count columns: names or glob patterns
     attributes = ["age", "race"]              # optional: the cells' attributes (column NAME_VALUE_...)
+    cells_per_person = 1                      # optional: the most count columns one person is in (1:
+                                              # they partition the people; more for overlapping ones)
 
     [strategy]
     kind = "topdown"                          # the default when [data] has geo
@@ -57,7 +59,7 @@ _OTHERS: dict[str, frozenset[str]] = {
 }
 #: Keys of a TopDown spec that the other kinds would ignore: refused there.
 TOPDOWN_ONLY: dict[str, frozenset[str]] = {
-    "data": frozenset({"geo", "counts", "attributes", "sep", "root"}),
+    "data": frozenset({"geo", "counts", "attributes", "sep", "root", "cells_per_person"}),
     "strategy": frozenset({"split"}),
     "consistency": frozenset({"invariants"}),
 }
@@ -119,7 +121,8 @@ def run_topdown_spec(spec: dict[str, Any], path: str | Path, *, rng: Any = None,
         raise SparseDPError(f"output.release of a TopDown spec is an .npz release file, got {out['release']!r} "
                             "(its table: sparsedp.load_release(FILE).to_pandas())")
     files_out = outputs(spec, Path(path), base / data["path"], force)
-    table = read_table(base / data["path"], geo, counts, attributes=attributes, sep=sep, root=root)
+    table = read_table(base / data["path"], geo, counts, attributes=attributes, sep=sep, root=root,
+                       contributions_per_person=data.get("cells_per_person", 1))
     if accountant is None:
         accountant = Accountant(rho=rho) if rho is not None else Accountant(epsilon=eps)
     rel = topdown(table, rho=rho, epsilon=eps, split=split, invariants=invariants, secure=secure,

@@ -93,3 +93,28 @@ def test_bad_topdown_specs_are_refused_before_any_charge(tmp_path, edit, match):
         run_spec(path, accountant=acc)
     assert not acc.ledger and not (tmp_path / "td.npz").exists()
 
+
+
+def test_overlapping_count_columns_need_cells_per_person(tmp_path):
+    """A spec whose count columns include their own total is refused before any charge; declared
+    with data.cells_per_person, the release is calibrated to a person in two cells."""
+    path = _write(tmp_path)
+    counts = tmp_path / "counts.csv"
+    lines = counts.read_text().splitlines()
+    lines = [lines[0] + ",total"] + [ln + f",{sum(map(int, ln.split(',')[3:]))}" for ln in lines[1:]]
+    counts.write_text("\n".join(lines) + "\n")
+    spec = SPEC.replace('counts = ["adult_*", "child_*"]\nattributes = ["age", "group"]',
+                        'counts = ["*_a", "*_b", "total"]')
+    declare = lambda k: spec.replace('"*_b", "total"]', f'"*_b", "total"]\ncells_per_person = {k}')  # noqa: E731
+    path.write_text(spec)
+    acc = Accountant(rho=1.0)
+    with pytest.raises(SparseDPError, match="'total' equals the sum of"):
+        run_spec(path, accountant=acc)
+    assert not acc.ledger and not (tmp_path / "td.npz").exists()
+    path.write_text(declare(2))
+    res = run_spec(path, rng=1, accountant=acc)
+    assert all("2 cells per person" in e.label for e in acc.ledger) and acc.spent == pytest.approx(0.5)
+    path.write_text(declare(0))
+    with pytest.raises(SparseDPError, match="contributions_per_person"):
+        run_spec(path, accountant=Accountant(rho=1.0), force=True)
+    assert res.release.description["contributions_per_person"] == 2
