@@ -321,14 +321,14 @@ def test_a_subtree_over_the_bound_is_refused_without_its_total(tmp_path):
 
     big = int(MAX_MAGNITUDE) - 3
     cells = CellDomain.flat(["a", "b"])
-    h = Hierarchy(("nation", "state", "county"), (np.array([-1]), np.array([0]), np.array([0, 0])),
+    h = Hierarchy(("nation", "state", "county"), (np.array([-1]), np.array([0]), np.array([0])),
                   (np.array(["nation"], dtype=object), np.array(["01"], dtype=object),
-                   np.array(["001", "002"], dtype=object)), cells)
-    leaf = np.array([[big, 0], [big, 7]], dtype=np.int64)
-    counts = (leaf.sum(0, keepdims=True), leaf.sum(0, keepdims=True), leaf)
+                   np.array(["001"], dtype=object)), cells)
+    leaf = np.array([[big, big - 7]], dtype=np.int64)  # every count within the bound, the subtree's total not
     with pytest.raises(InputBoundError) as err:
-        topdown_scaleout(HierarchicalTable(h, counts), tmp_path / "out", rho=1.0, rng=0)
-    assert str(2 * big + 7) not in str(err.value) and f"{MAX_MAGNITUDE:.0f}" in str(err.value)
+        topdown_scaleout(HierarchicalTable(h, (leaf, leaf, leaf)), tmp_path / "out", rho=1.0, rng=0)
+    assert "total count exceeds" in str(err.value) and f"{MAX_MAGNITUDE:.0f}" in str(err.value)
+    assert str(2 * big - 7) not in str(err.value)
 
 
 def _scratch_dirs(parent):
