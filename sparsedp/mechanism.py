@@ -127,7 +127,8 @@ class Release:
         the measurement's own flag); ``kwargs`` go to :meth:`error_report`."""
         m = self.measurement
         desc = {"strategy": m.strategy.name, "noise": m.noise, "secure": m.secure,
-                "sensitivity": m.sensitivity, "epsilon": m.cost.epsilon, "rho": m.cost.rho}
+                "sensitivity": m.sensitivity, "epsilon": m.cost.epsilon, "rho": m.cost.rho,
+                "privacy_unit": (m.entry.privacy_unit if m.entry is not None else None) or "one row"}
         if self.optimizer is not None:
             desc["optimizer"] = dict(self.optimizer)
         desc.update(description or {})

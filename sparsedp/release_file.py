@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -158,6 +158,21 @@ def load_release_file(path: str | Path) -> ReleaseFile:
                        model=dict(meta.get("model") or {}))
 
 
+def _unit_line(release: Any) -> str:
+    """Whom a release protects, from its description (``privacy_unit``: the unit's
+    :meth:`~sparsedp.privacy_unit.PrivacyUnit.describe`) or its ledger entries; ``"one row"``
+    when no unit was declared (every release before the privacy unit existed)."""
+    desc = (getattr(release, "description", None) or {}).get("privacy_unit")
+    if isinstance(desc, Mapping):
+        name = desc.get("privacy_unit", "one row")
+        bounds = ", ".join(f"{k} {desc[k]}" for k in ("max_rows", "max_groups", "max_rows_per_group") if k in desc)
+        return f"one {name} ({bounds})" if bounds and name != "one row" else "one row" if name == "one row" else str(name)
+    if isinstance(desc, str) and desc:
+        return desc if desc == "one row" else f"one {desc}"
+    units = {e.get("privacy_unit") for e in release.ledger if isinstance(e, Mapping) and e.get("privacy_unit")}
+    return " and ".join(f"one {u}" for u in sorted(units)) if units else "one row"
+
+
 def ledger_rows(release: Any) -> list[str]:
     """The ledger as printable lines (``sparsedp ledger FILE``) of a :class:`ReleaseFile` or a
     :class:`~sparsedp.releases.ReleaseResult` (anything with ``kind``, ``private``, ``ledger``,
@@ -166,6 +181,7 @@ def ledger_rows(release: Any) -> list[str]:
     lines = [f"{release.kind} release, {'private' if release.private else 'NOT PRIVATE'}"
              f"{f' noise, {len(exact)} exact disclosure(s), NOT private' if exact else ''}, "
              f"{len(release.ledger)} measurement(s)"]
+    lines.append(f"  protects: {_unit_line(release)}")
     for i, e in enumerate(release.ledger):
         cost = f"epsilon={e['epsilon']:g}" if e.get("epsilon") else f"rho={e.get('rho', 0):g}"
         parts = [f"{i}: {e.get('label', '')}", cost]
@@ -177,6 +193,8 @@ def ledger_rows(release: Any) -> list[str]:
             parts.append(f"Delta={e['sensitivity']:g}")
         if e.get("scale_min") is not None:
             parts.append(f"scales [{e['scale_min']:g}, {e['scale_max']:g}]")
+        if e.get("privacy_unit"):
+            parts.append(f"per {e['privacy_unit']}")
         if e.get("private") is False:
             parts.append("seeded (not private)")
         lines.append("  " + ", ".join(parts))

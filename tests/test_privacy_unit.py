@@ -169,3 +169,16 @@ def test_row_budget_gives_the_unit_budget_through_the_group_bound() -> None:
     assert grouped.row_budget("gaussian", 0.5, disjoint_columns=True) == pytest.approx(0.5 / 4)
     with pytest.raises(SparseDPError, match="auto"):
         PrivacyUnit("id", max_rows="auto").l1_bound()
+
+
+def test_release_files_and_the_ledger_say_whom_they_protect(tmp_path) -> None:
+    from sparsedp.release_file import ledger_rows
+
+    unit = PrivacyUnit("CustomerID", max_rows=50)
+    rel = sparsedp.MatrixMechanism(np.eye(3), np.eye(3), epsilon=1.0, privacy_unit=unit).run(np.array([1.0, 2, 3]))
+    saved = rel.to_release().save(tmp_path / "unit.npz")
+    lines = ledger_rows(sparsedp.load_release(saved))
+    assert "protects: one CustomerID (max_rows 50)" in lines[1] and "per CustomerID (max_rows 50)" in lines[2]
+    plain = sparsedp.MatrixMechanism(np.eye(3), np.eye(3), epsilon=1.0).run(np.array([1.0, 2, 3])).to_release()
+    assert plain.description["privacy_unit"] == "one row"
+    assert ledger_rows(plain)[1].strip() == "protects: one row"
