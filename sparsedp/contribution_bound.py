@@ -12,7 +12,12 @@ it in the last bucket): bucket ``b`` counts the units with ``t_{b-1} < c_u <= t_
 removing one unit changes one bucket by one, so the bucket histogram has ``Delta_1 = Delta_2 =
 1`` and is measured through the one measurement path (:func:`sparsedp.measure.measure`, exact
 noise, charged to the accountant).  The bound is post-processing of that noisy histogram ``h~``:
-the smallest ``t_b`` with ``sum_{i <= b} h~_i >= q sum_i h~_i``.  The noisy histogram also
+the smallest ``t_b`` with ``sum_{i <= b} h~_i >= q sum_i h~_i``; or, with ``quantile="error"``,
+the candidate ``k`` that minimises the estimated mean absolute error per cell of a release of
+``cells`` counts: the truncation bias ``sum_b h~_b max(r_b - k, 0) / cells`` (truncation only lowers
+counts, so the mean absolute bias per cell is exactly the rows dropped over the cells; ``r_b`` the
+middle of bucket ``b``) plus the noise's ``E|z|`` at sensitivity ``k`` (``k / epsilon`` for Laplace,
+``sqrt(2 / pi) k / sqrt(2 rho)`` for Gaussian) under the release's budget.  The noisy histogram also
 estimates, with no further charge, how many rows each candidate keeps
 (:meth:`BoundChoice.rows_kept`): ``sum_b h~_b min(t_b, k)``.
 
@@ -22,6 +27,7 @@ rows dropped are never returned.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -51,7 +57,7 @@ class BoundChoice:
     """A contribution bound chosen privately (module doc)."""
 
     bound: int  # the chosen max_rows
-    quantile: float  # the quantile of rows per unit it estimates
+    quantile: float | str  # the quantile of rows per unit it estimates, or "error"
     candidates: np.ndarray  # the public grid t_0 < ... < t_B
     noisy_units: np.ndarray  # the noisy bucket histogram h~ (units per bucket, noisy)
     measurement: Measurement  # the charged measurement h~ came from
@@ -68,8 +74,20 @@ class BoundChoice:
     def describe(self) -> dict[str, Any]:
         """What a release description records of the choice."""
         spent = {"epsilon": self.cost.epsilon} if self.cost.epsilon else {"rho": self.cost.rho}
-        return {"max_rows": int(self.bound), "chosen_by": f"DP {self.quantile:g}-quantile of rows per unit",
-                "spent": spent}
+        how = ("DP estimate of the error-minimising bound" if self.quantile == "error"
+               else f"DP {self.quantile:g}-quantile of rows per unit")
+        return {"max_rows": int(self.bound), "chosen_by": how, "spent": spent}
+
+    def estimated_error(self, bounds: Any, cells: int, noise: str, budget: float) -> np.ndarray:
+        """Estimated mean absolute error per cell at each bound (module doc): truncation bias from
+        the noisy bucket histogram plus the noise's mean absolute value.  Post-processing only."""
+        k = np.atleast_1d(np.asarray(bounds, dtype=np.float64))
+        h = np.clip(self.noisy_units, 0.0, None)
+        lower = np.r_[0.0, self.candidates[:-1].astype(np.float64)]
+        mid = (lower + self.candidates) / 2.0
+        bias = (h[None, :] * np.maximum(mid[None, :] - k[:, None], 0.0)).sum(axis=1) / float(cells)
+        noise_abs = k / budget if noise == "laplace" else np.sqrt(2.0 / np.pi) * k / np.sqrt(2.0 * budget)
+        return bias + noise_abs
 
 
 def choose_max_rows(
@@ -82,15 +100,21 @@ def choose_max_rows(
     rng: Any = None,
     max_bound: int = 2**16,
     drop_missing: bool = False,
+    cells: int | None = None,
+    release_budget: float | None = None,
 ) -> BoundChoice:
     """A private ``quantile`` of the rows per unit as ``max_rows`` (module doc).
 
     ``units``: the unit id of every row.  The budget (``epsilon``: exact discrete Laplace;
     ``rho``: exact discrete Gaussian) is what this choice spends -- a small share of the release's
     budget -- and is charged to ``accountant``.  Rows without an id raise unless
-    ``drop_missing``."""
-    if not 0.0 < float(quantile) < 1.0:
-        raise SparseDPError(f"quantile must lie in (0, 1), got {quantile!r}")
+    ``drop_missing``.  ``quantile="error"`` needs the release's number of ``cells`` and its
+    ``release_budget`` (same kind as the choice's)."""
+    if quantile == "error":
+        if not isinstance(cells, (int, np.integer)) or cells < 1 or release_budget is None or release_budget <= 0:
+            raise SparseDPError("quantile='error' needs the release's cells (a positive integer) and release_budget")
+    elif isinstance(quantile, str) or not 0.0 < float(quantile) < 1.0:
+        raise SparseDPError(f"quantile must lie in (0, 1) or be 'error', got {quantile!r}")
     if (epsilon is None) == (rho is None):
         raise SparseDPError("give the budget of the choice: epsilon (Laplace) or rho (Gaussian)")
     from .privacy_unit import _codes  # the unit ids' codes, missing ids handled as truncate does
@@ -104,11 +128,17 @@ def choose_max_rows(
     meas = measure(np.eye(grid.size), hist, accountant=accountant, rng=rng, label="privacy unit: bound (DP quantile)",
                    **kw)
     noisy = np.asarray(meas.y, dtype=np.float64)
-    cdf = np.cumsum(noisy)
-    target = float(quantile) * cdf[-1]
-    at = int(np.argmax(cdf >= target)) if np.any(cdf >= target) else grid.size - 1
-    return BoundChoice(bound=int(grid[at]), quantile=float(quantile), candidates=grid, noisy_units=noisy,
-                       measurement=meas, cost=meas.cost)
+    choice = BoundChoice(bound=0, quantile=quantile if quantile == "error" else float(quantile), candidates=grid,
+                         noisy_units=noisy, measurement=meas, cost=meas.cost)
+    if quantile == "error":
+        est = choice.estimated_error(grid, int(cells), "laplace" if epsilon is not None else "gaussian",
+                                     float(release_budget))
+        at = int(np.argmin(est))
+    else:
+        cdf = np.cumsum(noisy)
+        target = float(quantile) * cdf[-1]
+        at = int(np.argmax(cdf >= target)) if np.any(cdf >= target) else grid.size - 1
+    return dataclasses.replace(choice, bound=int(grid[at]))
 
 
 def resolve_unit(
@@ -120,10 +150,12 @@ def resolve_unit(
     accountant: Accountant | None = None,
     rng: Any = None,
     drop_missing: bool = False,
+    cells: int | None = None,
 ) -> tuple[Any, BoundChoice | None, float]:
     """``(concrete unit, choice, budget left for the release)``.  A unit with ``max_rows="auto"``
     spends ``unit.auto_share`` of the budget (``epsilon`` or ``rho``) on :func:`choose_max_rows`
-    and gets the chosen bound; any other unit is returned as is with the whole budget."""
+    and gets the chosen bound; any other unit is returned as is with the whole budget.
+    ``cells``: the release's number of counts, needed by ``auto_quantile="error"``."""
     from .privacy_unit import PrivacyUnit
 
     if not isinstance(unit, PrivacyUnit):
@@ -134,12 +166,13 @@ def resolve_unit(
     if not unit.is_auto:
         return unit, None, float(budget)
     share = float(budget) * unit.auto_share
+    rest = _rest(float(budget), share)
     choice = choose_max_rows(units, quantile=unit.auto_quantile, accountant=accountant, rng=rng,
-                             drop_missing=drop_missing,
+                             drop_missing=drop_missing, cells=cells, release_budget=rest,
                              **({"epsilon": share} if epsilon is not None else {"rho": share}))
     concrete = PrivacyUnit(unit.column, max_rows=choice.bound, max_groups=unit.max_groups,
                            max_rows_per_group=unit.max_rows_per_group)
-    return concrete, choice, _rest(float(budget), share)
+    return concrete, choice, rest
 
 
 def _rest(budget: float, spent: float) -> float:

@@ -63,3 +63,23 @@ def test_auto_spends_its_share_and_leaves_the_rest_exactly() -> None:
         acct.spend(PrivacyCost(epsilon=1e-9), label="more")
     fixed, none, whole = resolve_unit(PrivacyUnit("id", max_rows=5), ids, epsilon=1.0)
     assert none is None and whole == 1.0 and fixed.max_rows == 5
+
+
+def test_the_error_target_picks_a_bound_near_the_estimated_optimum() -> None:
+    """With ``auto_quantile="error"`` the bound minimises bias + noise estimated from the noisy
+    bucket histogram; at a generous budget it lands within a grid step or two of the true
+    minimiser of ``dropped(k) / cells + k / epsilon``."""
+    rng = np.random.default_rng(4)
+    ids, per = _ids(rng, 4000)
+    cells, eps = 300, 0.9
+    ks = np.arange(1, 2000)
+    true = ks[np.argmin([np.maximum(per - k, 0).sum() / cells + k / eps for k in ks])]
+    unit, choice, rest = resolve_unit(PrivacyUnit("id", max_rows="auto", auto_quantile="error"), ids, epsilon=1.0,
+                                      rng=0, cells=cells)
+    assert rest == pytest.approx(0.9)
+    assert true / 2**0.5 <= unit.max_rows <= true * 2**0.5
+    assert choice.describe()["chosen_by"].startswith("DP estimate")
+    with pytest.raises(SparseDPError, match="cells"):
+        resolve_unit(PrivacyUnit("id", max_rows="auto", auto_quantile="error"), ids, epsilon=1.0)
+    with pytest.raises(SparseDPError):
+        PrivacyUnit("id", max_rows="auto", auto_quantile="median")

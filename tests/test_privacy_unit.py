@@ -182,3 +182,21 @@ def test_release_files_and_the_ledger_say_whom_they_protect(tmp_path) -> None:
     plain = sparsedp.MatrixMechanism(np.eye(3), np.eye(3), epsilon=1.0).run(np.array([1.0, 2, 3])).to_release()
     assert plain.description["privacy_unit"] == "one row"
     assert ledger_rows(plain)[1].strip() == "protects: one row"
+
+
+def test_an_audit_with_unit_level_neighbours_stays_below_the_claim() -> None:
+    """Neighbours differ by one whole unit (its kept rows, up to max_rows = 4 in one cell):
+    the audit of the unit-level release finds no loss above epsilon 1."""
+    from sparsedp.audit import audit, plan_release
+
+    unit = PrivacyUnit("id", max_rows=4)
+    ids = np.r_[np.arange(30), np.full(9, 99)]  # unit 99 has 9 rows, all in cell 0
+    cells = np.r_[np.arange(30) % 6, np.zeros(9, dtype=int)]
+    full = unit_histogram(cells, 6, ids, unit, rng=0)
+    without = unit_histogram(cells[:30], 6, ids[:30], unit, rng=0)
+    assert (full - without).tolist() == [4, 0, 0, 0, 0, 0]
+    plan = plan_measurement(np.eye(6), epsilon=1.0, privacy_unit=unit)
+    res = audit(plan_release(plan), full, without, trials=20000, rng=1, batched=True)
+    assert res.epsilon_lower <= 1.0
+    row_level = plan_measurement(np.eye(6), epsilon=1.0)  # calibrated to one row: the audit sees the gap
+    assert audit(plan_release(row_level), full, without, trials=20000, rng=1, batched=True).epsilon_lower > 1.0
