@@ -14,10 +14,13 @@ removing one unit changes one bucket by one, so the bucket histogram has ``Delta
 noise, charged to the accountant).  The bound is post-processing of that noisy histogram ``h~``:
 the smallest ``t_b`` with ``sum_{i <= b} h~_i >= q sum_i h~_i``; or, with ``quantile="error"``,
 the candidate ``k`` that minimises the estimated mean absolute error per cell of a release of
-``cells`` counts: the truncation bias ``sum_b h~_b max(r_b - k, 0) / cells`` (truncation only lowers
-counts, so the mean absolute bias per cell is exactly the rows dropped over the cells; ``r_b`` the
-middle of bucket ``b``) plus the noise's ``E|z|`` at sensitivity ``k`` (``k / epsilon`` for Laplace,
-``sqrt(2 / pi) k / sqrt(2 rho)`` for Gaussian) under the release's budget.  The noisy histogram also
+``cells`` counts, ``E|beta + z|`` for a cell whose truncation bias is the mean bias ``beta(k) =
+sum_b h~_b max(r_b - k, 0) / cells`` over the buckets whose noisy count stands above the noise
+(truncation only lowers counts, so the mean absolute bias per
+cell is exactly the rows dropped over the cells; ``r_b`` the middle of bucket ``b``) and whose noise
+``z`` has sensitivity ``k`` under the release's budget: ``beta + s e^{-beta/s}`` for Laplace of
+scale ``s = k / epsilon``, ``beta (1 - 2 Phi(-beta/s)) + 2 s phi(beta/s)`` for Gaussian of
+``s = k / sqrt(2 rho)``.  The noisy histogram also
 estimates, with no further charge, how many rows each candidate keeps
 (:meth:`BoundChoice.rows_kept`): ``sum_b h~_b min(t_b, k)``.
 
@@ -63,12 +66,23 @@ class BoundChoice:
     measurement: Measurement  # the charged measurement h~ came from
     cost: PrivacyCost
 
+    def _significant_units(self) -> np.ndarray:
+        """``h~`` with the buckets whose noisy count could be noise alone set to 0: below ``t`` with
+        ``P(max_b |z_b| > t) <= 5%`` (Laplace ``t = b ln(B / 0.05)``; Gaussian ``t = sigma
+        sqrt(2 ln(2 B / 0.05))``).  An empty bucket of large candidates would otherwise stand for
+        thousands of rows per unit of pure noise."""
+        B = self.noisy_units.size
+        s = float(np.max(self.measurement.scales))
+        t = s * np.log(B / 0.05) if self.measurement.noise == "laplace" else s * np.sqrt(2.0 * np.log(2.0 * B / 0.05))
+        return np.where(self.noisy_units > t, self.noisy_units, 0.0)
+
     def rows_kept(self, bounds: Any) -> np.ndarray:
         """Estimated rows kept at each bound ``k`` (post-processing of ``h~``, no charge):
-        ``sum_b max(h~_b, 0) min(t_b, k)``, with ``t_b`` the bucket's upper edge (an over-estimate
-        of the rows of the units in it)."""
+        ``sum_b h~_b min(t_b, k)`` over the buckets whose count is above the noise
+        (:meth:`_significant_units`), with ``t_b`` the bucket's upper edge (an over-estimate of the
+        rows of the units in it)."""
         k = np.atleast_1d(np.asarray(bounds, dtype=np.float64))
-        h = np.clip(self.noisy_units, 0.0, None)
+        h = self._significant_units()
         return (h[None, :] * np.minimum(self.candidates[None, :], k[:, None])).sum(axis=1)
 
     def describe(self) -> dict[str, Any]:
@@ -79,15 +93,20 @@ class BoundChoice:
         return {"max_rows": int(self.bound), "chosen_by": how, "spent": spent}
 
     def estimated_error(self, bounds: Any, cells: int, noise: str, budget: float) -> np.ndarray:
-        """Estimated mean absolute error per cell at each bound (module doc): truncation bias from
-        the noisy bucket histogram plus the noise's mean absolute value.  Post-processing only."""
+        """Estimated mean absolute error per cell at each bound (module doc): ``E|beta + z|`` with
+        the mean truncation bias ``beta`` from the noisy bucket histogram.  Post-processing only."""
         k = np.atleast_1d(np.asarray(bounds, dtype=np.float64))
-        h = np.clip(self.noisy_units, 0.0, None)
+        h = self._significant_units()
         lower = np.r_[0.0, self.candidates[:-1].astype(np.float64)]
         mid = (lower + self.candidates) / 2.0
         bias = (h[None, :] * np.maximum(mid[None, :] - k[:, None], 0.0)).sum(axis=1) / float(cells)
-        noise_abs = k / budget if noise == "laplace" else np.sqrt(2.0 / np.pi) * k / np.sqrt(2.0 * budget)
-        return bias + noise_abs
+        if noise == "laplace":  # E|b + z|, z ~ Laplace(s), b >= 0: b + s exp(-b / s)
+            s = k / budget
+            return bias + s * np.exp(-bias / s)
+        from scipy.stats import norm  # E|b + z|, z ~ N(0, s^2): b (1 - 2 Phi(-b/s)) + 2 s phi(b/s)
+
+        s = k / np.sqrt(2.0 * budget)
+        return bias * (1.0 - 2.0 * norm.cdf(-bias / s)) + 2.0 * s * norm.pdf(bias / s)
 
 
 def choose_max_rows(

@@ -68,12 +68,13 @@ def test_auto_spends_its_share_and_leaves_the_rest_exactly() -> None:
 def test_the_error_target_picks_a_bound_near_the_estimated_optimum() -> None:
     """With ``auto_quantile="error"`` the bound minimises bias + noise estimated from the noisy
     bucket histogram; at a generous budget it lands within a grid step or two of the true
-    minimiser of ``dropped(k) / cells + k / epsilon``."""
+    minimiser of ``E|beta(k) + z|`` (mean bias ``beta = dropped(k) / cells``, Laplace ``z``)."""
     rng = np.random.default_rng(4)
     ids, per = _ids(rng, 4000)
     cells, eps = 300, 0.9
     ks = np.arange(1, 2000)
-    true = ks[np.argmin([np.maximum(per - k, 0).sum() / cells + k / eps for k in ks])]
+    beta = np.array([np.maximum(per - k, 0).sum() / cells for k in ks])
+    true = ks[np.argmin(beta + ks / eps * np.exp(-beta * eps / ks))]
     unit, choice, rest = resolve_unit(PrivacyUnit("id", max_rows="auto", auto_quantile="error"), ids, epsilon=1.0,
                                       rng=0, cells=cells)
     assert rest == pytest.approx(0.9)
