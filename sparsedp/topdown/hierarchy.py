@@ -38,6 +38,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..errors import InputBoundError, NegativeCountError, NonFiniteInputError, ShapeError, SparseDPError
+from ..privacy_unit import PrivacyUnit, truncate, warn_if_id_like
 from ..validation import MAX_MAGNITUDE
 
 __all__ = ["CellDomain", "Hierarchy", "HierarchicalTable", "read_table", "expand_columns", "check_cells_partition",
@@ -564,9 +565,17 @@ class HierarchicalTable:
     #: how many cells of its unit one person may be counted in (1: the cells partition the people;
     #: more for overlapping count columns, declared by the user: the release calibrates to it)
     contributions_per_person: int = 1
+    #: whom the counts protect (:class:`~sparsedp.privacy_unit.PrivacyUnit`, records only): each
+    #: unit's records were truncated to its bounds; ``None``: each record is its own unit
+    privacy_unit: PrivacyUnit | None = None
+    #: the truncation's priorities came from a seed (reproducible): the release is then not private
+    truncation_seeded: bool = False
 
     def __post_init__(self) -> None:
         h = self.hierarchy
+        if self.privacy_unit is not None and (not isinstance(self.privacy_unit, PrivacyUnit) or self.privacy_unit.is_auto):
+            raise SparseDPError("privacy_unit must be a PrivacyUnit with concrete bounds (resolve max_rows='auto' "
+                                "first: sparsedp.contribution_bound.resolve_unit)")
         object.__setattr__(self, "contributions_per_person", check_contributions(self.contributions_per_person))
         if len(self.counts) != h.depth + 1:
             raise ShapeError("one count array per level")
@@ -634,17 +643,31 @@ class HierarchicalTable:
     @classmethod
     def from_records(cls, frame: Any, geo: Sequence[str], categories: Sequence[str], *,
                      domain: Mapping[str, Sequence[Any]] | None = None, units: Any = None,
-                     root: str = "root") -> "HierarchicalTable":
-        """From record rows (one per person): geography columns ``geo`` and categorical columns
-        ``categories``, aggregated to counts.  The category values are ``domain[name]`` or, for a
-        pandas ``Categorical`` column, its categories (a value outside them raises).  ``units``: a
-        DataFrame of the geography columns listing every unit (public: units without records get
-        zero counts), or ``"observed"`` to declare the units present among the records public
-        (they are a function of the data; the release description records the choice)."""
+                     root: str = "root", privacy_unit: PrivacyUnit | None = None,
+                     drop_missing_units: bool = False, rng: Any = None) -> "HierarchicalTable":
+        """From record rows (one per person, or several per person with a ``privacy_unit``):
+        geography columns ``geo`` and categorical columns ``categories``, aggregated to counts.
+        The category values are ``domain[name]`` or, for a pandas ``Categorical`` column, its
+        categories (a value outside them raises).  ``units``: a DataFrame of the geography columns
+        listing every unit (public: units without records get zero counts), or ``"observed"`` to
+        declare the units present among the records public (they are a function of the data; the
+        release description records the choice).
+
+        ``privacy_unit``: whom the release protects when one entity has several records (a
+        person's events, a household's members): a :class:`~sparsedp.privacy_unit.PrivacyUnit`
+        naming the id column, with ``max_rows`` and/or ``max_groups`` / ``max_rows_per_group``,
+        a group being a (leaf unit, cell) pair.  Each entity's records beyond the bounds are
+        dropped (:func:`~sparsedp.privacy_unit.truncate`: secret random choice, or reproducible
+        from ``rng`` and then not private) before counting, and :func:`~sparsedp.topdown.topdown`
+        calibrates the noise to one whole entity.  ``max_rows="auto"`` is resolved first, with
+        its share of the budget (:func:`sparsedp.contribution_bound.resolve_unit`).  Records
+        without an id are refused unless ``drop_missing_units``.  Without a unit, an
+        identifier-like column (``person_id``, ``CustomerID``) draws a one-line warning."""
         pd = _pd()
         cats = [str(c) for c in categories]
         if not cats:
             raise ShapeError("give at least one category column")
+        unit = _records_unit(privacy_unit, frame, geo)
         unknown = [c for c in (*geo, *cats) if c not in frame.columns]
         if unknown:
             raise ShapeError(f"unknown column(s) {unknown}; the records have {list(frame.columns)[:30]}")
@@ -685,8 +708,17 @@ class HierarchicalTable:
             bad = tuple(frame[list(geo)].iloc[int(np.flatnonzero(at < 0)[0])])
             raise ShapeError(f"a record's geography {bad} is not a unit of the units table")
         C = cells.size
-        counts = np.bincount(at * C + cell, minlength=len(unit_frame) * C).reshape(len(unit_frame), C)
-        return cls.from_leaf_counts(h, depth, row_unit, counts.astype(np.int64), observed)
+        group = at.astype(np.int64) * C + cell  # (leaf unit, cell) of every record
+        if unit is not None:  # each entity's records within its bounds, chosen by secret priorities
+            keep = truncate(frame[unit.column].to_numpy(), unit, group if unit.grouped else None, rng=rng,
+                            drop_missing=drop_missing_units)
+            group = group[keep]
+        counts = np.bincount(group, minlength=len(unit_frame) * C).reshape(len(unit_frame), C)
+        table = cls.from_leaf_counts(h, depth, row_unit, counts.astype(np.int64), observed)
+        if unit is None:
+            return table
+        seeded = rng is not None and not getattr(rng, "secure", False)
+        return cls(table.hierarchy, table.counts, observed, 1, unit, seeded)
 
     def level_frame(self, d: int) -> Any:
         """Level ``d`` as a DataFrame: its codes and one column per cell (SECRET: the true counts)."""
@@ -697,6 +729,25 @@ class HierarchicalTable:
         for j, c in enumerate(h.cells.columns):
             out[c] = self.counts[d][:, j]
         return out
+
+
+def _records_unit(unit: Any, frame: Any, geo: Sequence[str]) -> PrivacyUnit | None:
+    """The declared unit of a records table (``None``: one record), checked before anything is
+    read; an identifier-like column with no unit draws a one-line warning."""
+    if unit is None or (isinstance(unit, PrivacyUnit) and unit.is_row):
+        warn_if_id_like([c for c in frame.columns if c not in set(geo)], None)
+        return None
+    if not isinstance(unit, PrivacyUnit):
+        raise SparseDPError(f"privacy_unit must be a PrivacyUnit, got {type(unit).__name__}")
+    if unit.is_auto:
+        raise SparseDPError("max_rows='auto' is chosen with a share of the release's budget first: unit, choice, "
+                            "budget = sparsedp.contribution_bound.resolve_unit(unit, frame[unit.column], rho=..., "
+                            "accountant=...); then build the table with the resolved unit and release with the budget "
+                            "left")
+    if unit.column not in frame.columns:
+        raise ShapeError(f"the privacy unit's column {unit.column!r} is not a column of the records "
+                         f"({list(frame.columns)[:30]})")
+    return unit
 
 
 def _unique(a: np.ndarray) -> bool:
@@ -716,13 +767,16 @@ def _normalised_geo(frame: Any) -> Any:
 
 def read_table(path: str | Path, geo: Sequence[str] | str, counts: Any = None, *, categories: Any = None,
                attributes: Any = None, sep: str = "_", root: str = "root", domain: Any = None,
-               units: Any = None, contributions_per_person: int = 1) -> HierarchicalTable:
+               units: Any = None, contributions_per_person: int = 1, privacy_unit: PrivacyUnit | None = None,
+               drop_missing_units: bool = False, rng: Any = None) -> HierarchicalTable:
     """Read a CSV (``.csv``, ``.csv.gz``, ...) or Parquet (``.parquet``, ``.pq``) table into a
     :class:`HierarchicalTable`: count columns ``counts`` (names or glob patterns) as in
     :meth:`HierarchicalTable.from_counts`, or record rows with ``categories`` as in
     :meth:`HierarchicalTable.from_records`.  Geography columns are read as strings (leading zeros
     kept).  ``contributions_per_person``: for count columns, how many of them one person may be
-    counted in (:meth:`HierarchicalTable.from_counts`)."""
+    counted in (:meth:`HierarchicalTable.from_counts`).  ``privacy_unit``,
+    ``drop_missing_units``, ``rng``: for records, whom the release protects and how their records
+    are truncated (:meth:`HierarchicalTable.from_records`); a count table has no ids to bound."""
     pd = _pd()
     p = Path(path)
     if not p.is_file():
@@ -746,6 +800,17 @@ def read_table(path: str | Path, geo: Sequence[str] | str, counts: Any = None, *
     if missing:
         raise ShapeError(f"unknown geography column(s) {missing}; {p.name} has {header[:40]}")
     use = geo_cols + [c for c in value_cols if c not in geo_cols]
+    declared = privacy_unit is not None and not privacy_unit.is_row
+    if declared and counts is not None:
+        raise ShapeError("a privacy unit bounds the records of each entity: give record rows (categories=), not a "
+                         "table of counts (which has no ids; overlapping count columns: contributions_per_person)")
+    if declared and privacy_unit.column not in use:
+        if privacy_unit.column not in header:
+            raise ShapeError(f"the privacy unit's column {privacy_unit.column!r} is not a column of {p.name} "
+                             f"({header[:40]})")
+        use.append(privacy_unit.column)
+    if categories is not None and not declared:  # the columns not read, which from_records does not see
+        warn_if_id_like([h for h in header if h not in set(use)], None)
     try:
         if parquet:
             frame = pd.read_parquet(p, columns=use)
@@ -755,13 +820,18 @@ def read_table(path: str | Path, geo: Sequence[str] | str, counts: Any = None, *
             dtypes = {g: str for g in geo_cols}
             if categories is not None:
                 dtypes.update({c: str for c in cats})
+                if declared:
+                    dtypes[privacy_unit.column] = str  # ids as text; an empty one is missing
             # a geography code is missing only when empty: "NA" may be a code (pandas reads it as NaN)
             na = {g: [""] for g in geo_cols}
             na.update({c: ["", "NA", "N/A", "NaN", "nan", "null", "NULL"] for c in value_cols if c not in geo_cols})
+            if declared and privacy_unit.column not in na:
+                na[privacy_unit.column] = [""]  # an empty id is a missing one
             frame = pd.read_csv(p, usecols=use, dtype=dtypes, keep_default_na=False, na_values=na)
     except Exception as exc:  # noqa: BLE001
         raise SparseDPError(f"cannot read {p}: {exc}") from exc
     if counts is not None:
         return HierarchicalTable.from_counts(frame, geo_cols, value_cols, attributes=attributes, sep=sep, root=root,
                                              contributions_per_person=contributions_per_person)
-    return HierarchicalTable.from_records(frame, geo_cols, cats, domain=domain, units=units, root=root)
+    return HierarchicalTable.from_records(frame, geo_cols, cats, domain=domain, units=units, root=root,
+                                          privacy_unit=privacy_unit, drop_missing_units=drop_missing_units, rng=rng)

@@ -38,6 +38,7 @@ from ..errors import (
     UnsupportedStructureError,
 )
 from ..privacy import Accountant, LedgerEntry, ledger_time
+from ..privacy_unit import ONE_ROW
 from ..releases import AxisLabel, ReleaseMethods, ReleaseResult, load_release, register_reader
 from ..validation import MAX_MAGNITUDE
 from .design import Invariant, TopDownDesign, pinned_axes, plan_topdown
@@ -52,6 +53,7 @@ from .subtrees import (
     subtree_ranges,
     unit_plan,
 )
+from .units import declared_unit, design_unit_cost, plan_for_unit, unit_description, unit_entry
 from .rounding import (
     project_children,
     project_marginal,
@@ -401,16 +403,19 @@ def level_entry(lp: Any, seeded: bool, rows: int, columns: int) -> LedgerEntry:
 
 
 def charge_levels(design: TopDownDesign, accountant: Accountant | None, seeded: bool,
-                  units: Sequence[int]) -> list[LedgerEntry]:
+                  units: Sequence[int], privacy_unit: Any = None) -> list[LedgerEntry]:
     """Charge every measured level of ``design`` once (``units``: the levels' real unit counts),
-    one ledger entry each, before any noise is drawn; the entries."""
+    one ledger entry each, before any noise is drawn; the entries.  ``privacy_unit``: a declared
+    unit the per-record ``design`` protects, each level charged per unit (:mod:`.units`)."""
     C = design.hierarchy.cells.size
     entries = []
     for lp in design.measured:
         per_unit = lp.plan.rows // max(lp.units, 1)
         entry = level_entry(lp, seeded, per_unit * units[lp.depth], C * units[lp.depth])
+        if privacy_unit is not None:
+            entry = unit_entry(entry, privacy_unit)
         if accountant is not None:
-            accountant.spend(lp.plan.cost, label=entry.label, entry=entry)
+            accountant.spend(entry.cost, label=entry.label, entry=entry)
         entries.append(entry)
     return entries
 
@@ -491,10 +496,14 @@ def topdown(table: HierarchicalTable, *, rho: float | None = None, epsilon: floa
         raise ShapeError(f"expected a HierarchicalTable (see HierarchicalTable.from_counts / read_table), got "
                          f"{type(table).__name__}")
     k = resolve_contributions(table.contributions_per_person, contributions_per_person)
+    pu = declared_unit(table.privacy_unit)
     if design is None:
-        design = plan_topdown(table.hierarchy, rho=rho, epsilon=epsilon, noise=noise, split=split, queries=queries,
-                              invariants=invariants, secure=secure, measure_invariants=measure_invariants,
-                              contributions_per_person=k)
+        def plan(r: Any, e: Any) -> TopDownDesign:
+            return plan_topdown(table.hierarchy, rho=r, epsilon=e, noise=noise, split=split, queries=queries,
+                                invariants=invariants, secure=secure, measure_invariants=measure_invariants,
+                                contributions_per_person=k)
+
+        design = plan(rho, epsilon) if pu is None else plan_for_unit(plan, pu, rho, epsilon, noise)
     elif design.hierarchy is not table.hierarchy:
         raise ShapeError("the design was planned for another hierarchy")
     elif design.contributions_per_person < k:
@@ -507,12 +516,13 @@ def topdown(table: HierarchicalTable, *, rho: float | None = None, epsilon: floa
     if accountant is not None:
         if not isinstance(accountant, Accountant):
             raise InvalidPrivacyParameterError(f"accountant must be an Accountant, got {type(accountant).__name__}")
-        accountant.check(design.cost())
+        accountant.check(design.cost() if pu is None else design_unit_cost(design, pu))
     for c in table.counts:  # the checks every plan makes, for all levels before the first charge
         if c.size and (c.min() < 0 or float(c.max()) > MAX_MAGNITUDE):  # pragma: no cover - checked on construction
             raise NegativeCountError("counts must be non-negative integers below 2^50")
     seeded = rng is not None and not (isinstance(rng, _noise.SecureRandomBits) and rng.secure)
-    ledger = charge_levels(design, accountant, seeded, design.hierarchy.sizes)
+    seeded = seeded or table.truncation_seeded  # reproducible truncation: not private either
+    ledger = charge_levels(design, accountant, seeded, design.hierarchy.sizes, pu)
     private = not seeded
     ys = measure_levels(design, table.counts, s, rng)
     counts, est, var = release_from_measurements(design, ys, pins, weights)
@@ -525,7 +535,10 @@ def topdown(table: HierarchicalTable, *, rho: float | None = None, epsilon: floa
                 non_private=("the invariants are the true values, published exactly by request (not private); the "
                              "units and cells are the public domain" if design.invariants else
                              "the units and cells are the public domain"),
-                units_observed=bool(table.units_observed))
+                units_observed=bool(table.units_observed), privacy_unit=ONE_ROW.describe())
+    if pu is not None:
+        spent = design_unit_cost(design, pu)
+        desc = unit_description(desc, pu, design.noise, spent.epsilon if design.noise == "laplace" else spent.rho)
     return TopDownRelease(h, counts, est, var, tuple(ys) if keep_noisy else (), published, tuple(ledger), private,
                           design.noise, design.secure, desc, design)
 

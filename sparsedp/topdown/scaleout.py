@@ -374,6 +374,9 @@ def assemble_table(subtrees: Sequence[SubtreeData], levels: Sequence[str]) -> Hi
 
 
 def _as_source(data: Any, per_part: int) -> Any:
+    if isinstance(data, HierarchicalTable) and data.privacy_unit is not None and not data.privacy_unit.is_row:
+        raise SparseDPError("a table truncated to a privacy unit is released in process (sparsedp.topdown.topdown): "
+                            "the chunked release calibrates to one record")
     if isinstance(data, HierarchicalTable):
         return TableSource(data, per_part)
     if hasattr(data, "parts") and hasattr(data, "cells") and hasattr(data, "levels"):

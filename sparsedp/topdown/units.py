@@ -1,0 +1,135 @@
+"""TopDown releases that protect a privacy unit (a person, a household) with many records.
+
+Records with a declared :class:`~sparsedp.privacy_unit.PrivacyUnit` are truncated per unit
+(:meth:`~sparsedp.topdown.hierarchy.HierarchicalTable.from_records`): after it, one unit changes
+the leaf x cell counts by a vector ``d >= 0`` of integers with ``||d||_1 <= L = unit.l1_bound()``
+(``max_rows``, or ``min(max_rows, max_groups max_rows_per_group)``), its records possibly spread
+over several cells **and several leaves**.
+
+**The calibration.**  Every level ``i`` of a TopDown release measures ``A_i G_i d`` (``G_i`` adds
+the leaves into the level's units), calibrated so that one record -- which moves exactly one cell
+of the level by one, or nothing -- costs at most the level's budget ``b_i`` (Laplace: ``sum_r
+|(A_i e)_r| / s_r <= b_i``; zCDP: ``||S^-1 A_i e||_2^2 / 2 <= b_i``).  A unit's change is the sum of
+its ``L`` (or fewer) records' changes ``e_1 + ... + e_L``, so by the triangle inequality its loss
+at level ``i`` is at most ``L b_i`` (Laplace) and, since ``||S^-1 A_i (e_1 + ... + e_L)||_2 <= L
+sqrt(2 b_i)``, at most ``L^2 b_i`` (zCDP).  Both bounds are reached: ``L`` records in one leaf cell
+move every level by ``L`` times one record.  The release is therefore planned at the per-record
+budget ``epsilon / L`` (``rho / L^2``: :meth:`~sparsedp.privacy_unit.PrivacyUnit.row_budget`),
+which is exactly a calibration of every level to ``L`` times its one-record sensitivity, and each
+level is charged ``L b_i`` (``L^2 b_i``) per unit, recorded in the ledger with the unit.
+
+The cells-per-person rule (``contributions_per_person=K``, for overlapping count columns) is
+*not* this: it assumes one person counted in ``K`` **distinct** cells of **one** leaf unit, and
+bounds a histogram's ``Delta_2`` by ``sqrt(K)`` and its ``Delta_1`` by ``min(K, cells)``.  A unit
+of ``K`` records may put all of them in one cell (``Delta_2 = K``), more than ``cells`` of them in a
+leaf, or spread them over leaves that merge into one cell of the level above (``Delta_2 = K``
+there again); ``tests/test_topdown.py`` shows the loss exceeding the charge under that rule.
+
+With ``max_groups`` / ``max_rows_per_group`` and Gaussian noise, a leaf level's cells histogram
+alone would allow ``Delta_2 = unit.l2_bound() < L`` (distinct groups are distinct leaf cells), but
+every level above merges leaves, where a unit's ``g`` groups can fall into one cell; ``L`` is used
+at every level (valid, and tight above the leaves).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from fractions import Fraction
+from typing import Any, Callable
+
+from ..errors import SparseDPError
+from ..privacy import LedgerEntry, PrivacyCost, sequential
+from ..privacy_unit import PrivacyUnit
+
+__all__ = ["declared_unit", "per_record_budget", "plan_for_unit", "design_unit_cost", "unit_cost", "unit_entry",
+           "unit_description"]
+
+
+def declared_unit(unit: Any) -> PrivacyUnit | None:
+    """The table's unit when one is declared (``None``: each record is its own unit)."""
+    if unit is None or (isinstance(unit, PrivacyUnit) and unit.is_row):
+        return None
+    if not isinstance(unit, PrivacyUnit) or unit.is_auto:
+        raise SparseDPError("a TopDown release needs a PrivacyUnit with concrete bounds")
+    return unit
+
+
+def _factor(unit: PrivacyUnit, noise: str) -> int:
+    """What one unit's loss is at most, in multiples of one record's: ``L`` (Laplace), ``L^2`` (zCDP)."""
+    L = unit.l1_bound()
+    return L if noise == "laplace" else L * L
+
+
+def per_record_budget(unit: PrivacyUnit, noise: str, budget: float) -> float:
+    """The budget a row-level TopDown design is planned with so that one unit costs at most
+    ``budget``: ``epsilon / L`` or ``rho / L^2`` (module doc), rounded down."""
+    return unit.row_budget(noise, float(budget), disjoint_columns=False)
+
+
+def plan_for_unit(plan: Callable[[float | None, float | None], Any], unit: PrivacyUnit, rho: float | None,
+                  epsilon: float | None, noise: str | None) -> Any:
+    """A design whose per-unit cost fits ``rho`` / ``epsilon``: ``plan(rho, epsilon)`` (a
+    :func:`~sparsedp.topdown.design.plan_topdown` call) at the per-record budget
+    (:func:`per_record_budget`), lowered by a float step while the levels' costs, each rounded up
+    when made per unit, would add up to more than the budget.  A budget the planner refuses is
+    passed on as given (its error names it)."""
+    kind = noise or ("laplace" if epsilon is not None and rho is None else "gaussian")
+    budget = epsilon if kind == "laplace" else rho
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not math.isfinite(budget) or budget <= 0:
+        return plan(rho, epsilon)
+    row = per_record_budget(unit, kind, budget)
+    for _ in range(64):
+        design = plan(*((None, row) if kind == "laplace" else (row, None)))
+        total = design_unit_cost(design, unit)
+        if Fraction(total.epsilon if kind == "laplace" else total.rho) <= Fraction(budget):
+            return design
+        row = math.nextafter(row, 0.0)
+    raise SparseDPError("cannot fit the per-unit cost in the budget")  # pragma: no cover - a float step suffices
+
+
+def design_unit_cost(design: Any, unit: PrivacyUnit) -> PrivacyCost:
+    """What a per-record design costs one unit: its measured levels' costs made per unit, added."""
+    return sequential(*(unit_cost(lp.plan.cost, unit, design.noise) for lp in design.measured))
+
+
+def _scaled(value: float, factor: int) -> float:
+    """``factor * value`` rounded up to a float (never below the exact product)."""
+    exact = Fraction(value) * factor
+    out = float(exact)
+    return out if Fraction(out) >= exact else math.nextafter(out, math.inf)
+
+
+def unit_cost(cost: PrivacyCost, unit: PrivacyUnit, noise: str) -> PrivacyCost:
+    """A per-record cost made per unit (module doc): ``L`` times an epsilon, ``L^2`` times a rho."""
+    f = _factor(unit, noise)
+    if cost.epsilon:
+        return PrivacyCost(epsilon=_scaled(cost.epsilon, f))
+    return PrivacyCost(rho=_scaled(cost.rho, f))
+
+
+def unit_entry(entry: LedgerEntry, unit: PrivacyUnit) -> LedgerEntry:
+    """A level's ledger entry made per unit: its cost (:func:`unit_cost`), its sensitivity ``L``
+    times one record's (what one unit moves the level's measurement by), its label and unit."""
+    name = str(unit).removeprefix("privacy unit: ")
+    return dataclasses.replace(entry, cost=unit_cost(entry.cost, unit, entry.noise or "gaussian"),
+                               sensitivity=None if entry.sensitivity is None else
+                               _scaled(float(entry.sensitivity), unit.l1_bound()),
+                               label=f"{entry.label}, per {unit.column}", privacy_unit=name)
+
+
+def unit_description(desc: dict[str, Any], unit: PrivacyUnit, noise: str, charged: float) -> dict[str, Any]:
+    """The release description of a per-unit release: the budget per unit (what was charged),
+    the levels' and queries' budgets per unit, the per-record budget the design was planned at,
+    the neighbours and the unit (its bounds)."""
+    key = "epsilon" if noise == "laplace" else "rho"
+    f = _factor(unit, noise)
+    out = dict(desc)
+    out["per_record_" + key] = desc.get(key)
+    out[key] = charged
+    out["levels"] = [{**lv, key: _scaled(lv[key], f), "queries": {q: _scaled(b, f) for q, b in lv["queries"].items()}}
+                     for lv in desc.get("levels", [])]
+    out["neighbours"] = (f"add or remove one {unit.column} with all of their records (after truncation at most "
+                         f"{unit.l1_bound()}, in any leaf units and cells)")
+    out["privacy_unit"] = unit.describe()
+    return out
