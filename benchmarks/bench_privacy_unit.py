@@ -104,7 +104,7 @@ def run(releases: int, opendp: bool) -> dict:
                    "mae": float(np.mean(err)), "mae_se": float(np.std(err) / np.sqrt(releases)),
                    "noise_mae": float(np.mean(noise_err)), "bias_mae": float(np.mean(bias)),
                    "first_release_s": times[0], "median_release_s": float(np.median(times))}
-            if opendp and b != "auto":
+            if opendp and not str(b).startswith("auto"):
                 x = unit_histogram(cells, n, ids, unit, drop_missing=True, rng=0)
                 z = opendp_noise(b, n, releases, x)
                 row["opendp_noise_mae"] = float(np.abs(z).mean())

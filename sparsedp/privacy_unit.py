@@ -60,16 +60,14 @@ class PrivacyUnit:
     ``max_rows_per_group``: distinct cells per unit and rows per cell, for grouped releases
     (histograms, marginals, per-unit tables).  A declared column needs ``max_rows`` or both group
     bounds.  ``max_rows="auto"`` chooses it from the data, privately, with ``auto_share`` of the
-    release's budget spent on a DP ``auto_quantile`` of the rows per unit, or with
-    ``auto_quantile="error"`` on the bound that minimises the estimated error per cell (truncation
-    bias plus noise; the release's number of cells must then be given)
+    release's budget spent on a DP ``auto_quantile`` of the rows per unit
     (:func:`sparsedp.contribution_bound.resolve_unit`)."""
 
     column: str | None = None
     max_rows: int | str | None = None
     max_groups: int | None = None
     max_rows_per_group: int | None = None
-    auto_quantile: float | str = 0.95
+    auto_quantile: float = 0.95
     auto_share: float = 0.1
 
     def __post_init__(self) -> None:
@@ -77,8 +75,8 @@ class PrivacyUnit:
             if self.column is None:
                 raise SparseDPError("max_rows='auto' needs the column that identifies the privacy unit")
             q = self.auto_quantile
-            if not (q == "error" or (isinstance(q, (int, float)) and not isinstance(q, bool) and 0.0 < q < 1.0)):
-                raise SparseDPError(f"auto_quantile must lie in (0, 1) or be 'error', got {q!r}")
+            if not (isinstance(q, (int, float)) and not isinstance(q, bool) and 0.0 < q < 1.0):
+                raise SparseDPError(f"auto_quantile must lie in (0, 1), got {q!r}")
             if not 0.0 < float(self.auto_share) < 1.0:
                 raise SparseDPError("auto_share must lie in (0, 1)")
         else:
