@@ -132,6 +132,9 @@ def _exact_solver(base: Operator, v: np.ndarray):
     solve = getattr(base, "exact_solve", None)  # a square invertible structured strategy (Toeplitz)
     if solve is not None:
         return solve, f"exact-solve({base.structure})"
+    hybrid = _hybrid_solver(base, v)  # the optimiser's hybrid strategies: Woodbury on block forests
+    if hybrid is not None:
+        return hybrid
     if base.structure == "lower_triangular":
         L = sp.csr_matrix(base.tosparse())
         return (lambda Y: spsolve_triangular(L, Y, lower=True)), "triangular-solve"
@@ -139,6 +142,30 @@ def _exact_solver(base: Operator, v: np.ndarray):
     if wb is not None:
         return wb, f"woodbury(p={base.shape[0] - base.shape[1]})"
     return None
+
+
+def _hybrid_solver(base: Operator, v: np.ndarray):
+    """The exact GLS of a hybrid strategy (:class:`sparsedp.optimize.hybrid.HybridGLS`, its layout
+    checked against the matrix) under one noise variance on every row (GLS = ordinary least
+    squares), vectors or matrices; ``None`` otherwise."""
+    if not (isinstance(base, SparseOperator) and "hybrid" in base.meta):
+        return None
+    v = np.asarray(v, dtype=np.float64)
+    if v.size == 0 or float(v.min()) != float(v.max()):
+        return None
+    from .optimize.hybrid import hybrid_gls
+
+    gls = hybrid_gls(base)
+    if gls is None:
+        return None
+
+    def solve(Y: np.ndarray) -> np.ndarray:
+        Y = np.asarray(Y, dtype=np.float64)
+        if Y.ndim == 1:
+            return gls.solve(Y)
+        return np.column_stack([gls.solve(Y[:, j]) for j in range(Y.shape[1])])
+
+    return solve, f"hybrid-woodbury(p={base.meta['hybrid'].P.shape[0]})"
 
 
 def linear_estimator(M: Any, variances: Any = None):

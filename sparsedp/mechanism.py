@@ -79,6 +79,9 @@ class Release:
     unit_scales: np.ndarray | None = field(default=None, repr=False, compare=False)  # the sampler's (grid units)
     #: what the optimiser said of the strategy, when ``sparsedp.optimize`` chose it (:func:`optimizer_record`)
     optimizer: dict | None = field(default=None, repr=False, compare=False)
+    #: error reports computed so far, by their options (shared with the mechanism that ran: the
+    #: report depends on the strategy and its noise only, never on the answers)
+    _reports: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def private(self) -> bool:
@@ -88,12 +91,17 @@ class Release:
     def error_report(self, **kwargs: Any) -> ErrorReport:
         """The :class:`~sparsedp.accuracy.ErrorReport` of these answers (their variances, total and
         intervals) from the strategy measured and its noise variances; ``kwargs`` go to
-        :func:`~sparsedp.accuracy.expected_error` (``method``, ``memory_limit``, ...)."""
+        :func:`~sparsedp.accuracy.expected_error` (``method``, ``memory_limit``, ...).  Computed
+        once per set of options and kept (:meth:`variances`, :meth:`confidence_intervals`,
+        :meth:`to_release` and :meth:`save` reuse it, as does the mechanism that ran)."""
         if self.workload is None:
             raise SparseDPError("this release does not know its workload: make it with MatrixMechanism.run")
         if self.reconstruction.method != "ls":
             raise SparseDPError(f"per-answer variances are those of the least-squares answers; this release "
                                 f"was reconstructed with {self.reconstruction.method!r} (biased): run with method='ls'")
+        return cached_report(self._reports, kwargs, self._compute_report)
+
+    def _compute_report(self, **kwargs: Any) -> ErrorReport:
         m = self.measurement
         kwargs.setdefault("noise", m.noise)
         kwargs.setdefault("secure", m.secure)
@@ -158,6 +166,19 @@ class Release:
         :meth:`sparsedp.releases.ReleaseResult.save`; never the data).  An existing file is
         replaced only with ``overwrite=True``."""
         return self.to_release(description=description).save(path, overwrite=overwrite)
+
+
+def cached_report(cache: dict, kwargs: dict[str, Any], compute: Any) -> ErrorReport:
+    """``compute(**kwargs)``, kept in ``cache`` under the options (computed anew when an option is
+    not hashable, e.g. an array of scales)."""
+    try:
+        key = tuple(sorted(kwargs.items()))
+        hash(key)
+    except TypeError:
+        return compute(**kwargs)
+    if key not in cache:
+        cache[key] = compute(**kwargs)
+    return cache[key]
 
 
 def optimizer_record(opt: Any) -> dict[str, Any]:
@@ -263,6 +284,7 @@ class MatrixMechanism:
         privacy_unit: Any = None,
     ):
         self.optimized = _optimized_strategy(W, M, noise, optimize_options)
+        self._reports: dict = {}  # error reports by their options (cached_report)
         target = M if self.optimized is None else self.optimized.strategy
         self._marginal: MarginalPlan | None = None
         self.privacy_unit = privacy_unit
@@ -392,8 +414,10 @@ class MatrixMechanism:
                                 out=out, scratch=scratch, progress=progress)
         meas = self.measure(x, rng=rng, counts=counts)
         rec = reconstruct(meas, method=method)
-        return Release(self.W.matvec(rec.x), rec.x, meas, rec, workload=self.W, unit_scales=self._plan.unit_scales,
-                       optimizer=None if self.optimized is None else optimizer_record(self.optimized))
+        rel = Release(self.W.matvec(rec.x), rec.x, meas, rec, workload=self.W, unit_scales=self._plan.unit_scales,
+                      optimizer=None if self.optimized is None else optimizer_record(self.optimized))
+        object.__setattr__(rel, "_reports", self._reports)  # the plan's report: the same for every run
+        return rel
 
     # -- analytics -------------------------------------------------------------------------------
     def error_report(self, **kwargs: Any) -> ErrorReport:
@@ -404,7 +428,11 @@ class MatrixMechanism:
         carries each answer's variance (``.variances``) and confidence intervals
         (``.confidence_intervals(answers, level)``) for this mechanism's noise, with the plan's
         scales (``scales``, ``unit_scales``), so the intervals use the exact law of exact noise.
+        Computed once per set of options and kept; the releases :meth:`run` returns share it.
         """
+        return cached_report(self._reports, kwargs, self._compute_report)
+
+    def _compute_report(self, **kwargs: Any) -> ErrorReport:
         if self._marginal is not None:
             if kwargs:
                 raise SparseDPError("a marginal strategy's error report takes no options")

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import scipy.linalg as sla
@@ -66,6 +67,7 @@ __all__ = [
     "HybridObjective",
     "block_starts",
     "hybrid_matrix",
+    "hybrid_gls",
     "integer_hybrid",
 ]
 
@@ -331,9 +333,8 @@ def integer_hybrid(theta: np.ndarray, delta: np.ndarray, R: np.ndarray, n: int, 
     raise SparseDPError("could not round the hybrid strategy to integers")  # pragma: no cover
 
 
-def hybrid_matrix(layout: HybridLayout) -> sp.csr_matrix:
-    """The explicit integer strategy ``[block forests; P B]`` (rows: block 0's tree root first, ...,
-    then the ``p`` dense rows).  ``n (levels + p)`` non-zeros at most."""
+def _forest_matrix(layout: HybridLayout) -> sp.csr_matrix:
+    """The block forests of :func:`hybrid_matrix` (its first rows), block-diagonal."""
     starts = layout.starts
     blocks = []
     for j in range(starts.size - 1):
@@ -341,7 +342,14 @@ def hybrid_matrix(layout: HybridLayout) -> sp.csr_matrix:
         lay = _local_layout(size, layout.radices)
         w = _row_weights(lay, layout.R, layout.p_norm) * layout.m[j]
         blocks.append(sp.diags(w) @ lay.matrix())
-    forest = sp.block_diag(blocks, format="csr")
+    return sp.block_diag(blocks, format="csr")
+
+
+def hybrid_matrix(layout: HybridLayout) -> sp.csr_matrix:
+    """The explicit integer strategy ``[block forests; P B]`` (rows: block 0's tree root first, ...,
+    then the ``p`` dense rows).  ``n (levels + p)`` non-zeros at most."""
+    starts = layout.starts
+    forest = _forest_matrix(layout)
     sizes = np.diff(starts)
     Pcols = np.repeat(layout.P, sizes, axis=1)
     dense = sp.csr_matrix(Pcols)
@@ -436,3 +444,43 @@ class HybridGLS:
             lo, hi = self.starts[j], self.starts[j + 1]
             out[lo:hi] = before[j] + vloc / self.m2[j] - (cc[j] + 2.0 * beta * cp[j] + beta * beta * pp[j])
         return out
+
+
+def _matches(matrix: sp.csr_matrix, layout: HybridLayout, forest_rows: int) -> bool:
+    """Whether ``matrix`` is exactly :func:`hybrid_matrix` of ``layout``: the forest rows compared
+    as sparse matrices, each dense row against ``P_i`` repeated over the blocks (``O(nnz)`` time,
+    one dense row of memory at a time: the ``p n`` dense entries are never built twice)."""
+    lay = layout
+    P = np.asarray(lay.P, dtype=np.float64)
+    if matrix.shape != (forest_rows + P.shape[0], lay.n):
+        return False
+    A = sp.csr_matrix(matrix)
+    if (A[:forest_rows] != _forest_matrix(lay)).nnz:
+        return False
+    sizes = np.diff(lay.starts)
+    for i in range(P.shape[0]):
+        if not np.array_equal(A[forest_rows + i].toarray().ravel(), np.repeat(P[i], sizes)):
+            return False
+    return True
+
+
+def hybrid_gls(op: Any) -> "HybridGLS | None":
+    """The :class:`HybridGLS` of a strategy operator that the hybrid family built (its
+    :class:`HybridLayout` in ``meta["hybrid"]``), or ``None``.  The layout is checked against the
+    operator's own matrix (never trusted from the tag alone: a wrong layout would give wrong
+    estimates and variances), once per operator; the solver is kept on the operator."""
+    got = getattr(op, "_hybrid_gls", False)
+    if got is not False:
+        return got
+    lay = getattr(op, "meta", {}).get("hybrid") if isinstance(getattr(op, "meta", None), dict) else None
+    solver = None
+    matrix = getattr(op, "matrix", None)
+    if isinstance(lay, HybridLayout) and sp.issparse(matrix) and getattr(op, "base", None) is None:
+        cand = HybridGLS(lay)
+        if _matches(matrix, lay, int(cand.row_starts[-1])):
+            solver = cand
+    try:
+        op._hybrid_gls = solver
+    except AttributeError:  # pragma: no cover - operators take attributes
+        pass
+    return solver

@@ -1,0 +1,163 @@
+"""Exact answer variances of the optimiser's Toeplitz and hybrid strategies (sparsedp.factored_covariance),
+checked against the explicit dense covariance ``v (M^T M)^{-1}``, and the error report a mechanism and
+its releases compute once."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import sparsedp
+from sparsedp import accuracy
+from sparsedp import mechanism as mech_mod
+from sparsedp import workloads as wl
+from sparsedp.accuracy import expected_error
+from sparsedp.factored_covariance import HybridCovariance, ToeplitzCovariance
+from sparsedp.inference import least_squares
+from sparsedp.operators import SparseOperator
+from sparsedp.optimize.hybrid import HybridLayout, hybrid_gls, hybrid_matrix
+from sparsedp.optimize.toeplitz_strategy import ToeplitzStrategy
+from sparsedp.range_variance import structured_covariance
+
+V = 2.5
+
+
+def _hybrid(n=150, b=16, p=3, seed=0):
+    """An integer hybrid strategy with a short last block (n = 150 = 9 * 16 + 6)."""
+    rng = np.random.default_rng(seed)
+    nb = -(-n // b)
+    lay = HybridLayout(n, b, (4, 4), np.array([3.0, 2.0, 5.0]), rng.integers(1, 6, nb).astype(float),
+                       rng.integers(0, 9, (p, nb)).astype(float), 64.0, 1)
+    return SparseOperator(hybrid_matrix(lay), name="hybrid-test", meta={"hybrid": lay}), lay
+
+
+def _toeplitz(n=97, seed=1):
+    rng = np.random.default_rng(seed)
+    m = rng.integers(-3, 4, n).astype(float)
+    m[0] = 11.0
+    return ToeplitzStrategy(m)
+
+
+def _ranges(n, q=300, seed=2):
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, n, q)
+    e = rng.integers(0, n + 1, q)
+    lo, hi = np.minimum(a, e), np.maximum(a, e)
+    hi = np.where(hi == lo, lo + 1, hi)
+    hi = np.minimum(hi, n)
+    lo = np.minimum(lo, hi - 1)
+    lo[:3], hi[:3] = 0, n  # the whole domain, a one-cell range, a block boundary
+    lo[1], hi[1] = 5, 6
+    lo[2], hi[2] = 16, 48
+    return lo, hi
+
+
+def _dense_cov(M):
+    D = M.tosparse().toarray()
+    return V * np.linalg.inv(D.T @ D)
+
+
+@pytest.mark.parametrize("make", [lambda: _hybrid()[0], _toeplitz, lambda: _hybrid(n=256, b=64, p=5, seed=3)[0]])
+def test_structured_variances_equal_the_dense_computation(make):
+    M = make()
+    n = M.shape[1]
+    cov = structured_covariance(M, np.full(M.shape[0], V))
+    assert isinstance(cov, (HybridCovariance, ToeplitzCovariance))
+    C = _dense_cov(M)
+    L = np.tril(np.ones((n, n)))
+    np.testing.assert_allclose(cov.prefix(), np.einsum("ij,jk,ik->i", L, C, L), rtol=1e-9)
+    lo, hi = _ranges(n)
+    Q = np.zeros((lo.size, n))
+    for i, (a, e) in enumerate(zip(lo, hi)):
+        Q[i, a:e] = 1.0
+    np.testing.assert_allclose(cov.ranges(lo, hi), np.einsum("ij,jk,ik->i", Q, C, Q), rtol=1e-9)
+    rng = np.random.default_rng(4)
+    S = sp.random(40, n, density=0.1, random_state=5, format="csr")
+    S.data = rng.normal(size=S.nnz)
+    Sd = S.toarray()
+    np.testing.assert_allclose(cov.rows(S), np.einsum("ij,jk,ik->i", Sd, C, Sd), rtol=1e-9, atol=1e-12)
+    q = rng.normal(size=n)
+    assert cov.functional(q) == pytest.approx(q @ C @ q, rel=1e-9)
+    # expected_error routes the implicit workloads to the exact path, all ranges included
+    for W in (wl.prefix(n), wl.range_queries(n, np.column_stack([lo, hi - 1])), wl.all_ranges(n)):
+        rep = expected_error(W, M, V)
+        assert rep.method == f"exact-{cov.kind}"
+        Wd = W.tosparse().toarray()
+        assert rep.total == pytest.approx(float(np.einsum("ij,jk,ik->", Wd, C, Wd)), rel=1e-9)
+
+
+def test_hybrid_layout_is_checked_against_the_matrix():
+    M, lay = _hybrid()
+    assert hybrid_gls(M) is not None
+    A = M.matrix.tolil()
+    A[lay.n + 3, 7] += 1.0  # one entry of a dense row off by one
+    bad = SparseOperator(A.tocsr(), meta={"hybrid": lay})
+    assert hybrid_gls(bad) is None
+    assert structured_covariance(bad, np.full(bad.shape[0], V)) is None
+    A = M.matrix.tolil()
+    A[0, 0] += 1.0  # a forest entry
+    assert hybrid_gls(SparseOperator(A.tocsr(), meta={"hybrid": lay})) is None
+
+
+def test_per_row_variances_leave_the_factored_path():
+    M, _ = _hybrid()
+    v = np.full(M.shape[0], V)
+    v[0] = 2 * V
+    assert structured_covariance(M, v) is None
+    assert structured_covariance(_toeplitz(), np.r_[V, np.full(96, 1.0)]) is None
+    rep = expected_error(wl.prefix(M.shape[1]), M, v)  # still exact, by the generic path
+    D = M.tosparse().toarray()
+    C = np.linalg.inv(D.T @ (D / v[:, None]))
+    L = np.tril(np.ones((M.shape[1],) * 2))
+    assert rep.total == pytest.approx(float(np.einsum("ij,jk,ik->", L, C, L)), rel=1e-9)
+
+
+def test_hybrid_reconstruction_is_the_exact_least_squares_solution():
+    M, _ = _hybrid()
+    y = np.random.default_rng(6).normal(size=M.shape[0]) * 10
+    rec = least_squares(M, y, np.full(M.shape[0], V))
+    assert rec.solver.startswith("hybrid-woodbury")
+    D = M.tosparse().toarray()
+    np.testing.assert_allclose(rec.x, np.linalg.lstsq(D, y, rcond=None)[0], rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("family,noise,n", [("hybrid", "laplace", 256), ("toeplitz", "gaussian", 128)])
+def test_release_variances_equal_the_optimizers_report(family, noise, n):
+    W = wl.prefix(n)
+    res = sparsedp.optimize(W, family=family, noise=noise)
+    kw = {"epsilon": 1.0} if noise == "laplace" else {"rho": 1.0, "noise": "gaussian"}
+    rel = sparsedp.MatrixMechanism(W, res.strategy, **kw).run(np.arange(n) % 7, rng=0)
+    rr = rel.to_release()
+    assert rr.variance_method == f"exact-{family}"
+    assert float(np.sum(rr.variances)) == pytest.approx(res.error.total, rel=1e-6)
+
+
+def test_the_error_report_is_computed_once(monkeypatch, tmp_path):
+    calls = {"report": 0, "shape": 0}
+    real_error, real_shape = mech_mod.expected_error, accuracy._lazy_gls_shape
+
+    def counting_error(*args, **kwargs):
+        calls["report"] += 1
+        return real_error(*args, **kwargs)
+
+    def counting_shape(*args, **kwargs):
+        calls["shape"] += 1
+        return real_shape(*args, **kwargs)
+
+    monkeypatch.setattr(mech_mod, "expected_error", counting_error)
+    monkeypatch.setattr(accuracy, "_lazy_gls_shape", counting_shape)
+    n = 64
+    W = wl.range_queries(n, [(0, 9), (3, 40), (10, 63)])
+    mech = sparsedp.MatrixMechanism(W, sparsedp.strategies.hierarchical(n, 4), epsilon=1.0)
+    rel = mech.run(np.arange(n) % 5, rng=0)
+    first = rel.confidence_intervals()
+    second = rel.confidence_intervals()
+    np.testing.assert_array_equal(first[0], second[0])
+    rel.variances()
+    mech.error_report()  # the mechanism's report is the releases'
+    rel.to_release().save(tmp_path / "r.npz")
+    assert calls == {"report": 1, "shape": 1}
+    rel.error_report(method="exact")  # other options: another report
+    assert calls["report"] == 2
+    other = mech.run(np.arange(n) % 3, rng=1)  # another run of the same mechanism: the same report
+    other.confidence_intervals()
+    assert calls["report"] == 2 and other.error_report() is rel.error_report()
