@@ -765,3 +765,176 @@ def test_command_line_refuses_overlapping_columns_unless_declared(tmp_path, caps
     assert main(["ledger", str(tmp_path / "b.npz")]) == 0
     out = capsys.readouterr().out
     assert "2 cells per person" in out and "total: rho 1" in out
+
+
+# -- records with a privacy unit (a person with several records) ----------------------------------
+
+from sparsedp.privacy_unit import IdColumnWarning, PrivacyUnit  # noqa: E402
+from sparsedp.topdown.design import person_sensitivity  # noqa: E402
+
+REC_DOMAIN = {"age": ["young", "old"], "sex": ["f", "m"]}
+
+
+def record_frame(seed=0, people=8):
+    """Records of ``people`` persons (``pid``), 1 to 6 records each, in random leaves of an
+    unbalanced state > county > district geography and random cells; and the public units."""
+    gen = np.random.default_rng(seed)
+    units = pd.DataFrame({"st": ["1", "1", "1", "2", "2", "3"], "co": ["a", "a", "b", "c", "d", "e"],
+                          "vtd": ["x", "y", None, "z", "w", None]})
+    rows = []
+    for p in range(people):
+        for _ in range(int(gen.integers(1, 7))):
+            st, co, vtd = units.iloc[int(gen.integers(0, len(units)))]
+            rows.append((f"p{p}", st, co, vtd, gen.choice(REC_DOMAIN["age"]), gen.choice(REC_DOMAIN["sex"])))
+    return pd.DataFrame(rows, columns=["pid", "st", "co", "vtd", "age", "sex"]), units
+
+
+def record_table(frame, units, unit, rng=0):
+    return HierarchicalTable.from_records(frame, ["st", "co", "vtd"], ["age", "sex"], domain=REC_DOMAIN, units=units,
+                                          privacy_unit=unit, rng=rng)
+
+
+def _loss(D, scales, gauss):
+    """The privacy loss of changing the measurements by the columns of ``D`` (exact for the
+    discrete noises' float scales up to rounding)."""
+    return ((D / scales[:, None]) ** 2).sum(axis=0) / 2 if gauss else (abs(D) / scales[:, None]).sum(axis=0)
+
+
+UNIT_CFGS = [
+    dict(rho=0.9),
+    dict(epsilon=1.3),
+    dict(rho=0.37, split=[0.3, 0, 0.1, 0.2], queries={"cells": 3, "total": 1, "age": 1, "sex": 2}),
+    dict(epsilon=0.7, queries={"sex": 1, "cells": 1, "total": 1}),
+    dict(rho=0.8, invariants=["co:total"], queries={"cells": 3, "age": 1}),
+]
+UNITS = [PrivacyUnit("pid", max_rows=3), PrivacyUnit("pid", max_groups=2, max_rows_per_group=2),
+         PrivacyUnit("pid", max_rows=3, max_groups=3, max_rows_per_group=2), PrivacyUnit("pid", max_rows=7)]
+
+
+@pytest.mark.parametrize("cfg", UNIT_CFGS)
+@pytest.mark.parametrize("unit", UNITS, ids=str)
+def test_removing_a_whole_unit_moves_every_level_within_the_charge(cfg, unit):
+    """Brute force on random record tables: for every person, the table with and without all of
+    their records (theirs appended last, the same truncation seed: the others' records keep their
+    priorities) -- every level's measurement moves by at most the ledger's sensitivity, in the
+    noise's norm, and the loss over all levels stays within the charge per unit."""
+    gauss = "rho" in cfg
+    total = cfg.get("rho", cfg.get("epsilon"))
+    frame, units = record_frame(4)
+    acc = Accountant(rho=total) if gauss else Accountant(epsilon=total)
+    base = record_table(frame, units, unit)
+    rel = topdown(base, accountant=acc, rng=1, **cfg)
+    charged = acc.spent_exact
+    assert charged <= budget_fraction(total)
+    assert rel.description["privacy_unit"] == unit.describe() and not rel.private  # seeded truncation and noise
+    assert all(e.privacy_unit == str(unit).removeprefix("privacy unit: ") for e in rel.ledger)
+    M, scales = full_matrix(rel.design)
+    leaves, _ = leaves_below(rel.hierarchy)
+    worst = 0.0
+    for p in frame["pid"].unique():
+        mine = frame["pid"] == p
+        others = frame[~mine]
+        t1 = record_table(pd.concat([others, frame[mine]], ignore_index=True), units, unit)
+        t0 = record_table(others, units, unit)
+        assert 0 < t1.counts[0].sum() - t0.counts[0].sum() <= unit.l1_bound()
+        for lp, entry in zip(rel.design.measured, rel.ledger):
+            d = (t1.counts[lp.depth] - t0.counts[lp.depth]).ravel().astype(float)
+            moved = sp.csr_matrix(lp.plan.strategy.tosparse()) @ d
+            assert np.linalg.norm(moved, 2 if gauss else 1) <= entry.sensitivity * (1 + 1e-12)
+        d = np.concatenate([t1.counts[dd][i] - t0.counts[dd][i] for dd, i in leaves]).astype(float)
+        worst = max(worst, float(_loss((M @ d)[:, None], scales, gauss)[0]))
+    assert worst <= float(charged) * (1 + 1e-12)
+    # every change a unit can make: d >= 0 with ||d||_1 <= L; the loss is convex, so its maximum is
+    # at a vertex L e_j -- all of the unit's records in one leaf cell -- and it reaches the charge
+    L = unit.l1_bound()
+    vertex = float(_loss(M.toarray() * L, scales, gauss).max())
+    assert worst <= vertex <= float(charged) * (1 + 1e-12)
+    assert vertex > float(charged) * 0.99  # the budget is used, not wasted
+
+
+@pytest.mark.parametrize("cfg, L", [(dict(rho=0.9), 2), (dict(rho=0.8, invariants=["co:total"]), 3),
+                                    (dict(epsilon=1.3), 5)])
+def test_the_cells_per_person_rule_does_not_cover_a_unit_of_records(cfg, L):
+    """The calibration for a person in L distinct cells of one leaf (overlapping count columns)
+    is not enough for a unit of L records: they can share one cell (Gaussian: Delta_2 = L, not
+    sqrt(L)) or be more than the cells (Laplace: L > 4 cells); the per-unit calibration is."""
+    gauss = "rho" in cfg
+    total = cfg.get("rho", cfg.get("epsilon"))
+    frame, units = record_frame(2)
+    t = record_table(frame, units, PrivacyUnit("pid", max_rows=L))
+    cells_block = plan_topdown(t.hierarchy, rho=1.0).levels[0].blocks[0]
+    assert person_sensitivity(t.cells, cells_block, 1.0, L, "gaussian") < L  # sqrt(L): distinct cells assumed
+    assert person_sensitivity(t.cells, cells_block, 1.0, 5, "laplace") == 4  # at most every cell once
+    cpp = plan_topdown(t.hierarchy, contributions_per_person=L, **cfg)
+    M, scales = full_matrix(cpp)
+    assert float(_loss(M.toarray() * L, scales, gauss).max()) > total * 1.2  # L records in one cell
+    rel = topdown(t, rng=0, **cfg)
+    M, scales = full_matrix(rel.design)
+    assert float(_loss(M.toarray() * L, scales, gauss).max()) <= total * (1 + 1e-12)
+
+
+def test_records_are_truncated_per_unit_and_the_release_says_whom_it_protects():
+    frame, units = record_frame(7, people=12)
+    big = pd.concat([frame, pd.DataFrame([("p0", "1", "a", "x", "old", "f")] * 40, columns=frame.columns)],
+                    ignore_index=True)
+    t = record_table(big, units, PrivacyUnit("pid", max_rows=2), rng=None)
+    assert t.privacy_unit == PrivacyUnit("pid", max_rows=2) and not t.truncation_seeded
+    assert t.counts[0].sum() == np.minimum(big["pid"].value_counts(), 2).sum()  # at most 2 kept per person
+    g = record_table(big, units, PrivacyUnit("pid", max_groups=1, max_rows_per_group=3))
+    assert g.counts[0].sum() <= 3 * 12
+    rel = topdown(t, epsilon=1.0)
+    assert rel.private and rel.description["privacy_unit"] == {"privacy_unit": "pid", "max_rows": 2}
+    assert rel.description["epsilon"] <= 1.0 and rel.description["per_record_epsilon"] == pytest.approx(0.5)
+    assert "one pid" in rel.description["neighbours"]
+    assert all(e.label.endswith("per pid") for e in rel.ledger)
+    res = rel.to_release()
+    assert res.epsilon == pytest.approx(1.0) and res.description["privacy_unit"]["privacy_unit"] == "pid"
+    plain = topdown(HierarchicalTable.from_records(frame, ["st", "co", "vtd"], ["age", "sex"], domain=REC_DOMAIN,
+                                                   units=units), rho=1.0, rng=0)
+    assert plain.description["privacy_unit"] == {"privacy_unit": "one row"}
+
+
+def test_bad_unit_declarations_are_refused_before_any_charge(tmp_path):
+    from sparsedp.topdown import topdown_scaleout
+
+    frame, units = record_frame(1)
+    acc = Accountant(rho=1.0)
+    bad = [(PrivacyUnit("person", max_rows=2), ShapeError),  # no such column
+           (PrivacyUnit("pid", max_rows="auto"), SparseDPError),  # resolve it first, with its budget
+           ("pid", SparseDPError)]
+    for unit, error in bad:
+        with pytest.raises(error):
+            topdown(record_table(frame, units, unit), rho=1.0, accountant=acc)
+    missing = frame.copy()
+    missing.loc[3, "pid"] = None
+    with pytest.raises(SparseDPError, match="drop_missing"):
+        record_table(missing, units, PrivacyUnit("pid", max_rows=2))
+    kept = HierarchicalTable.from_records(missing, ["st", "co", "vtd"], ["age", "sex"], domain=REC_DOMAIN, units=units,
+                                          privacy_unit=PrivacyUnit("pid", max_rows=9), drop_missing_units=True)
+    assert kept.counts[0].sum() == len(frame) - 1
+    t = record_table(frame, units, PrivacyUnit("pid", max_rows=2))
+    with pytest.raises(SparseDPError, match="in process"):
+        topdown_scaleout(t, tmp_path / "out", rho=1.0, accountant=acc, rng=0)
+    with pytest.raises(BudgetExceededError):  # a design planned per record at the full budget costs L^2 times it
+        topdown(t, accountant=acc, rng=0, design=plan_topdown(t.hierarchy, rho=1.0))
+    frame[["st", "co", "vtd", "age", "sex"]].assign(n=1).to_csv(tmp_path / "c.csv", index=False)
+    with pytest.raises(ShapeError, match="records"):
+        read_table(tmp_path / "c.csv", "st,co,vtd", ["n"], privacy_unit=PrivacyUnit("pid", max_rows=2))
+    assert acc.spent == 0 and not (tmp_path / "out").exists()
+
+
+def test_an_id_like_column_without_a_unit_warns(tmp_path):
+    frame, units = record_frame(1)
+    frame = frame.rename(columns={"pid": "person_id"})
+    with pytest.warns(IdColumnWarning, match="person_id"):
+        HierarchicalTable.from_records(frame, ["st", "co", "vtd"], ["age", "sex"], domain=REC_DOMAIN, units=units)
+    frame.to_csv(tmp_path / "r.csv", index=False)
+    with pytest.warns(IdColumnWarning, match="person_id"):
+        read_table(tmp_path / "r.csv", "st,co,vtd", categories="age,sex", domain=REC_DOMAIN, units=units)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        t = read_table(tmp_path / "r.csv", "st,co,vtd", categories="age,sex", domain=REC_DOMAIN, units=units,
+                       privacy_unit=PrivacyUnit("person_id", max_rows=3), rng=0)
+    assert t.privacy_unit.column == "person_id" and t.counts[0].sum() <= 3 * frame["person_id"].nunique()
