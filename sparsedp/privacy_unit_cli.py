@@ -19,12 +19,15 @@ Every check is made here, before any data are read or any budget is charged.
 from __future__ import annotations
 
 import argparse
-from typing import Any, Mapping
+import contextlib
+import sys
+import warnings
+from typing import Any, Iterator, Mapping
 
 from .errors import SparseDPError
-from .privacy_unit import ONE_ROW, PrivacyUnit
+from .privacy_unit import ONE_ROW, IdColumnWarning, PrivacyUnit
 
-__all__ = ["add_unit_arguments", "unit_from_args", "unit_from_spec", "UNIT_SPEC_KEYS"]
+__all__ = ["add_unit_arguments", "unit_from_args", "unit_from_spec", "UNIT_SPEC_KEYS", "id_warnings_on_stderr"]
 
 #: The ``[privacy]`` keys that declare a privacy unit.
 UNIT_SPEC_KEYS = frozenset({"unit", "max_rows", "max_groups", "max_rows_per_group", "drop_missing_units"})
@@ -93,3 +96,18 @@ def unit_from_spec(privacy: Mapping[str, Any]) -> tuple[PrivacyUnit, bool]:
     if drop and unit.is_row:
         raise SparseDPError("privacy.drop_missing_units goes with privacy.unit")
     return unit, drop
+
+
+@contextlib.contextmanager
+def id_warnings_on_stderr() -> Iterator[None]:
+    """Within the block, an identifier-like column warning (:class:`IdColumnWarning`) is printed as
+    one ``warning: ...`` line on stderr (a command's user sees no Python traceback-style lines);
+    other warnings go on as usual."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", IdColumnWarning)
+        yield
+    for w in caught:
+        if issubclass(w.category, IdColumnWarning):
+            print(f"warning: {w.message}", file=sys.stderr)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)

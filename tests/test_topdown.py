@@ -8,6 +8,7 @@ noise is drawn or budget charged."""
 from __future__ import annotations
 
 import itertools
+import json
 from fractions import Fraction
 
 import numpy as np
@@ -886,7 +887,7 @@ def test_records_are_truncated_per_unit_and_the_release_says_whom_it_protects():
     assert rel.private and rel.description["privacy_unit"] == {"privacy_unit": "pid", "max_rows": 2}
     assert rel.description["epsilon"] <= 1.0 and rel.description["per_record_epsilon"] == pytest.approx(0.5)
     assert "one pid" in rel.description["neighbours"]
-    assert all(e.label.endswith("per pid") for e in rel.ledger)
+    assert all(e.privacy_unit == "pid (max_rows 2)" for e in rel.ledger)
     res = rel.to_release()
     assert res.epsilon == pytest.approx(1.0) and res.description["privacy_unit"]["privacy_unit"] == "pid"
     plain = topdown(HierarchicalTable.from_records(frame, ["st", "co", "vtd"], ["age", "sex"], domain=REC_DOMAIN,
@@ -938,3 +939,39 @@ def test_an_id_like_column_without_a_unit_warns(tmp_path):
         t = read_table(tmp_path / "r.csv", "st,co,vtd", categories="age,sex", domain=REC_DOMAIN, units=units,
                        privacy_unit=PrivacyUnit("person_id", max_rows=3), rng=0)
     assert t.privacy_unit.column == "person_id" and t.counts[0].sum() <= 3 * frame["person_id"].nunique()
+
+
+def test_command_line_reads_records_with_a_privacy_unit(tmp_path, capsys):
+    from sparsedp.cli import main
+
+    frame, units = record_frame(3, people=30)
+    frame.rename(columns={"pid": "person_id"}).to_csv(tmp_path / "r.csv", index=False)
+    units.to_csv(tmp_path / "units.csv", index=False)
+    base = ["topdown", str(tmp_path / "r.csv"), "--geo", "st,co,vtd", "--categories", "age,sex", "--domain",
+            "age=young,old", "--domain", "sex=f,m", "--units", str(tmp_path / "units.csv"), "--seed", "1"]
+    assert main(base + ["--rho", "1", "--out", str(tmp_path / "row.npz")]) == 0
+    assert "'person_id' looks like an identifier" in capsys.readouterr().err  # one line, not an error
+    assert main(base + ["--epsilon", "1", "--privacy-unit", "person_id", "--max-rows", "3",
+                        "--out", str(tmp_path / "unit.csv")]) == 0
+    err = capsys.readouterr().err
+    assert "identifier" not in err
+    record = json.loads((tmp_path / "unit.csv.release.json").read_text())
+    assert record["description"]["privacy_unit"] == {"privacy_unit": "person_id", "max_rows": 3}
+    assert all(e["privacy_unit"] == "person_id (max_rows 3)" for e in record["ledger"])
+    assert sum(e["epsilon"] for e in record["ledger"]) == pytest.approx(1.0)
+    assert main(base + ["--rho", "1", "--privacy-unit", "person_id", "--max-rows", "auto",
+                        "--out", str(tmp_path / "auto.npz")]) == 0
+    assert "max_rows" in capsys.readouterr().out
+    rel = load_topdown(tmp_path / "auto.npz")
+    assert rel.ledger[0]["label"].startswith("privacy unit: bound") and rel.description["privacy_unit_bound"]
+    assert sum(e["rho"] for e in rel.ledger) == pytest.approx(1.0)
+    assert main(["ledger", str(tmp_path / "auto.npz")]) == 0
+    assert "protects: one person_id (max_rows" in capsys.readouterr().out
+    bad = [["--rho", "1", "--privacy-unit", "nobody", "--max-rows", "3"],  # no such column
+           ["--rho", "1", "--privacy-unit", "person_id", "--max-rows", "auto", "--domain", "age=young"],  # a value
+           ["--rho", "1", "--max-rows", "3"],  # bounds without a unit
+           ["--rho", "1", "--privacy-unit", "person_id", "--max-rows", "3", "--executor", "dask"]]
+    for i, extra in enumerate(bad):
+        out = tmp_path / (f"bad{i}" + (".npz" if "dask" not in extra else ""))
+        assert main(base + extra + ["--out", str(out)]) == 2
+        assert "error" in capsys.readouterr().err and not out.exists()

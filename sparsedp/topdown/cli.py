@@ -15,6 +15,13 @@ in up to ``K`` of them) and calibrates the noise to it.  Output: ``.npz`` -- the
 / ``.parquet`` -- one row per unit (level, codes, one column per cell) with the release record
 (ledger, parameters) in ``OUT.release.json`` next to it.
 
+Record rows (one row per record: a person, an event) are read with ``--categories age,sex``
+instead of ``--counts``, each category's values given by ``--domain age=young,old`` (public) and
+the units by ``--units FILE`` (a CSV of every unit's geography codes) or ``--units observed``.
+``--privacy-unit COLUMN --max-rows K|auto`` (or ``--max-groups G --max-rows-per-group R``)
+protects the entity that column identifies: its records beyond the bounds are dropped and every
+level's noise is calibrated to one whole entity (``auto``: a share of the budget chooses ``K``).
+
 ``--executor dask --workers N`` runs the release chunked by subtree on a local Dask cluster of ``N``
 worker processes (:func:`sparsedp.topdown.scaleout.topdown_scaleout`): ``--out`` is then a
 directory (the chunked release: ``sparsedp.load_release`` and ``load_topdown`` read it); a Parquet
@@ -35,9 +42,11 @@ from typing import Any
 from .._cli_util import warn_not_private
 from ..errors import SparseDPError
 from ..privacy import Accountant
+from ..privacy_unit_cli import add_unit_arguments, id_warnings_on_stderr, unit_from_args
 from ..release_file import release_record
 from .hierarchy import read_table
 from .release import topdown
+from .units import probe_unit, read_unit_ids, resolve_records_unit, with_bound_choice
 
 __all__ = ["register", "run"]
 
@@ -67,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
     elif out.suffix.lower() not in (".npz", ".csv", ".parquet", ".pq"):
         raise SparseDPError(f"--out must end in .npz (release file), .csv or .parquet, got {out.name}")
     attributes = [a.strip() for a in args.attributes.split(",")] if args.attributes else None
+    records = _records_args(args, chunked)
     acc = Accountant(rho=args.rho) if args.rho is not None else Accountant(epsilon=args.epsilon)
     private = warn_not_private(args.seed, False)
     subtree = _level(args.subtree_level)
@@ -92,11 +102,15 @@ def run(args: argparse.Namespace) -> int:
               f"{', '.join(args.invariant or ()) or 'none'}; violations: {crel.check()}")
         print(f"--out: {out}")
         return 0
-    table = read_table(args.data, args.geo, args.counts, attributes=attributes, sep=args.sep, root=args.root,
-                       contributions_per_person=args.cells_per_person)
-    rel = topdown(table, rho=args.rho, epsilon=args.epsilon, split=_split(args.split),
-                  invariants=list(args.invariant or ()), accountant=acc, rng=args.seed, keep_noisy=False,
-                  subtree_level=subtree)
+    rho, eps, choice = args.rho, args.epsilon, None
+    if records is not None:
+        table, choice, rho, eps = _read_records(args, records, acc)
+    else:
+        table = read_table(args.data, args.geo, args.counts, attributes=attributes, sep=args.sep, root=args.root,
+                           contributions_per_person=args.cells_per_person)
+    rel = with_bound_choice(topdown(table, rho=rho, epsilon=eps, split=_split(args.split),
+                                    invariants=list(args.invariant or ()), accountant=acc, rng=args.seed,
+                                    keep_noisy=False, subtree_level=subtree), choice)
     if out.suffix.lower() == ".npz":
         rel.save(out, overwrite=bool(getattr(args, "force", False)))
     else:
@@ -117,6 +131,67 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _records_args(args: argparse.Namespace, chunked: bool) -> dict[str, Any] | None:
+    """For record rows (``--categories``), what :func:`read_table` takes besides the file
+    (checked, nothing read); ``None`` for a table of counts (``--counts``)."""
+    unit, drop = unit_from_args(args)
+    if (args.counts is None) == (args.categories is None):
+        raise SparseDPError("give --counts (a table of counts, one row per leaf unit) or --categories (record rows)")
+    if args.categories is None:
+        if not unit.is_row or args.domain or args.units:
+            raise SparseDPError("--privacy-unit, --domain and --units go with record rows (--categories)")
+        return None
+    if chunked:
+        raise SparseDPError("record rows (--categories) are released in process (--executor inprocess)")
+    if args.cells_per_person != 1:
+        raise SparseDPError("--cells-per-person is for overlapping count columns; records: --privacy-unit")
+    domain: dict[str, list[str]] = {}
+    for item in args.domain or ():
+        name, sep, values = item.partition("=")
+        if not sep or not name.strip() or not values.strip():
+            raise SparseDPError(f"--domain is NAME=VALUE,VALUE,..., got {item!r}")
+        domain[name.strip()] = [v.strip() for v in values.split(",")]
+    if args.units is None:
+        raise SparseDPError("give --units FILE (every unit's geography codes: public) or --units observed (the units "
+                            "among the records, declared public)")
+    return {"unit": unit, "drop": drop, "domain": domain, "units": args.units}
+
+
+def _read_records(args: argparse.Namespace, rec: dict[str, Any], acc: Accountant) -> tuple[Any, Any, Any, Any]:
+    """``(table, bound choice, rho, epsilon)``: the records read and checked, ``max_rows="auto"``
+    chosen (charged) only after that, then truncated to the unit."""
+    import pandas as pd
+
+    units: Any = rec["units"]
+    if units != "observed":
+        try:
+            units = pd.read_csv(units, dtype=str, keep_default_na=False, na_values=[""])
+        except Exception as exc:  # noqa: BLE001 - any reader failure is the user's file
+            raise SparseDPError(f"cannot read --units {units}: {exc}") from exc
+    unit = rec["unit"]
+
+    def read(u: Any) -> Any:
+        return read_table(args.data, args.geo, categories=args.categories, domain=rec["domain"], units=units,
+                          root=args.root, privacy_unit=u, drop_missing_units=rec["drop"], rng=args.seed)
+
+    with id_warnings_on_stderr():
+        table = read(probe_unit(unit) if unit.is_auto else unit)
+    if not unit.is_auto:
+        return table, None, args.rho, args.epsilon
+    del table  # every check made: now the choice is charged, and the records truncated at it
+    unit, choice, rho, eps = resolve_records_unit(unit, read_unit_ids(args.data, unit.column), rho=args.rho,
+                                                  epsilon=args.epsilon, accountant=acc, rng=args.seed,
+                                                  drop_missing=rec["drop"])
+    print(f"privacy unit: max_rows {unit.max_rows}, chosen with {_spent(choice)} of the budget")
+    return read(unit), choice, rho, eps
+
+
+def _spent(choice: Any) -> str:
+    """What the choice of the bound spent, as text."""
+    spent = choice.describe()["spent"]
+    return ", ".join(f"{k} {v:g}" for k, v in spent.items())
+
+
 def _level(text: str) -> Any:
     """A level by index (digits) or name."""
     return int(text) if text.strip().isdigit() else text.strip()
@@ -127,9 +202,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "topdown", help="release every level of a geographic table (geography x cells): non-negative integer, "
         "consistent, invariants exact", description=__doc__.split("\n\n")[0])
-    p.add_argument("data", help="CSV (.csv, .csv.gz) or Parquet file, one row per leaf unit")
+    p.add_argument("data", help="CSV (.csv, .csv.gz) or Parquet file, one row per leaf unit (or per record)")
     p.add_argument("--geo", required=True, help="comma-separated geography columns, outermost first")
-    p.add_argument("--counts", required=True, help="comma-separated count columns or glob patterns ('vap_*,u18_*')")
+    p.add_argument("--counts", default=None, help="comma-separated count columns or glob patterns ('vap_*,u18_*')")
+    p.add_argument("--categories", default=None,
+                   help="record rows instead of counts: comma-separated category columns (one row per record)")
+    p.add_argument("--domain", action="append", metavar="NAME=V1,V2,...",
+                   help="a category's values (public; repeatable, one per --categories column)")
+    p.add_argument("--units", default=None, metavar="FILE|observed",
+                   help="records: a CSV of every unit's geography codes (public), or 'observed' to declare the units "
+                   "among the records public")
     p.add_argument("--cells-per-person", type=int, default=1, metavar="K",
                    help="the most count columns one person is counted in (default 1: the columns partition the "
                    "people, and a column that is the sum of others, such as a total, is refused); K > 1 for "
@@ -154,6 +236,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--subtree-level", default="1",
                    help="the level (name or index) whose units own the subtrees the noise is keyed by and the "
                    "chunked release is cut at (default 1: the first geography level)")
+    add_unit_arguments(p)
     p.set_defaults(func=run)
 
 

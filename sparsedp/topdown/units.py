@@ -43,7 +43,7 @@ from ..privacy import LedgerEntry, PrivacyCost, sequential
 from ..privacy_unit import PrivacyUnit
 
 __all__ = ["declared_unit", "per_record_budget", "plan_for_unit", "design_unit_cost", "unit_cost", "unit_entry",
-           "unit_description"]
+           "unit_description", "resolve_records_unit", "with_bound_choice", "read_unit_ids", "probe_unit"]
 
 
 def declared_unit(unit: Any) -> PrivacyUnit | None:
@@ -110,12 +110,12 @@ def unit_cost(cost: PrivacyCost, unit: PrivacyUnit, noise: str) -> PrivacyCost:
 
 def unit_entry(entry: LedgerEntry, unit: PrivacyUnit) -> LedgerEntry:
     """A level's ledger entry made per unit: its cost (:func:`unit_cost`), its sensitivity ``L``
-    times one record's (what one unit moves the level's measurement by), its label and unit."""
+    times one record's (what one unit moves the level's measurement by), and the unit."""
     name = str(unit).removeprefix("privacy unit: ")
     return dataclasses.replace(entry, cost=unit_cost(entry.cost, unit, entry.noise or "gaussian"),
                                sensitivity=None if entry.sensitivity is None else
                                _scaled(float(entry.sensitivity), unit.l1_bound()),
-                               label=f"{entry.label}, per {unit.column}", privacy_unit=name)
+                               privacy_unit=name)
 
 
 def unit_description(desc: dict[str, Any], unit: PrivacyUnit, noise: str, charged: float) -> dict[str, Any]:
@@ -133,3 +133,65 @@ def unit_description(desc: dict[str, Any], unit: PrivacyUnit, noise: str, charge
                          f"{unit.l1_bound()}, in any leaf units and cells)")
     out["privacy_unit"] = unit.describe()
     return out
+
+
+def resolve_records_unit(unit: PrivacyUnit, ids: Any, *, rho: float | None = None, epsilon: float | None = None,
+                         accountant: Any = None, rng: Any = None, drop_missing: bool = False
+                         ) -> tuple[PrivacyUnit, Any, float | None, float | None]:
+    """``(unit, choice, rho, epsilon)`` for a TopDown release of records: a unit with
+    ``max_rows="auto"`` spends ``unit.auto_share`` of the budget on a DP quantile of the rows per
+    unit (``ids``: every record's unit id; charged to ``accountant``,
+    :func:`sparsedp.contribution_bound.resolve_unit`) and the release gets the rest; any other unit
+    keeps the whole budget (``choice`` is then ``None``).  Give the release
+    :func:`with_bound_choice` afterwards so that its ledger and description show the choice."""
+    from ..contribution_bound import resolve_unit
+
+    if (rho is None) == (epsilon is None):
+        raise SparseDPError("give the release's budget: rho (zCDP) or epsilon (pure DP)")
+    if not isinstance(unit, PrivacyUnit):
+        raise SparseDPError(f"privacy_unit must be a PrivacyUnit, got {type(unit).__name__}")
+    if not unit.is_auto:
+        return unit, None, rho, epsilon
+    concrete, choice, rest = resolve_unit(unit, ids, rho=rho, epsilon=epsilon, accountant=accountant, rng=rng,
+                                          drop_missing=drop_missing)
+    return (concrete, choice, rest, None) if rho is not None else (concrete, choice, None, rest)
+
+
+def with_bound_choice(release: Any, choice: Any) -> Any:
+    """The TopDown release with the private choice of its contribution bound (a
+    :class:`~sparsedp.contribution_bound.BoundChoice`, or ``None``: unchanged) first in its ledger,
+    the budget in its description the total of both, and ``description["privacy_unit_bound"]``."""
+    if choice is None:
+        return release
+    entry = choice.measurement.entry
+    if entry is None:  # pragma: no cover - measure always records one
+        raise SparseDPError("the bound's measurement has no ledger entry")
+    key = "epsilon" if release.noise == "laplace" else "rho"
+    desc = dict(release.description)
+    desc["privacy_unit_bound"] = choice.describe()
+    total = sequential(entry.cost, *(e.cost for e in release.ledger))
+    desc[key] = total.epsilon if key == "epsilon" else total.rho
+    return dataclasses.replace(release, ledger=(entry, *release.ledger), description=desc)
+
+
+def read_unit_ids(path: Any, column: str) -> Any:
+    """Every record's unit id from a CSV or Parquet file (an empty id is missing), to choose
+    ``max_rows="auto"`` from."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    p = Path(path)
+    try:
+        if p.suffix.lower() in (".parquet", ".pq"):
+            return pd.read_parquet(p, columns=[column])[column].to_numpy()
+        return pd.read_csv(p, usecols=[column], dtype=str, keep_default_na=False, na_values=[""])[column].to_numpy()
+    except Exception as exc:  # noqa: BLE001 - any reader failure is the user's file
+        raise SparseDPError(f"cannot read the privacy unit's column {column!r} of {p}: {exc}") from exc
+
+
+def probe_unit(unit: PrivacyUnit) -> PrivacyUnit:
+    """A concrete stand-in for a ``max_rows="auto"`` unit that keeps every record: reading the
+    records with it checks them (columns, domain, geography, ids) before the choice is charged."""
+    return PrivacyUnit(unit.column, max_rows=2**62, max_groups=unit.max_groups,
+                       max_rows_per_group=unit.max_rows_per_group)
