@@ -23,10 +23,11 @@ __all__ = ["flag", "load_spec", "matplotlib_pyplot", "outputs", "privacy_budget"
 #: The keys each section may hold (anything else is refused: a misspelt key must not be ignored).
 _KEYS: dict[str, frozenset[str]] = {
     "data": frozenset({"path", "column", "bins", "clip", "columns", "sizes", "categories", "geo", "counts",
-                       "attributes", "sep", "root", "cells_per_person"}),
+                       "attributes", "sep", "root", "cells_per_person", "units"}),
     "workload": frozenset({"kind", "ranges", "k", "lower", "marginals"}),
     "strategy": frozenset({"kind", "branching", "time_limit", "split"}),
-    "privacy": frozenset({"epsilon", "rho", "delta", "noise", "secure"}),
+    "privacy": frozenset({"epsilon", "rho", "delta", "noise", "secure", "unit", "max_rows", "max_groups",
+                          "max_rows_per_group", "drop_missing_units"}),
     "consistency": frozenset({"nonnegative", "total", "invariants"}),
     "output": frozenset({"release", "report", "plot", "overwrite"}),
 }

@@ -27,7 +27,24 @@ every level, non-negative integers, every parent the sum of its children, the in
     report = "release.md"                     # per level: units, cells, standard deviation, checks
     plot = "release.png"                      # per-level standard deviation of a published count
 
-Neighbours add or remove one person (one unit in one cell of the leaf, and so of every level).
+Record rows (one row per record: a person, an event) take ``categories`` instead of ``counts``,
+and the public ``units``; ``[privacy] unit`` protects the entity a column identifies, each keeping
+at most ``max_rows`` records (or ``max_groups`` (leaf unit, cell) groups of ``max_rows_per_group``)::
+
+    [data]
+    path = "records.csv"
+    geo = ["state", "county"]
+    categories = { age = ["young", "old"], sex = ["f", "m"] }   # each category column's values
+    units = "units.csv"                       # every unit's geography codes (public), or "observed"
+
+    [privacy]
+    rho = 1.0
+    unit = "person_id"                        # whom the release protects
+    max_rows = 5                              # or "auto": a share of the budget chooses it
+    drop_missing_units = false                # records without an id are refused unless true
+
+Neighbours add or remove one person (one unit in one cell of the leaf, and so of every level), or,
+with a declared unit, one whole entity with all of its (truncated) records.
 Everything is checked before the budget is charged: the keys (those of the other kinds are
 refused), the table (missing columns, non-numeric or negative counts), the budget, the split and
 the invariants, and the outputs.  The report and plot show what the release's own variances say
@@ -44,24 +61,28 @@ import numpy as np
 from .errors import SparseDPError
 from .privacy import Accountant
 from .releases import ReleaseResult
+from .privacy_unit_cli import UNIT_SPEC_KEYS, unit_from_spec
 from .spec_file import matplotlib_pyplot, outputs, privacy_budget, privacy_line, refuse_keys
 from .topdown.hierarchy import read_table
 from .topdown.release import TopDownRelease, topdown
+from .topdown.units import read_records, with_bound_choice
 
 __all__ = ["TOPDOWN_ONLY", "is_topdown_spec", "run_topdown_spec"]
 
 #: Keys of the other kinds that a TopDown spec would ignore: refused.
 _OTHERS: dict[str, frozenset[str]] = {
-    "data": frozenset({"column", "bins", "clip", "columns", "sizes", "categories"}),
+    "data": frozenset({"column", "bins", "clip", "columns", "sizes"}),
     "workload": frozenset({"*"}),
     "strategy": frozenset({"branching", "time_limit"}),
     "consistency": frozenset({"total", "nonnegative"}),
 }
 #: Keys of a TopDown spec that the other kinds would ignore: refused there.
 TOPDOWN_ONLY: dict[str, frozenset[str]] = {
-    "data": frozenset({"geo", "counts", "attributes", "sep", "root", "cells_per_person"}),
+    "data": frozenset({"geo", "counts", "attributes", "sep", "root", "cells_per_person", "units"}),
     "strategy": frozenset({"split"}),
     "consistency": frozenset({"invariants"}),
+    # the privacy unit: refused by a kind until it reads and bounds records per unit
+    "privacy": UNIT_SPEC_KEYS,
 }
 
 
@@ -102,9 +123,9 @@ def run_topdown_spec(spec: dict[str, Any], path: str | Path, *, rng: Any = None,
     refuse_keys(spec, _OTHERS, "TopDown (data.geo)")
     data = spec["data"]
     geo = _names(data["geo"], "data.geo")
-    if "counts" not in data:
-        raise SparseDPError("a TopDown spec names its count columns: data.counts (names or glob patterns)")
-    counts = _names(data["counts"], "data.counts")
+    unit, drop_missing = unit_from_spec(spec["privacy"])
+    records = _records(data, unit)
+    counts = _names(data["counts"], "data.counts") if records is None else None
     attributes = _names(data["attributes"], "data.attributes") if "attributes" in data else None
     sep, root = data.get("sep", "_"), data.get("root", "root")
     if not isinstance(sep, str) or not isinstance(root, str) or not root:
@@ -121,12 +142,20 @@ def run_topdown_spec(spec: dict[str, Any], path: str | Path, *, rng: Any = None,
         raise SparseDPError(f"output.release of a TopDown spec is an .npz release file, got {out['release']!r} "
                             "(its table: sparsedp.load_release(FILE).to_pandas())")
     files_out = outputs(spec, Path(path), base / data["path"], force)
-    table = read_table(base / data["path"], geo, counts, attributes=attributes, sep=sep, root=root,
-                       contributions_per_person=data.get("cells_per_person", 1))
     if accountant is None:
         accountant = Accountant(rho=rho) if rho is not None else Accountant(epsilon=eps)
-    rel = topdown(table, rho=rho, epsilon=eps, split=split, invariants=invariants, secure=secure,
-                  accountant=accountant, rng=rng, keep_noisy=False)
+    choice = None
+    if records is None:
+        table = read_table(base / data["path"], geo, counts, attributes=attributes, sep=sep, root=root,
+                           contributions_per_person=data.get("cells_per_person", 1))
+    else:
+        units = records["units"] if records["units"] == "observed" else base / records["units"]
+        table, choice, rho, eps = read_records(base / data["path"], geo, list(records["domain"]),
+                                               domain=records["domain"], units=units, root=root, privacy_unit=unit,
+                                               drop_missing_units=drop_missing, rng=rng, rho=rho, epsilon=eps,
+                                               accountant=accountant)
+    rel = with_bound_choice(topdown(table, rho=rho, epsilon=eps, split=split, invariants=invariants, secure=secure,
+                                    accountant=accountant, rng=rng, keep_noisy=False), choice)
     del table
     result = rel.to_release()
     files: dict[str, Path] = {}
@@ -137,6 +166,32 @@ def run_topdown_spec(spec: dict[str, Any], path: str | Path, *, rng: Any = None,
     if "plot" in files_out:
         files["plot"] = _plot(files_out["plot"], rel)
     return result, rel, accountant, files
+
+
+def _records(data: dict[str, Any], unit: Any) -> dict[str, Any] | None:
+    """For record rows (``data.categories``): their domain and units, checked; ``None`` for a
+    table of counts (``data.counts``), which takes no privacy unit."""
+    if ("counts" in data) == ("categories" in data):
+        raise SparseDPError("a TopDown spec names its count columns (data.counts: names or glob patterns) or, for "
+                            "record rows, their category columns (data.categories = {column = [values]}): one of them")
+    if "counts" in data:
+        if not unit.is_row or "units" in data:
+            raise SparseDPError("privacy.unit and data.units go with record rows (data.categories), not a table of "
+                                "counts (overlapping count columns: data.cells_per_person)")
+        return None
+    for key in ("attributes", "cells_per_person"):
+        if key in data:
+            raise SparseDPError(f"data.{key} goes with a table of counts (data.counts), not record rows")
+    cats = data["categories"]
+    if not isinstance(cats, dict) or not cats:
+        raise SparseDPError("data.categories must be a table {column = [values]}")
+    for c, vals in cats.items():
+        if not isinstance(vals, list) or not vals or len(set(map(str, vals))) != len(vals):
+            raise SparseDPError(f"data.categories.{c} must be a non-empty list of distinct values, got {vals!r}")
+    units = data.get("units")
+    if not isinstance(units, str) or not units:
+        raise SparseDPError('record rows need data.units: a CSV of every unit\'s geography codes (public) or "observed"')
+    return {"domain": {str(c): [str(v) for v in vals] for c, vals in cats.items()}, "units": units}
 
 
 def _level_sd(rel: TopDownRelease) -> list[float]:

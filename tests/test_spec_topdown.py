@@ -118,3 +118,88 @@ def test_overlapping_count_columns_need_cells_per_person(tmp_path):
     with pytest.raises(SparseDPError, match="contributions_per_person"):
         run_spec(path, accountant=Accountant(rho=1.0), force=True)
     assert res.release.description["contributions_per_person"] == 2
+
+
+RECORDS_SPEC = """
+[data]
+path = "records.csv"
+geo = ["state", "county"]
+categories = { age = ["young", "old"], sex = ["f", "m"] }
+units = "units.csv"
+
+[privacy]
+epsilon = 1.0
+unit = "person_id"
+max_rows = 3
+
+[output]
+release = "td.npz"
+"""
+
+
+def _records(tmp_path, spec=RECORDS_SPEC):
+    rng = np.random.default_rng(4)
+    units = [("01", "001"), ("01", "002"), ("02", "003")]
+    (tmp_path / "units.csv").write_text("state,county\n" + "\n".join(f"{s},{c}" for s, c in units) + "\n")
+    rows = ["person_id,state,county,age,sex"]
+    for p in range(40):
+        for _ in range(int(rng.integers(1, 8))):
+            s, c = units[int(rng.integers(0, 3))]
+            rows.append(f"p{p},{s},{c},{rng.choice(['young', 'old'])},{rng.choice(['f', 'm'])}")
+    (tmp_path / "records.csv").write_text("\n".join(rows) + "\n")
+    path = tmp_path / "rec.toml"
+    path.write_text(spec)
+    return path
+
+
+def test_a_records_spec_protects_the_declared_unit(tmp_path):
+    from sparsedp.privacy_unit import PrivacyUnit
+
+    path = _records(tmp_path)
+    acc = Accountant(epsilon=1.0)
+    res = run_spec(path, rng=3, accountant=acc)
+    unit = PrivacyUnit("person_id", max_rows=3)
+    table = read_table(tmp_path / "records.csv", ["state", "county"], categories=["age", "sex"],
+                       domain={"age": ["young", "old"], "sex": ["f", "m"]}, units="observed", privacy_unit=unit, rng=3)
+    want = topdown(table, epsilon=1.0, rng=3, keep_noisy=False)
+    for a, b in zip(res.release.counts, want.counts):  # the same truncation and noise
+        np.testing.assert_array_equal(a, b)
+    assert res.release.description["privacy_unit"] == unit.describe()
+    assert acc.spent == pytest.approx(1.0) and all(e.privacy_unit == "person_id (max_rows 3)" for e in acc.ledger)
+    path.write_text(RECORDS_SPEC.replace("max_rows = 3", 'max_rows = "auto"'))
+    acc = Accountant(epsilon=1.0)
+    res = run_spec(path, rng=3, accountant=acc, force=True)
+    assert res.release.description["privacy_unit_bound"]["max_rows"] >= 1
+    assert acc.ledger[0].label.startswith("privacy unit: bound") and acc.spent == pytest.approx(1.0)
+    assert len(load_release(res.files["release"]).ledger) == len(acc.ledger)
+
+
+@pytest.mark.parametrize("edit,match", [
+    (lambda s: s.replace('unit = "person_id"', 'unit = "nobody"'), "nobody"),
+    (lambda s: s.replace('unit = "person_id"\n', ""), "column"),  # bounds without a unit
+    (lambda s: s.replace('max_rows = 3', 'max_rows = "many"'), "max_rows"),
+    (lambda s: s.replace('units = "units.csv"\n', ""), "data.units"),
+    (lambda s: s.replace('sex = ["f", "m"]', 'sex = ["f"]'), "domain"),  # a record's value outside it
+    (lambda s: s.replace('max_rows = 3', 'max_rows = "auto"').replace('sex = ["f", "m"]', 'sex = ["f"]'), "domain"),
+    (lambda s: s.replace("categories = {", 'counts = ["x"]\ncategories = {'), "one of them"),
+])
+def test_bad_records_specs_are_refused_before_any_charge(tmp_path, edit, match):
+    path = _records(tmp_path, edit(RECORDS_SPEC))
+    acc = Accountant(epsilon=1.0)
+    with pytest.raises(SparseDPError, match=match):
+        run_spec(path, accountant=acc)
+    assert not acc.ledger and not (tmp_path / "td.npz").exists()
+
+
+def test_a_counts_spec_takes_no_privacy_unit(tmp_path):
+    path = _write(tmp_path, SPEC.replace("rho = 0.5", 'rho = 0.5\nunit = "person"\nmax_rows = 2'))
+    with pytest.raises(SparseDPError, match="record rows"):
+        run_spec(path)
+
+
+def test_other_kinds_refuse_the_unit_keys_until_they_bound_records(tmp_path):
+    (tmp_path / "d.csv").write_text("x\n1\n2\n")
+    (tmp_path / "h.toml").write_text('[data]\npath = "d.csv"\ncolumn = "x"\nbins = 4\nclip = [0, 4]\n\n'
+                                     '[privacy]\nepsilon = 1.0\nunit = "person"\nmax_rows = 2\n')
+    with pytest.raises(SparseDPError, match="not used by a histogram"):
+        run_spec(tmp_path / "h.toml")

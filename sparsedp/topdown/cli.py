@@ -46,7 +46,7 @@ from ..privacy_unit_cli import add_unit_arguments, id_warnings_on_stderr, unit_f
 from ..release_file import release_record
 from .hierarchy import read_table
 from .release import topdown
-from .units import probe_unit, read_unit_ids, resolve_records_unit, with_bound_choice
+from .units import read_records, with_bound_choice
 
 __all__ = ["register", "run"]
 
@@ -158,32 +158,15 @@ def _records_args(args: argparse.Namespace, chunked: bool) -> dict[str, Any] | N
 
 
 def _read_records(args: argparse.Namespace, rec: dict[str, Any], acc: Accountant) -> tuple[Any, Any, Any, Any]:
-    """``(table, bound choice, rho, epsilon)``: the records read and checked, ``max_rows="auto"``
-    chosen (charged) only after that, then truncated to the unit."""
-    import pandas as pd
-
-    units: Any = rec["units"]
-    if units != "observed":
-        try:
-            units = pd.read_csv(units, dtype=str, keep_default_na=False, na_values=[""])
-        except Exception as exc:  # noqa: BLE001 - any reader failure is the user's file
-            raise SparseDPError(f"cannot read --units {units}: {exc}") from exc
-    unit = rec["unit"]
-
-    def read(u: Any) -> Any:
-        return read_table(args.data, args.geo, categories=args.categories, domain=rec["domain"], units=units,
-                          root=args.root, privacy_unit=u, drop_missing_units=rec["drop"], rng=args.seed)
-
+    """``(table, bound choice, rho, epsilon)`` (:func:`~sparsedp.topdown.units.read_records`)."""
     with id_warnings_on_stderr():
-        table = read(probe_unit(unit) if unit.is_auto else unit)
-    if not unit.is_auto:
-        return table, None, args.rho, args.epsilon
-    del table  # every check made: now the choice is charged, and the records truncated at it
-    unit, choice, rho, eps = resolve_records_unit(unit, read_unit_ids(args.data, unit.column), rho=args.rho,
-                                                  epsilon=args.epsilon, accountant=acc, rng=args.seed,
-                                                  drop_missing=rec["drop"])
-    print(f"privacy unit: max_rows {unit.max_rows}, chosen with {_spent(choice)} of the budget")
-    return read(unit), choice, rho, eps
+        table, choice, rho, eps = read_records(args.data, args.geo, args.categories, domain=rec["domain"],
+                                               units=rec["units"], root=args.root, privacy_unit=rec["unit"],
+                                               drop_missing_units=rec["drop"], rng=args.seed, rho=args.rho,
+                                               epsilon=args.epsilon, accountant=acc)
+    if choice is not None:
+        print(f"privacy unit: max_rows {choice.bound}, chosen with {_spent(choice)} of the budget")
+    return table, choice, rho, eps
 
 
 def _spent(choice: Any) -> str:

@@ -43,7 +43,8 @@ from ..privacy import LedgerEntry, PrivacyCost, sequential
 from ..privacy_unit import PrivacyUnit
 
 __all__ = ["declared_unit", "per_record_budget", "plan_for_unit", "design_unit_cost", "unit_cost", "unit_entry",
-           "unit_description", "resolve_records_unit", "with_bound_choice", "read_unit_ids", "probe_unit"]
+           "unit_description", "resolve_records_unit", "with_bound_choice", "read_unit_ids", "probe_unit",
+           "read_records"]
 
 
 def declared_unit(unit: Any) -> PrivacyUnit | None:
@@ -195,3 +196,41 @@ def probe_unit(unit: PrivacyUnit) -> PrivacyUnit:
     records with it checks them (columns, domain, geography, ids) before the choice is charged."""
     return PrivacyUnit(unit.column, max_rows=2**62, max_groups=unit.max_groups,
                        max_rows_per_group=unit.max_rows_per_group)
+
+
+def read_records(path: Any, geo: Any, categories: Any, *, domain: Any, units: Any, root: str = "root",
+                 privacy_unit: PrivacyUnit | None = None, drop_missing_units: bool = False, rng: Any = None,
+                 rho: float | None = None, epsilon: float | None = None, accountant: Any = None
+                 ) -> tuple[Any, Any, float | None, float | None]:
+    """``(table, bound choice, rho, epsilon)``: a records file read into a
+    :class:`~sparsedp.topdown.hierarchy.HierarchicalTable` (:func:`~sparsedp.topdown.hierarchy.read_table`)
+    for a release of budget ``rho`` / ``epsilon``.  ``units``: a DataFrame or a CSV file of every
+    unit's geography codes, or ``"observed"``.  A ``max_rows="auto"`` unit is chosen only after the
+    records were read and checked with every record kept (so bad input costs nothing), charged
+    to ``accountant``; the records are then read again and truncated at the chosen bound, and the
+    release gets the budget left (give it :func:`with_bound_choice` afterwards)."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from .hierarchy import read_table
+
+    if isinstance(units, (str, Path)) and str(units) != "observed":
+        try:
+            units = pd.read_csv(units, dtype=str, keep_default_na=False, na_values=[""])
+        except Exception as exc:  # noqa: BLE001 - any reader failure is the user's file
+            raise SparseDPError(f"cannot read the units table {units}: {exc}") from exc
+    unit = privacy_unit if privacy_unit is not None else PrivacyUnit()
+
+    def read(u: PrivacyUnit) -> Any:
+        return read_table(path, geo, categories=categories, domain=domain, units=units, root=root, privacy_unit=u,
+                          drop_missing_units=drop_missing_units, rng=rng)
+
+    table = read(probe_unit(unit) if unit.is_auto else unit)
+    if not unit.is_auto:
+        return table, None, rho, epsilon
+    del table  # every check made: now the choice is charged, and the records truncated at it
+    unit, choice, rho, epsilon = resolve_records_unit(unit, read_unit_ids(path, unit.column), rho=rho,
+                                                      epsilon=epsilon, accountant=accountant, rng=rng,
+                                                      drop_missing=drop_missing_units)
+    return read(unit), choice, rho, epsilon
