@@ -975,3 +975,36 @@ def test_command_line_reads_records_with_a_privacy_unit(tmp_path, capsys):
         out = tmp_path / (f"bad{i}" + (".npz" if "dask" not in extra else ""))
         assert main(base + extra + ["--out", str(out)]) == 2
         assert "error" in capsys.readouterr().err and not out.exists()
+
+
+def test_audit_with_unit_level_neighbours():
+    """The measurement of every level of a per-unit release, audited on neighbours that differ by
+    one whole unit with all its records (3, in one leaf cell: the worst case): the bound stays
+    below the claimed epsilon; the per-record calibration of the same records is flagged."""
+    units = pd.DataFrame({"st": ["1", "1", "2"], "co": ["a", "b", "c"]})
+    rec = pd.DataFrame({"pid": ["p", "p", "q", "r", "r", "r"], "st": ["1", "1", "2", "1", "2", "1"],
+                        "co": ["a", "b", "c", "a", "c", "a"], "age": ["old", "young", "old", "old", "old", "young"]})
+    extra = pd.DataFrame({"pid": ["u"] * 3, "st": ["1"] * 3, "co": ["b"] * 3, "age": ["young"] * 3})
+    unit = PrivacyUnit("pid", max_rows=3)
+
+    def table(frame):
+        return HierarchicalTable.from_records(frame, ["st", "co"], ["age"], domain={"age": ["young", "old"]},
+                                              units=units, privacy_unit=unit, rng=0)
+
+    t, t1 = table(rec), table(pd.concat([rec, extra], ignore_index=True))
+    assert t1.counts[0].sum() - t.counts[0].sum() == 3
+
+    def release(design):
+        plans = [plan_release(lp.plan) for lp in design.levels]
+
+        def run(tab, gen, k):
+            return np.hstack([p(tab.counts[d].ravel(), gen, k) for d, p in enumerate(plans)])
+
+        return run
+
+    per_unit = topdown(t, epsilon=1.0, split=[1, 1, 2], rng=0).design
+    ok = audit(release(per_unit), t, t1, trials=200_000, rng=1, batched=True)
+    assert ok.epsilon_lower <= 1.0
+    per_record = plan_topdown(t.hierarchy, epsilon=1.0, split=[1, 1, 2])
+    bad = audit(release(per_record), t, t1, trials=200_000, rng=2, batched=True)
+    assert bad.epsilon_lower > 1.0
