@@ -953,8 +953,8 @@ def test_command_line_reads_records_with_a_privacy_unit(tmp_path, capsys):
     assert "'person_id' looks like an identifier" in capsys.readouterr().err  # one line, not an error
     assert main(base + ["--epsilon", "1", "--privacy-unit", "person_id", "--max-rows", "3",
                         "--out", str(tmp_path / "unit.csv")]) == 0
-    err = capsys.readouterr().err
-    assert "identifier" not in err
+    out, err = capsys.readouterr()
+    assert "identifier" not in err and "epsilon 1 per person_id" in out
     record = json.loads((tmp_path / "unit.csv.release.json").read_text())
     assert record["description"]["privacy_unit"] == {"privacy_unit": "person_id", "max_rows": 3}
     assert all(e["privacy_unit"] == "person_id (max_rows 3)" for e in record["ledger"])

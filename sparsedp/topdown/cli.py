@@ -124,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
         Path(str(out) + ".release.json").write_text(json.dumps(record, indent=1, default=str) + "\n")
     h = rel.hierarchy
     budget = f"rho {acc.spent:g}" if args.rho is not None else f"epsilon {acc.spent:g}"
+    if table.privacy_unit is not None:
+        budget += f" per {table.privacy_unit.column}"
     levels = " > ".join(f"{n} {s}" for n, s in zip(h.levels, h.sizes))
     print(f"released {sum(c.size for c in rel.counts)} counts ({levels} x {h.cells.size} cells; {budget}, "
           f"exact noise); invariants: {', '.join(args.invariant or ()) or 'none'}")
