@@ -491,7 +491,13 @@ def topdown(table: HierarchicalTable, *, rho: float | None = None, epsilon: floa
     (default: the table's, 1 unless its count columns overlap and it was read with
     ``contributions_per_person=K``; never fewer): the noise is calibrated to a person changing
     that many counts by one (:func:`~sparsedp.topdown.design.person_sensitivity`), within the
-    same budget, and the ledger records it."""
+    same budget, and the ledger records it.
+
+    A table of records with a declared ``privacy_unit``
+    (:meth:`HierarchicalTable.from_records`) is released per unit: every level is planned at
+    ``epsilon / L`` (``rho / L^2``, ``L`` the unit's bound on its records) and charged ``L``
+    (``L^2``) times that per unit, the ledger entries and the description naming the unit
+    (:mod:`sparsedp.topdown.units`)."""
     if not isinstance(table, HierarchicalTable):
         raise ShapeError(f"expected a HierarchicalTable (see HierarchicalTable.from_counts / read_table), got "
                          f"{type(table).__name__}")
