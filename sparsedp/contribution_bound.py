@@ -23,6 +23,7 @@ rows dropped are never returned.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,11 @@ from .errors import SparseDPError
 from .measure import Measurement, measure
 from .privacy import Accountant, PrivacyCost
 
-__all__ = ["BoundChoice", "candidate_bounds", "choose_max_rows", "resolve_unit"]
+__all__ = ["BoundChoice", "UnreliableBoundWarning", "candidate_bounds", "choose_max_rows", "resolve_unit"]
+
+
+class UnreliableBoundWarning(UserWarning):
+    """The private quantile was computed from too few units for its noise (:func:`choose_max_rows`)."""
 
 
 def candidate_bounds(max_bound: int = 2**16, per_octave: int = 4) -> np.ndarray:
@@ -105,6 +110,11 @@ def choose_max_rows(
                    **kw)
     noisy = np.asarray(meas.y, dtype=np.float64)
     cdf = np.cumsum(noisy)
+    noise_sd = float(np.sqrt(np.max(meas.variances) * grid.size))  # of the noisy number of units
+    if cdf[-1] < 20.0 * noise_sd:  # post-processing of the noisy total: says nothing more about the data
+        warnings.warn(f"the private {quantile:g}-quantile of rows per unit is unreliable here: the noisy number of "
+                      f"units is below 20 times its noise ({noise_sd:.3g}); give max_rows yourself or raise the "
+                      "share of the budget (auto_share)", UnreliableBoundWarning, stacklevel=2)
     target = float(quantile) * cdf[-1]
     at = int(np.argmax(cdf >= target)) if np.any(cdf >= target) else grid.size - 1
     return BoundChoice(bound=int(grid[at]), quantile=float(quantile), candidates=grid, noisy_units=noisy,

@@ -70,3 +70,18 @@ def test_bad_quantiles_are_refused() -> None:
     for q in ("median", 0.0, 1.0, True):
         with pytest.raises(SparseDPError):
             PrivacyUnit("id", max_rows="auto", auto_quantile=q)
+
+
+def test_too_few_units_for_the_noise_warns() -> None:
+    from sparsedp.contribution_bound import UnreliableBoundWarning
+
+    ids = np.repeat(np.arange(50), 3)
+    with pytest.warns(UnreliableBoundWarning, match="unreliable"):
+        choose_max_rows(ids, rho=0.1, rng=0)
+    import warnings
+
+    rng = np.random.default_rng(0)
+    many, _ = _ids(rng, 4000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnreliableBoundWarning)
+        choose_max_rows(many, epsilon=0.5, rng=0)
