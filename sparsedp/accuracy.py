@@ -19,10 +19,11 @@ How it is computed (``ErrorReport.method``), never with a dense inverse:
   ``O(nodes)`` pass, batched; ``all_ranges`` as the exact total
   ``(n + 1) sum_t Var(P_t) - Var(sum_t P_t)`` over the prefix estimates ``P_t`` (per-answer
   variances too when there are at most ``max_variances`` ranges).
-* ``exact-toeplitz``, ``exact-hybrid``: the optimiser's lower-triangular Toeplitz and hybrid
-  (block forests plus dense rows, Woodbury) strategies under one noise variance on every row, with
-  the same workloads: closed forms from the series inverse and from the Woodbury factors
-  (:mod:`sparsedp.factored_covariance`), ``O(n)`` for the prefix workload at any ``n``.
+* ``exact-toeplitz``, ``exact-hybrid``, ``exact-woodbury``: the optimiser's lower-triangular
+  Toeplitz and hybrid (block forests plus dense rows) strategies under one noise variance on every
+  row, and p-Identity's ``[diag(a); B]`` under any variances, with the same workloads: closed
+  forms from the series inverse and from the Woodbury factors (:mod:`sparsedp.factored_covariance`),
+  ``O(n)`` for the prefix workload at any ``n``, ``O(p)`` per range.
 * ``sparse-inverse``: the same strategies with any other implicit workload: the total from the
   image norms of the sparse ``G V^{1/2}``.
 * ``exact-blocks``: any other strategy: ``G`` applied to blocks of unit vectors with the fast
@@ -149,7 +150,7 @@ class ErrorReport:
     total: float
     per_query: float  # total / number of workload queries
     method: str  # "exact-tree", "exact-fenwick", "exact-haar", "exact-identity", "exact-toeplitz",
-    #              "exact-hybrid", "sparse-inverse",
+    #              "exact-hybrid", "exact-woodbury", "sparse-inverse",
     #              "exact-blocks" or "estimate"
     stderr: float = 0.0  # standard error of an estimated total; 0 when exact
     variances: np.ndarray | None = field(default=None, repr=False, compare=False)
@@ -364,7 +365,7 @@ def expected_error(
     """Variance of every GLS workload answer and their total ``sum_i v_i ||W G e_i||^2``.
 
     ``method``: ``"auto"`` (the exact structured path for identity / Fenwick / Haar / tree
-    strategies and the optimiser's Toeplitz / hybrid ones, exact blocks if ``rows(M) * n <= exact_limit``, else an estimate), ``"exact"`` or
+    strategies and the optimiser's Toeplitz / hybrid / p-Identity ones, exact blocks if ``rows(M) * n <= exact_limit``, else an estimate), ``"exact"`` or
     ``"estimate"``.  ``memory_limit`` (bytes) bounds what the computation allocates: a path that
     would need more raises :class:`MemoryLimitError` before allocating.  ``noise`` (``"laplace"``
     or ``"gaussian"``) and ``secure`` are recorded for :meth:`ErrorReport.confidence_intervals`;

@@ -21,20 +21,36 @@ cumulative sum of ``b_k b_{k+d}``) plus ``O(1)`` per range.  A dense query ``q``
 ``v ||R^{-T} q||^2`` (one FFT correlation).
 
 **Hybrid** (:mod:`sparsedp.optimize.hybrid`: block forests ``A`` plus ``p`` dense rows on the block
-sums).  By Woodbury, ``(M^T M)^{-1} = A^{-1} - H P^T S^{-1} P H^T`` with ``A^{-1}`` block diagonal
-(``A_s^{-1} / m_j^2`` on block ``j``), ``H`` the block vectors ``h_s / m_j^2`` and ``S`` ``p x p``
-(:class:`~sparsedp.optimize.hybrid.HybridGLS`).  For a range ``[a, e)``:
+sums ``s``; :class:`~sparsedp.optimize.hybrid.HybridGLS`).  Woodbury's form ``A^{-1} - H P^T S^{-1}
+P H^T`` subtracts two large terms when a block's forest is weak and the dense rows pin its sum (an
+optimised block scale ``m_j = 1`` next to dense weights ``~2^20``: ``1e-8`` relative error).  So the
+variance is split by the law of total variance over the block sums instead, with no such
+subtraction.  Given the sums, the blocks are independent and block ``j``'s cells have covariance
+``(A_s^{-1} - h h^T / sigma_s^2) / m_j^2`` (``h = A_s^{-1} 1``, ``sigma_s^2 = 1^T h``); the
+estimate of the sums has covariance ``(Sigma^{-1} + P^T P)^{-1} = F^T F`` with ``Sigma =
+diag(sigma_s^2 / m_j^2)`` and ``F = R^{-T} Sigma^{1/2}``, ``R^T R = I + Sigma^{1/2} P^T P
+Sigma^{1/2}`` (``R`` from a QR factorisation of ``[P Sigma^{1/2}; I]``, which never forms the sum:
+its large entries would swamp the identity).  A query ``q`` has
 
-* the forest part is the range's quadratic form in ``A_s^{-1}`` on the (at most two) partial blocks
-  -- read off the 2-D cumulative sums of ``A_s^{-1}`` -- plus ``sigma_s^2 / m_j^2`` for every whole
-  block inside, by a cumulative sum over the blocks;
-* the correction is ``u^T S^{-1} u`` with ``u = X_e - X_a``, ``X_t = C_{j(t)} + beta_t P_{:, j(t)}``,
-  ``C_j = sum_{k<j} P_{:, k} sigma_k^2 / m_k^2`` and ``beta_t`` the partial sum of ``h`` in ``t``'s
-  block (``O(p^2)`` per range; the prefix workload uses the ``O(1)`` form of
-  :meth:`~sparsedp.optimize.hybrid.HybridGLS.prefix_variances`).
+    Var = sum_j (q_j^T A_s^{-1} q_j - (q_j^T h)^2 / sigma_s^2) / m_j^2  +  ||F c||^2,
+    c_j = q_j^T h / sigma_s^2,
 
-Both are exact in floating point; :func:`~sparsedp.accuracy.expected_error` reports them as
-``exact-toeplitz`` and ``exact-hybrid``.
+and for a range ``[a, e)`` only the (at most two) partial blocks have a within term (read off the
+2-D cumulative sums of ``A_s^{-1}``), ``c`` is 1 on the whole blocks inside, and ``F c`` is a
+difference of cumulative sums of ``F``'s columns plus the two partial columns: ``O(nb)`` per range
+(``nb`` blocks, at most 1024).
+
+**Diagonal plus rows** (p-Identity ``M = [diag(a); B]``, :mod:`sparsedp.woodbury`; any per-row
+variances ``v = (v_1, v_2)``).  ``Cov(x_hat) = E^{-1} - E^{-1} B^T K^{-1} B E^{-1}`` with
+``E^{-1} = diag(v_1 / a^2)`` and ``K = V_2 + B E^{-1} B^T = L L^T``.  With ``Z = L^{-1} [0, cumsum
+of the columns of B E^{-1}]`` (``p x (n + 1)``), a range ``[a, e)`` has variance
+
+    sum_{a <= s < e} v_{1,s} / a_s^2  -  ||Z_{:, e} - Z_{:, a}||^2,
+
+``O(p)`` per range after an ``O(p n + p^3)`` setup (``O(p^2 n)`` for the triangular solve).
+
+All are exact in floating point; :func:`~sparsedp.accuracy.expected_error` reports them as
+``exact-toeplitz``, ``exact-hybrid`` and ``exact-woodbury``.
 """
 
 from __future__ import annotations
@@ -44,11 +60,15 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from .range_variance import DEFAULT_MEMORY_LIMIT, StructuredCovariance, check_memory
+import scipy.linalg as sla
 
-__all__ = ["HybridCovariance", "ToeplitzCovariance", "factored_covariance"]
+from .range_variance import DEFAULT_MEMORY_LIMIT, StructuredCovariance, check_memory
+from .woodbury import diagonal_plus_rows
+
+__all__ = ["HybridCovariance", "ToeplitzCovariance", "WoodburyCovariance", "factored_covariance"]
 
 _ROWS = 1 << 12  # rows of a general sparse workload per batch
+_RANGE_BATCH = 1 << 13  # ranges per batch of the hybrid path (nb words each)
 
 
 def _homoscedastic(v: np.ndarray) -> float | None:
@@ -59,8 +79,12 @@ def _homoscedastic(v: np.ndarray) -> float | None:
 
 
 def factored_covariance(base: Any, v: np.ndarray) -> StructuredCovariance | None:
-    """The :class:`ToeplitzCovariance` or :class:`HybridCovariance` of the unweighted strategy
-    ``base`` with row variances ``v`` (one value on every row), or ``None``."""
+    """The :class:`WoodburyCovariance` (any row variances ``v``), :class:`ToeplitzCovariance` or
+    :class:`HybridCovariance` (one value on every row) of the unweighted strategy ``base``, or
+    ``None``."""
+    form = diagonal_plus_rows(base)
+    if form is not None:
+        return WoodburyCovariance.build(*form, np.asarray(v, dtype=np.float64))
     var = _homoscedastic(v)
     if var is None:
         return None
@@ -152,30 +176,32 @@ class HybridCovariance(StructuredCovariance):
         self.starts = gls.starts
         self.sizes = gls.sizes
         self.nb = int(self.sizes.size)
-        self.P = np.asarray(lay.P, dtype=np.float64)  # p x nb
-        self.Sinv = gls.Sinv
         self.m2 = gls.m2
-        self.sig2 = gls.sig2  # sigma_s^2 / m_j^2 per block
-        self.sig_cum = np.concatenate(([0.0], np.cumsum(self.sig2)))
-        self.C = np.vstack([np.zeros(self.P.shape[0]), np.cumsum((self.P * self.sig2[None, :]).T, axis=0)])
-        # per block size: 2-D cumulative sums of A_s^{-1} (zero first row / column) and of h
+        P = np.asarray(lay.P, dtype=np.float64)  # p x nb
+        root = np.sqrt(gls.sig2)  # Sigma^{1/2}: the forest's sd of each block sum
+        # R^T R = I + G^T G (G = P Sigma^{1/2}) by a QR of [G; I], not a Cholesky factor of the sum:
+        # a dense row pinning weak blocks puts ~1e10 next to 1 there, and forming G^T G loses the 1
+        R = np.linalg.qr(np.vstack([P * root[None, :], np.eye(self.nb)]), mode="r")
+        F = sla.solve_triangular(R, np.diag(root), trans="T", check_finite=False)  # Cov(s) = F^T F
+        self.FT = np.ascontiguousarray(F.T)  # row j: F e_j
+        self.FcT = np.zeros((self.nb + 1, self.nb))  # row k: sum_{j<k} F e_j
+        np.cumsum(self.FT, axis=0, out=self.FcT[1:])
+        # per block size: 2-D cumulative sums of A_s^{-1} (zero first row / column), of h, and sigma_s^2
         self.Lc: dict[int, np.ndarray] = {}
         self.hc: dict[int, np.ndarray] = {}
+        self.s2: dict[int, float] = {}
         for size, sh in gls.shape.items():
-            L = np.zeros((size + 1, size + 1))
-            L[1:, 1:] = np.cumsum(np.cumsum(sh.Ainv, axis=0), axis=1)
-            self.Lc[size] = L
+            Lc = np.zeros((size + 1, size + 1))
+            Lc[1:, 1:] = np.cumsum(np.cumsum(sh.Ainv, axis=0), axis=1)
+            self.Lc[size] = Lc
             self.hc[size] = np.concatenate(([0.0], np.cumsum(sh.h)))
+            self.s2[size] = float(sh.sigma2)
 
     def _fixed(self) -> float:
-        return float(sum(L.size for L in self.Lc.values()) + self.P.size * 2 + 4 * self.nb)
+        return float(sum(L.size for L in self.Lc.values()) + 3 * self.nb * (self.nb + 1))
 
     def memory(self, queries: int) -> float:
-        p = self.P.shape[0]
-        return 8.0 * (self._fixed() + (12 + 3 * p) * min(queries, 1 << 15) + queries)
-
-    def prefix(self) -> np.ndarray:
-        return self.v * self.gls.prefix_variances()
+        return 8.0 * (self._fixed() + (12 + 4 * self.nb) * min(queries, _RANGE_BATCH) + queries)
 
     def _locate(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Block ``j(t)`` and offset ``t - starts[j]`` of positions ``t`` in ``[0, n]`` (``n``: the
@@ -183,55 +209,63 @@ class HybridCovariance(StructuredCovariance):
         j = np.minimum(np.searchsorted(self.starts, t, side="right") - 1, self.nb - 1)
         return j, t - self.starts[j]
 
-    def _local(self, j: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        """``1_{[lo, hi)}^T A_s^{-1} 1_{[lo, hi)}`` in block ``j`` (local offsets)."""
-        out = np.empty(j.size)
+    def _partial(self, j: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For the cells ``[lo, hi)`` of block ``j`` (local offsets): their variance given the
+        block's sum, ``(q^T A_s^{-1} q - (q^T h)^2 / sigma_s^2) / m_j^2``, and their share
+        ``g = q^T h / sigma_s^2`` of the block sum's estimate."""
+        within = np.empty(j.size)
+        g = np.empty(j.size)
         sizes = self.sizes[j]
-        for size, L in self.Lc.items():
+        for size, Lc in self.Lc.items():
             sel = sizes == size
             if np.any(sel):
                 a, e = lo[sel], hi[sel]
-                out[sel] = L[e, e] - 2.0 * L[a, e] + L[a, a]
-        return out
-
-    def _beta(self, j: np.ndarray, off: np.ndarray) -> np.ndarray:
-        out = np.empty(j.size)
-        sizes = self.sizes[j]
-        for size, hc in self.hc.items():
-            sel = sizes == size
-            if np.any(sel):
-                out[sel] = hc[off[sel]]
-        return out / self.m2[j]
+                hq = self.hc[size][e] - self.hc[size][a]
+                within[sel] = Lc[e, e] - 2.0 * Lc[a, e] + Lc[a, a] - hq * hq / self.s2[size]
+                g[sel] = hq / self.s2[size]
+        return np.maximum(within, 0.0) / self.m2[j], g
 
     def _ranges(self, a: np.ndarray, e: np.ndarray) -> np.ndarray:
         out = np.empty(a.size)
-        for start in range(0, a.size, 1 << 15):
-            sl = slice(start, min(start + (1 << 15), a.size))
+        for start in range(0, a.size, _RANGE_BATCH):
+            sl = slice(start, min(start + _RANGE_BATCH, a.size))
             out[sl] = self._range_batch(a[sl], e[sl])
         return out
+
+    def prefix(self) -> np.ndarray:
+        """``Var(P(t))``, ``t = 1 .. n``, in ``O(1)`` each: ``F c = F_{<j} + g F_j`` for ``t`` in
+        block ``j``, so ``||F c||^2 = A_j + 2 g B_j + g^2 C_j`` from three numbers per block (an
+        answer where these terms cancel to below ``1e-3`` of their size is recomputed directly)."""
+        t = np.arange(1, self.n + 1, dtype=np.int64)
+        j, off = self._locate(t)
+        within, g = self._partial(j, np.zeros_like(off), off)
+        A = np.einsum("ij,ij->i", self.FcT[:-1], self.FcT[:-1])
+        B = np.einsum("ij,ij->i", self.FcT[:-1], self.FT)
+        C = np.einsum("ij,ij->i", self.FT, self.FT)
+        size = A[j] + g * g * C[j]
+        out = within + size + 2.0 * g * B[j]
+        redo = np.flatnonzero(out - within < 1e-3 * size)
+        if redo.size:
+            out[redo] = self._ranges(np.zeros(redo.size, dtype=np.int64), t[redo]) / self.v
+        return self.v * out
 
     def _range_batch(self, a: np.ndarray, e: np.ndarray) -> np.ndarray:
         ja, oa = self._locate(a)
         je, oe = self._locate(e)
         same = ja == je
-        size_a = self.sizes[ja]
-        forest = np.where(
-            same,
-            self._local(ja, oa, np.where(same, oe, size_a)) / self.m2[ja],
-            self._local(ja, oa, size_a) / self.m2[ja]
-            + (self.sig_cum[je] - self.sig_cum[np.minimum(ja + 1, je)])
-            + self._local(je, np.zeros_like(oe), oe) / self.m2[je],
-        )
-        u = (self.C[je] + self._beta(je, oe)[:, None] * self.P.T[je]) \
-            - (self.C[ja] + self._beta(ja, oa)[:, None] * self.P.T[ja])
-        corr = np.einsum("ij,ij->i", u @ self.Sinv, u)
-        return self.v * (forest - corr)
+        wa, ga = self._partial(ja, oa, np.where(same, oe, self.sizes[ja]))
+        we, ge = self._partial(je, np.zeros_like(oe), oe)
+        we, ge = np.where(same, 0.0, we), np.where(same, 0.0, ge)
+        # F c: the whole blocks strictly between (none when same), the partial end blocks
+        z = self.FcT[je] - self.FcT[np.minimum(ja + 1, je)]
+        z += ga[:, None] * self.FT[ja] + ge[:, None] * self.FT[je]
+        return self.v * (wa + we + np.einsum("ij,ij->i", z, z))
 
     def _terms(self, Q: Any) -> tuple[np.ndarray, np.ndarray]:
-        """For the rows of ``Q`` (dense ``r x n`` or CSC sparse): the forest forms
-        ``sum_j q_j^T A_j^{-1} q_j`` and the vectors ``u = P H^T q`` (``r x p``)."""
+        """For the rows of ``Q`` (dense ``r x n`` or CSC sparse): the variance given the block sums
+        and the vectors ``F c`` (``r x nb``, ``c_j = q_j^T h / sigma_s^2``)."""
         r = Q.shape[0]
-        forest = np.zeros(r)
+        within = np.zeros(r)
         c = np.zeros((r, self.nb))
         for j in range(self.nb):
             lo, hi = int(self.starts[j]), int(self.starts[j + 1])
@@ -240,28 +274,102 @@ class HybridCovariance(StructuredCovariance):
             if sp.issparse(Qj):
                 if Qj.nnz == 0:
                     continue
-                D = np.asarray(Qj @ sh.Ainv)
-                forest += np.asarray(Qj.multiply(D).sum(axis=1)).ravel() / self.m2[j]
-                c[:, j] = np.asarray(Qj @ sh.h).ravel() / self.m2[j]
+                quad = np.asarray(Qj.multiply(np.asarray(Qj @ sh.Ainv)).sum(axis=1)).ravel()
+                hq = np.asarray(Qj @ sh.h).ravel()
             else:
-                forest += np.einsum("ij,ij->i", Qj @ sh.Ainv, Qj) / self.m2[j]
-                c[:, j] = (Qj @ sh.h) / self.m2[j]
-        return forest, c @ self.P.T
+                quad = np.einsum("ij,ij->i", Qj @ sh.Ainv, Qj)
+                hq = Qj @ sh.h
+            within += np.maximum(quad - hq * hq / sh.sigma2, 0.0) / self.m2[j]
+            c[:, j] = hq / sh.sigma2
+        return within, c @ self.FT
 
     def functional(self, q: np.ndarray) -> float:
-        forest, u = self._terms(np.asarray(q, dtype=np.float64)[None, :])
-        return self.v * float(forest[0] - u[0] @ self.Sinv @ u[0])
+        within, z = self._terms(np.asarray(q, dtype=np.float64)[None, :])
+        return self.v * float(within[0] + z[0] @ z[0])
 
     def rows(self, W: sp.csr_matrix, memory_limit: float = DEFAULT_MEMORY_LIMIT) -> np.ndarray:
-        """Every row of ``W``, in batches of rows (``O(nnz b + r p^2)``, ``b`` the block size)."""
+        """Every row of ``W``, in batches of rows (``O(nnz b + r nb^2)``, ``b`` the block size)."""
         W = sp.csr_matrix(W, dtype=np.float64)
         bmax = int(self.sizes.max())
         batch = max(1, min(_ROWS, W.shape[0]))
-        check_memory(8.0 * (self._fixed() + batch * (bmax + self.nb + self.P.shape[0]) + W.shape[0]),
+        check_memory(8.0 * (self._fixed() + batch * (bmax + 2 * self.nb) + W.shape[0]),
                      memory_limit, "the per-query variances of this workload")
         out = np.zeros(W.shape[0])
         for start in range(0, W.shape[0], batch):
             blk = W[start: start + batch].tocsc()
-            forest, u = self._terms(blk)
-            out[start: start + blk.shape[0]] = self.v * (forest - np.einsum("ij,ij->i", u @ self.Sinv, u))
+            within, z = self._terms(blk)
+            out[start: start + blk.shape[0]] = self.v * (within + np.einsum("ij,ij->i", z, z))
+        return out
+
+
+class WoodburyCovariance(StructuredCovariance):
+    """``Var`` of the GLS answers of ``M = [diag(a); B]`` under row variances ``v`` (module
+    docstring): the estimator of :func:`sparsedp.woodbury.woodbury_solver`."""
+
+    kind = "woodbury"
+
+    def __init__(self, e_inv: np.ndarray, BE: np.ndarray, chol: np.ndarray):
+        self.n = int(e_inv.size)
+        self.e_inv = e_inv  # v_1 / a^2
+        self.d = np.concatenate(([0.0], np.cumsum(e_inv)))
+        self.BE = BE  # B E^{-1}, p x n (dense)
+        self.L = chol  # lower Cholesky factor of K
+        cum = np.zeros((BE.shape[0], self.n + 1))
+        np.cumsum(BE, axis=1, out=cum[:, 1:])
+        self.Z = sla.solve_triangular(chol, cum, lower=True, check_finite=False)  # p x (n + 1)
+        self.ZT = np.ascontiguousarray(self.Z.T)
+
+    @staticmethod
+    def build(a: np.ndarray, B: sp.csr_matrix, v: np.ndarray) -> "WoodburyCovariance | None":
+        """From the form ``(a, B)`` of :func:`~sparsedp.woodbury.diagonal_plus_rows`; ``None`` when
+        ``K`` is not numerically positive definite (the solver then does not use Woodbury either)."""
+        n = a.size
+        v1, v2 = v[:n], v[n:]
+        e_inv = v1 / (a * a)
+        BE = np.asarray(B.toarray() if sp.issparse(B) else B, dtype=np.float64) * e_inv[None, :]
+        K = BE @ np.asarray(B.toarray() if sp.issparse(B) else B, dtype=np.float64).T
+        K[np.diag_indices_from(K)] += v2
+        try:
+            L = np.linalg.cholesky(0.5 * (K + K.T))
+        except np.linalg.LinAlgError:
+            return None
+        return WoodburyCovariance(e_inv, BE, L)
+
+    def _fixed(self) -> float:
+        return float(3 * self.Z.size + 2 * self.n)
+
+    def memory(self, queries: int) -> float:
+        return 8.0 * (self._fixed() + (3 * self.Z.shape[0] + 4) * min(queries, 1 << 14) + queries)
+
+    def _ranges(self, a: np.ndarray, e: np.ndarray) -> np.ndarray:
+        out = self.d[e] - self.d[a]
+        for start in range(0, a.size, 1 << 14):
+            sl = slice(start, min(start + (1 << 14), a.size))
+            U = self.ZT[e[sl]] - self.ZT[a[sl]]
+            out[sl] -= np.einsum("ij,ij->i", U, U)
+        return out
+
+    def prefix(self) -> np.ndarray:
+        Z = self.ZT[1:] - self.ZT[0]
+        return self.d[1:] - np.einsum("ij,ij->i", Z, Z)
+
+    def functional(self, q: np.ndarray) -> float:
+        q = np.asarray(q, dtype=np.float64)
+        z = sla.solve_triangular(self.L, self.BE @ q, lower=True, check_finite=False)
+        return float(q @ (self.e_inv * q) - z @ z)
+
+    def rows(self, W: sp.csr_matrix, memory_limit: float = DEFAULT_MEMORY_LIMIT) -> np.ndarray:
+        """Every row of ``W`` (``O(nnz p + r p^2)``)."""
+        W = sp.csr_matrix(W, dtype=np.float64)
+        p = self.BE.shape[0]
+        check_memory(8.0 * (self._fixed() + 3 * p * min(W.shape[0], _ROWS) + W.shape[0]), memory_limit,
+                     "the per-query variances of this workload")
+        W2 = W.multiply(W)
+        out = np.asarray(W2 @ self.e_inv).ravel()
+        BEt = np.ascontiguousarray(self.BE.T)
+        for start in range(0, W.shape[0], _ROWS):
+            blk = W[start: start + _ROWS]
+            U = np.asarray(blk @ BEt)  # r x p
+            Z = sla.solve_triangular(self.L, U.T, lower=True, check_finite=False)
+            out[start: start + blk.shape[0]] -= np.einsum("ij,ij->j", Z, Z)
         return out

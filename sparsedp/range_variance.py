@@ -722,15 +722,16 @@ class IdentityCovariance(StructuredCovariance):
 def structured_covariance(M: Operator, variances: np.ndarray) -> StructuredCovariance | None:
     """The exact covariance of the estimator :mod:`sparsedp.inference` uses for ``M`` (identity,
     Fenwick, Haar, tree, and their weighted forms ``diag(w) B`` with variances ``v / w^2``; the
-    optimiser's Toeplitz and hybrid strategies under one noise variance on every row,
-    :mod:`sparsedp.factored_covariance`), or ``None`` for other strategies."""
+    optimiser's Toeplitz and hybrid strategies under one noise variance on every row and
+    ``[diag(a); B]`` under any, :mod:`sparsedp.factored_covariance`), or ``None`` for other
+    strategies."""
     from .inference import _unweight, tree_layout  # the estimator's own reductions
 
     base, _, v = _unweight(M, np.zeros(M.shape[0]), np.asarray(variances, dtype=np.float64))
     layout = tree_layout(base)
     if layout is not None:
         return TreeCovariance(layout, v)
-    from .factored_covariance import factored_covariance  # Toeplitz and hybrid (the optimiser's strategies)
+    from .factored_covariance import factored_covariance  # Woodbury, Toeplitz, hybrid (the optimiser's)
 
     factored = factored_covariance(base, v)
     if factored is not None:

@@ -11,7 +11,7 @@ from sparsedp import accuracy
 from sparsedp import mechanism as mech_mod
 from sparsedp import workloads as wl
 from sparsedp.accuracy import expected_error
-from sparsedp.factored_covariance import HybridCovariance, ToeplitzCovariance
+from sparsedp.factored_covariance import HybridCovariance, ToeplitzCovariance, WoodburyCovariance
 from sparsedp.inference import least_squares
 from sparsedp.operators import SparseOperator
 from sparsedp.optimize.hybrid import HybridLayout, hybrid_gls, hybrid_matrix
@@ -37,6 +37,13 @@ def _toeplitz(n=97, seed=1):
     return ToeplitzStrategy(m)
 
 
+def _pidentity(n=120, p=6, seed=7):
+    """``[diag(a); B]``: p-Identity's form (Woodbury)."""
+    rng = np.random.default_rng(seed)
+    B = rng.integers(0, 5, (p, n)) * (rng.random((p, n)) < 0.5)
+    return SparseOperator(sp.vstack([sp.diags(rng.integers(1, 4, n).astype(float)), sp.csr_matrix(B)]))
+
+
 def _ranges(n, q=300, seed=2):
     rng = np.random.default_rng(seed)
     a = rng.integers(0, n, q)
@@ -51,18 +58,19 @@ def _ranges(n, q=300, seed=2):
     return lo, hi
 
 
-def _dense_cov(M):
-    D = M.tosparse().toarray()
-    return V * np.linalg.inv(D.T @ D)
-
-
-@pytest.mark.parametrize("make", [lambda: _hybrid()[0], _toeplitz, lambda: _hybrid(n=256, b=64, p=5, seed=3)[0]])
-def test_structured_variances_equal_the_dense_computation(make):
+@pytest.mark.parametrize("make,per_row", [(lambda: _hybrid()[0], False), (_toeplitz, False),
+                                          (lambda: _hybrid(n=256, b=64, p=5, seed=3)[0], False),
+                                          (_pidentity, False), (_pidentity, True)])
+def test_structured_variances_equal_the_dense_computation(make, per_row):
     M = make()
     n = M.shape[1]
-    cov = structured_covariance(M, np.full(M.shape[0], V))
-    assert isinstance(cov, (HybridCovariance, ToeplitzCovariance))
-    C = _dense_cov(M)
+    v = np.full(M.shape[0], V)
+    if per_row:  # Woodbury takes any row variances
+        v = V * np.random.default_rng(8).uniform(0.5, 2.0, M.shape[0])
+    cov = structured_covariance(M, v)
+    assert isinstance(cov, (HybridCovariance, ToeplitzCovariance, WoodburyCovariance))
+    D = M.tosparse().toarray()
+    C = np.linalg.inv(D.T @ (D / v[:, None]))
     L = np.tril(np.ones((n, n)))
     np.testing.assert_allclose(cov.prefix(), np.einsum("ij,jk,ik->i", L, C, L), rtol=1e-9)
     lo, hi = _ranges(n)
@@ -79,7 +87,7 @@ def test_structured_variances_equal_the_dense_computation(make):
     assert cov.functional(q) == pytest.approx(q @ C @ q, rel=1e-9)
     # expected_error routes the implicit workloads to the exact path, all ranges included
     for W in (wl.prefix(n), wl.range_queries(n, np.column_stack([lo, hi - 1])), wl.all_ranges(n)):
-        rep = expected_error(W, M, V)
+        rep = expected_error(W, M, v)
         assert rep.method == f"exact-{cov.kind}"
         Wd = W.tosparse().toarray()
         assert rep.total == pytest.approx(float(np.einsum("ij,jk,ik->", Wd, C, Wd)), rel=1e-9)
@@ -161,3 +169,32 @@ def test_the_error_report_is_computed_once(monkeypatch, tmp_path):
     other = mech.run(np.arange(n) % 3, rng=1)  # another run of the same mechanism: the same report
     other.confidence_intervals()
     assert calls["report"] == 2 and other.error_report() is rel.error_report()
+
+
+def test_hybrid_variances_stay_exact_when_dense_rows_pin_a_weak_block():
+    """A block with forest scale 1 next to a dense weight 2^20 (what the optimiser returns for short
+    range lists): Woodbury's difference of two large terms lost 8 digits; the split by block sums
+    does not.  Reference: the noise coefficients ``c = pinv(M)^T q`` by SVD (no normal equations)."""
+    n, b = 64, 8
+    nb = n // b
+    m = np.full(nb, 16383.0)
+    m[3:5] = 1.0
+    P = np.zeros((1, nb))
+    P[0, 3:5] = 1048511.0
+    P[0, 6:] = 63.0
+    lay = HybridLayout(n, b, (8,), np.array([34.0, 30.0]), m, P, float(2**20), 1)
+    M = SparseOperator(hybrid_matrix(lay), meta={"hybrid": lay})
+    cov = structured_covariance(M, np.full(M.shape[0], V))
+    assert isinstance(cov, HybridCovariance)
+    D = M.tosparse().toarray()
+    lo = np.array([0, 3, 10, 20, 5, 24, 0])
+    hi = np.array([10, 41, 64, 21, 7, 40, 37])
+    Q = np.zeros((lo.size, n))
+    for i, (a, e) in enumerate(zip(lo, hi)):
+        Q[i, a:e] = 1.0
+    C = np.linalg.lstsq(D.T, Q.T, rcond=None)[0]  # min-norm solutions of D^T c = q
+    ref = V * np.sum(C * C, axis=0)
+    np.testing.assert_allclose(cov.ranges(lo, hi), ref, rtol=1e-11)
+    L = np.tril(np.ones((n, n)))
+    Cp = np.linalg.lstsq(D.T, L.T, rcond=None)[0]
+    np.testing.assert_allclose(cov.prefix(), V * np.sum(Cp * Cp, axis=0), rtol=1e-11)
