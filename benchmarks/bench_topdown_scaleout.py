@@ -86,6 +86,19 @@ def verify(path: Path, truth_state_totals: np.ndarray) -> dict:
     return bad
 
 
+def one_unit_in_fresh_process(out: Path, codes: tuple[str, ...]) -> dict:
+    """Seconds to open the release directory and read one unit (``load_chunked(out).unit(codes)``),
+    measured in a new Python process, and the cells it returned."""
+    import subprocess
+
+    code = ("import sys, time, json; t0 = time.perf_counter(); import sparsedp; from sparsedp.topdown import load_chunked; "
+            "t1 = time.perf_counter(); u = load_chunked(sys.argv[1]).unit(tuple(sys.argv[2:])); "
+            "print(json.dumps({'import_s': t1 - t0, 'unit_s': time.perf_counter() - t1, "
+            "'level': u['level'], 'total': int(u['counts'].sum())}))")
+    done = subprocess.run([sys.executable, "-c", code, str(out), *codes], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def one_nation(args: argparse.Namespace) -> dict:
     nat = SyntheticNation(states=args.states, seed=SEED)
     res: dict = {"mode": "nation", "states": args.states, "levels": list(nat.levels), "cells": nat.cells.size}
@@ -110,6 +123,8 @@ def one_nation(args: argparse.Namespace) -> dict:
         res["violations_read_back"] = verify(out, truth)
         res["verify_seconds"] = time.perf_counter() - t0
         res["output_mb"] = sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) / 2**20
+        # one county's published counts from the release on disk, in a fresh process (nothing cached)
+        res["one_county"] = one_unit_in_fresh_process(out, ("07", "011"))
     finally:
         shutil.rmtree(base, ignore_errors=True)
     return res

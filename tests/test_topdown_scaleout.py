@@ -407,3 +407,39 @@ def test_overlapping_columns_are_refused_by_the_workers_unless_declared(tmp_path
     assert all("2 cells per person" in e["label"] for e in b.ledger) and acc.spent == pytest.approx(1.0)
     with pytest.raises(ShapeError, match="at least 2"):
         topdown_scaleout(src, tmp_path / "c", rho=1.0, contributions_per_person=1, progress=False)
+
+
+def test_one_unit_is_read_from_one_part_and_equals_the_whole_release(tmp_path) -> None:
+    """``ChunkedTopDownRelease.unit(codes)`` reads the top file and the one part holding the unit's
+    subtree (compressed ``.npz``): every unit equals the whole release's row, with the manifest's
+    index and without it (parts searched), and an unknown code is refused."""
+    import json
+    import zipfile
+
+    from sparsedp.topdown.scaleout import SyntheticNation, load_chunked, topdown_scaleout
+
+    nat = SyntheticNation(states=3, counties=3, tracts=3, blocks=6, seed=1)
+    rel = topdown_scaleout(nat, tmp_path / "rel", rho=1.0, rng=0)
+    assert rel.manifest["contiguous"] and len(rel.manifest["subtrees"]) == 3
+    with zipfile.ZipFile(tmp_path / "rel" / rel.manifest["files"][1]) as z:
+        assert all(i.compress_type == zipfile.ZIP_DEFLATED for i in z.infolist())
+    loaded = load_chunked(tmp_path / "rel")
+    td = loaded.to_topdown()
+    h = td.hierarchy
+    for lev in range(1, len(h.levels)):
+        for i in range(len(h.parents[lev])):
+            codes, j = [], i
+            for d in range(lev, 0, -1):
+                codes.append(str(h.codes[d][j]))
+                j = int(h.parents[d][j])
+            u = loaded.unit(tuple(reversed(codes)))
+            assert u["level"] == h.levels[lev]
+            np.testing.assert_array_equal(u["counts"], td.counts[lev][i])
+            np.testing.assert_array_equal(u["estimate"], td.estimate[lev][i])
+    manifest = dict(loaded.manifest, contiguous=False)  # the fallback: read everything
+    (tmp_path / "rel" / "topdown.json").write_text(json.dumps(manifest))
+    slow = load_chunked(tmp_path / "rel")
+    deep = (str(h.codes[1][0]), str(h.codes[2][0]), str(h.codes[3][0]))
+    np.testing.assert_array_equal(slow.unit(deep)["counts"], loaded.unit(deep)["counts"])
+    with pytest.raises(SparseDPError, match="no county"):
+        loaded.unit((str(h.codes[1][0]), "no-such-county"))
