@@ -443,3 +443,17 @@ def test_one_unit_is_read_from_one_part_and_equals_the_whole_release(tmp_path) -
     np.testing.assert_array_equal(slow.unit(deep)["counts"], loaded.unit(deep)["counts"])
     with pytest.raises(SparseDPError, match="no county"):
         loaded.unit((str(h.codes[1][0]), "no-such-county"))
+
+
+def test_one_level_is_read_part_by_part(tmp_path) -> None:
+    from sparsedp.topdown.scaleout import SyntheticNation, load_chunked, topdown_scaleout
+
+    nat = SyntheticNation(states=3, counties=2, tracts=2, blocks=4, seed=2)
+    topdown_scaleout(nat, tmp_path / "rel", rho=1.0, rng=0)
+    rel = load_chunked(tmp_path / "rel")
+    td = rel.to_topdown()
+    for d, name in enumerate(td.hierarchy.levels):
+        for values, whole in (("counts", td.counts), ("estimate", td.estimate), ("variance", td.variance)):
+            np.testing.assert_array_equal(rel.level(name, values), whole[d])
+    with pytest.raises(SparseDPError, match="no level"):
+        rel.level("planet")

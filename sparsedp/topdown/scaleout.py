@@ -1029,6 +1029,31 @@ class ChunkedTopDownRelease:
             idx = _child(part, d, idx, codes[d - 1], int(first[d - s]), levels)
         return _row(part, levels, codes, int(np.flatnonzero(part["depth"] == len(codes))[idx - int(first[len(codes) - s])]))
 
+    def level(self, level: Any, values: str = "counts") -> np.ndarray:
+        """One level's ``counts`` / ``estimate`` / ``variance`` (``(units, cells)``, in the order of the
+        whole release) without holding the others: the top file for levels down to the subtree
+        level, else each part in turn, keeping that level's rows."""
+        if values not in ("counts", "estimate", "variance"):
+            raise SparseDPError(f"values must be 'counts', 'estimate' or 'variance', got {values!r}")
+        levels = list(self.description["hierarchy"]["levels"])
+        d = levels.index(level) if level in levels else level
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or not 0 <= int(d) < len(levels):
+            raise SparseDPError(f"no level {level!r}: the levels are {levels}")
+        d = int(d)
+        s = levels.index(self.description["subtree_level"])
+        if d <= s or not self.manifest.get("contiguous", False):
+            if d <= s:
+                with np.load(resolve_inside(self.path, self.manifest["files"][0]), allow_pickle=False) as z:
+                    return z[values][z["depth"] == d]
+            td = self.to_topdown()
+            return {"counts": td.counts, "estimate": td.estimate, "variance": td.variance}[values][d]
+        rows = []
+        for name in self.manifest["files"][1:]:
+            with np.load(resolve_inside(self.path, name), allow_pickle=False) as z:
+                rows.append((int(z["first"][d - s]), z[values][z["depth"] == d]))
+        rows.sort(key=lambda r: r[0])  # parts in the order of their subtrees
+        return np.concatenate([r[1] for r in rows]) if rows else np.zeros((0, len(self.description["hierarchy"]["cells"])))
+
     def _unit_from_all(self, codes: tuple[str, ...]) -> dict[str, Any]:
         """:meth:`unit` by reading the whole release (parts whose subtrees are not consecutive)."""
         td = self.to_topdown()
