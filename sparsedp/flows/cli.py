@@ -18,11 +18,19 @@ writes the street segments (``tail, head, length``) to plan trips on.  Everythin
 The number of trips in the file is private (a neighbouring file has one trip more): it is neither
 printed nor written to the JSON or the release file, and neither is the time taken to read them
 (the keys ``trips`` and ``generate_seconds`` appear for synthetic trips only).
+
+``--privacy-unit COLUMN --max-rows K|auto [--drop-missing-units]`` protects whoever a column of the
+trips file names (a vehicle: every row of a trip carries its vehicle's id) instead of one trip:
+each vehicle keeps at most ``K`` trips and the noise is calibrated to ``K (L + 2)``
+(:func:`~sparsedp.flows.release_flows`); ``auto`` spends a share of the budget choosing ``K``.
+Without it, a trips file with an identifier-like column (``vehicle_id``, ``user``, ...) gets a
+one-line warning: the release then protects one trip, not one vehicle.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import time
 from pathlib import Path
@@ -33,27 +41,54 @@ from ..errors import NonFiniteInputError, ShapeError, SparseDPError
 from ..io import read_columns
 
 from .._cli_util import warn_not_private
+from ..privacy_unit import warn_if_id_like
+from ..privacy_unit_cli import add_unit_arguments, id_warnings_on_stderr, unit_from_args
 from .network import RoadNetwork, road_grid
 from .osm import helsinki_roads
-from .release import release_flows
+from .release import ONE_TRIP, release_flows
 from .solve import METHODS
 from .trips import Trips, check_trips, random_trips
 
 __all__ = ["load_trips", "register"]
 
 
-def load_trips(path: str | Path, road: RoadNetwork, trip: str = "trip", node: str = "node") -> Trips:
+def _header(p: Path) -> list[str]:
+    """The column names of a CSV / Parquet file (``[]`` when they cannot be read: the reader that
+    follows then says why)."""
+    try:
+        if p.suffix.lower() == ".csv":
+            with open(p, newline="") as fh:
+                return next(csv.reader(fh), None) or []
+        import pyarrow.parquet as pq
+
+        return list(pq.read_schema(p).names)
+    except Exception:  # noqa: BLE001 - reported by read_columns
+        return []
+
+
+def load_trips(path: str | Path, road: RoadNetwork, trip: str = "trip", node: str = "node",
+               unit: str | None = None) -> Trips:
     """The trips of a CSV / Parquet file (columns ``trip`` and ``node``, see the module docstring)
     as validated :class:`~sparsedp.flows.trips.Trips` on ``road``.
 
+    ``unit``: the column naming the privacy unit (a vehicle id, any text or number; every row of a
+    trip must carry the same id, an empty one is missing), read into ``Trips.units``.  Without it,
+    an identifier-like column of the file gets an :class:`~sparsedp.privacy_unit.IdColumnWarning`.
+
     Refused with a :class:`~sparsedp.errors.SparseDPError` before anything is measured: a missing
     file or column, non-numeric, missing or fractional ids, a file without rows, a node that is not
-    an intersection of ``road``, a trip whose rows are split by another trip's, and consecutive
-    nodes with no street segment from the first to the second.
+    an intersection of ``road``, a trip whose rows are split by another trip's, consecutive
+    nodes with no street segment from the first to the second, and a trip whose rows name
+    different units.
     """
     p = Path(path)
     if p.suffix.lower() not in (".csv", ".parquet", ".pq"):
         raise SparseDPError(f"unsupported trips file {p.name}: use .csv or .parquet (columns {trip!r}, {node!r})")
+    header = _header(p) if p.exists() else []
+    if unit is None:
+        warn_if_id_like([h for h in header if h not in (trip, node)], None)
+    elif header and unit not in header:
+        raise SparseDPError(f"the privacy unit's column {unit!r} is not a column of {p.name} ({', '.join(header)})")
     cols = read_columns(p, [trip, node])  # missing file / column, non-numeric, no rows: SparseDPError
     for name in (trip, node):
         a = cols[name]
@@ -90,7 +125,26 @@ def load_trips(path: str | Path, road: RoadNetwork, trip: str = "trip", node: st
                          f"to node {nodes[k + 1]} (rows {k + 1} and {k + 2})")
     edge_ids = road.edge_ids(u, v)
     ptr = np.r_[0, np.cumsum(last - starts)].astype(np.int64)
-    return check_trips(road, Trips(nodes[starts], nodes[last], ptr, edge_ids, None))
+    units = None if unit is None else _trip_units(p, unit, ids, starts, j)
+    return check_trips(road, Trips(nodes[starts], nodes[last], ptr, edge_ids, None, units))
+
+
+def _trip_units(p: Path, column: str, trip_ids: np.ndarray, starts: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """Every trip's unit id from the column ``column`` (one value per row; ``None`` / NaN where
+    missing), refused when the rows of one trip name different units."""
+    from ..topdown.units import read_unit_ids  # the one reader of a unit column (text or numbers)
+
+    values = np.asarray(read_unit_ids(p, column), dtype=object)
+    if values.shape[0] != trip_ids.shape[0]:
+        raise ShapeError(f"{p.name}: the column {column!r} does not have one value per row")
+    missing = np.array([v is None or (isinstance(v, float) and v != v) for v in values], dtype=bool)
+    keys = np.where(missing, "\x00missing", values.astype(str))
+    differ = keys[steps] != keys[steps + 1]
+    if np.any(differ):
+        k = int(steps[np.flatnonzero(differ)[0]])
+        raise ShapeError(f"{p.name}: trip {trip_ids[k]:g} names two units in {column!r} (rows {k + 1} and {k + 2}); "
+                         "every row of a trip carries the id of the one unit that drove it")
+    return values[starts]
 
 
 def _write_network(road: RoadNetwork, path: str) -> None:
@@ -107,8 +161,13 @@ def _flows(args: argparse.Namespace) -> int:
     road = helsinki_roads() if args.network == "helsinki" else road_grid(args.grid[0], args.grid[1], seed=args.data_seed)
     if args.write_network:
         _write_network(road, args.write_network)
+    unit, drop = unit_from_args(args)
+    declared = not unit.is_row
+    if declared and args.trips_file is None:
+        raise SparseDPError("--privacy-unit names a column of --trips-file (random trips have no vehicles)")
     if args.trips_file is not None:  # validated before anything is charged or drawn
-        trips = load_trips(args.trips_file, road)
+        with id_warnings_on_stderr():
+            trips = load_trips(args.trips_file, road, unit=unit.column if declared else None)
     else:
         trips = random_trips(road, args.trips, seed=args.data_seed + 1, max_edges=args.max_trip_edges,
                              origins=args.origins, radius=args.radius)
@@ -116,7 +175,8 @@ def _flows(args: argparse.Namespace) -> int:
     synthetic = args.trips_file is None
     rel = release_flows(road, trips, epsilon=args.epsilon, method=args.method, fixed_endpoints=args.fixed_endpoints,
                         rng=args.seed, tol=args.tol, keep_truth=args.evaluate, max_edges=args.max_trip_edges,
-                        secure=not args.float_noise)
+                        secure=not args.float_noise, privacy_unit=unit if declared else None,
+                        drop_missing_units=drop)
     out = {
         "private": private and rel.private,
         "secure": rel.secure,
@@ -132,6 +192,8 @@ def _flows(args: argparse.Namespace) -> int:
         "max_trip_edges": rel.max_edges,
         "sensitivity": rel.sensitivity,
         "laplace_scale": rel.scale,
+        "privacy_unit": rel.privacy_unit.describe() if rel.privacy_unit is not None else ONE_TRIP,
+        **({"privacy_unit_bound": rel.bound_choice.describe()} if rel.bound_choice is not None else {}),
         "fixed_endpoints": args.fixed_endpoints,
         "method": rel.solve.method,
         "solver": rel.solve.solver,
@@ -145,7 +207,9 @@ def _flows(args: argparse.Namespace) -> int:
     source = f"{trips.count} random trips" if synthetic else f"the trips of {args.trips_file}"
     print(f"city {city}: {road.nodes} intersections, {road.edges} street segments, {source}"
           f" (cut to <= {rel.max_edges} edges each by the release)")
-    print(f"epsilon {rel.epsilon}: one trip changes the counts by <= {rel.sensitivity} in L1, Laplace scale {rel.scale:g} "
+    who = "one trip" if rel.privacy_unit is None else \
+        f"one {rel.privacy_unit.column} (<= {rel.privacy_unit.max_rows} trips kept)"
+    print(f"epsilon {rel.epsilon}: {who} changes the counts by <= {rel.sensitivity} in L1, Laplace scale {rel.scale:g} "
           f"({out['noise']})")
     print(f"solver {rel.solve.solver} ({rel.solve.method}: {rel.solve.reason})")
     print(f"{rel.solve.iterations} iterations, {rel.solve.seconds:.2f} s, residual max|Cx-b| = {rel.solve.residual:.2e}")
@@ -187,6 +251,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "intersection, columns 'trip' (integer id; a trip's rows together) and 'node' (intersection id; "
                    "on the grid node r*COLS+c), in driving order; consecutive nodes must be joined by a street "
                    "segment in that direction; checked before any noise is drawn")
+    add_unit_arguments(p)
     p.add_argument("--write-network", metavar="FILE.csv", default=None,
                    help="write the city's street segments (tail, head, length) as CSV, to plan trips on")
     p.add_argument("--epsilon", type=float, default=1.0, help="privacy budget (default %(default)s)")

@@ -24,11 +24,24 @@ experiments.
 Order of work (issue 19): validate everything (budget, bound, trips, method, tolerance, generator),
 then charge the accountant, then draw the noise; the projection falls back to the direct solver
 rather than fail after the draw.
+
+**A privacy unit** (``privacy_unit=PrivacyUnit("vehicle", max_rows=k)``, the trips carrying their
+vehicle ids in ``Trips.units``): every vehicle keeps at most ``k`` of its trips (secret random
+priorities, stable: :func:`~sparsedp.privacy_unit.truncate`), each cut to ``L`` edges.  A
+vehicle's change of the counts is the sum of its kept trips' changes, each of L1 norm at most
+``L + 2``, so ``||d||_1 <= k (L + 2)``: the measurement is planned with ``unit = L + 2`` and
+``privacy_unit`` (which multiplies the sensitivity by ``k``; Laplace noise, whose loss is linear in
+``||d||_1``), and the ledger entry names the unit.  ``max_rows="auto"`` spends ``auto_share`` of
+the budget on a DP quantile of the trips per vehicle
+(:func:`~sparsedp.contribution_bound.resolve_unit`), after every check; its own ledger entry comes
+first.  Trips have no natural cells to group by, so ``max_groups`` / ``max_rows_per_group`` are
+refused.
 """
 
 from __future__ import annotations
 
 import functools
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,16 +54,20 @@ from .. import strategies as st
 from ..accuracy import ErrorReport
 from ..errors import SparseDPError
 from ..measure import MeasurementPlan, plan_measurement
-from ..privacy import Accountant, LedgerEntry
+from ..privacy import Accountant, LedgerEntry, PrivacyCost
+from ..privacy_unit import IdColumnWarning, PrivacyUnit, truncate
 from ..releases import ReleaseResult, register_reader
 from ..range_variance import DEFAULT_MEMORY_LIMIT, check_memory
 from ..validation import check_epsilon, check_magnitude, check_positive
 from .conservation import FlowSystem, conservation_system
 from .network import RoadNetwork
 from .solve import FlowSolve, check_method, project
-from .trips import Trips, check_max_edges, check_trips, flow_counts, truncate_trips
+from .trips import Trips, check_max_edges, check_trips, flow_counts, select_trips, truncate_trips
 
 __all__ = ["FlowRelease", "release_flows"]
+
+#: What a release without a declared unit protects (its description's ``privacy_unit``).
+ONE_TRIP: dict[str, str] = {"privacy_unit": "one trip"}
 
 
 @dataclass(frozen=True)
@@ -63,6 +80,10 @@ class FlowRelease:
     count (:attr:`scales`), ``noise_variance`` its actual variance (exact discrete-Laplace variance
     when ``secure``).  ``private`` is ``False`` when the noise came from a seed; ``ledger`` is the
     measurement's :class:`~sparsedp.privacy.LedgerEntry` (the record the accountant keeps).
+    With a privacy unit, ``sensitivity`` is what one whole unit changes (``max_rows (L + 2)``),
+    ``privacy_unit`` the unit with its concrete bound and ``bound_choice`` the private choice of
+    ``max_rows="auto"`` (a :class:`~sparsedp.contribution_bound.BoundChoice`, charged with its own
+    ledger entry); ``epsilon`` is then the whole budget, the choice's share included.
     """
 
     noisy: np.ndarray
@@ -79,6 +100,15 @@ class FlowRelease:
     noise_variance: float = float("nan")
     ledger: LedgerEntry | None = field(default=None, compare=False)  # the measurement's ledger entry
     system: FlowSystem | None = field(default=None, repr=False, compare=False)  # the constraints projected on
+    privacy_unit: PrivacyUnit | None = None  # the vehicle (concrete bounds) it protects; None: one trip
+    bound_choice: Any = field(default=None, repr=False, compare=False)  # the private choice of max_rows ("auto")
+
+    @property
+    def ledger_entries(self) -> list[LedgerEntry]:
+        """Every ledger entry of the release: the bound's choice (``max_rows="auto"``) first, then
+        the measurement."""
+        first = [] if self.bound_choice is None else [self.bound_choice.measurement.entry]
+        return [e for e in (*first, self.ledger) if e is not None]
 
     def to_release(self, *, description: dict | None = None, private: bool | None = None,
                    method: str = "auto") -> Any:
@@ -91,12 +121,15 @@ class FlowRelease:
                 "noise_variance": self.noise_variance}
         if self.system is not None:
             desc.update(nodes=int(self.system.nodes), edges=int(self.system.edges))
+        desc["privacy_unit"] = self.privacy_unit.describe() if self.privacy_unit is not None else ONE_TRIP
+        if self.bound_choice is not None:
+            desc["privacy_unit_bound"] = self.bound_choice.describe()
         desc.update(description or {})
         try:
             rep = self.error_report(method)
         except SparseDPError as exc:
             rep = exc
-        return flows_result(self.consistent, desc, kind="flows", ledger=[self.ledger] if self.ledger else [],
+        return flows_result(self.consistent, desc, kind="flows", ledger=self.ledger_entries,
                             private=self.private if private is None else private, noise="laplace",
                             secure=bool(self.secure), source=self, report=rep)
 
@@ -322,15 +355,58 @@ def _bound(trips: Trips, max_edges: Any) -> int:
     return check_max_edges(max_edges)
 
 
-def _measured(road: RoadNetwork, trips: Trips, L: int, fixed_endpoints: bool) -> tuple[np.ndarray, FlowSystem, int]:
+def _measured(road: RoadNetwork, trips: Trips, L: int, fixed_endpoints: bool, unit: PrivacyUnit | None = None,
+              rng: Any = None, drop_missing: bool = False) -> tuple[np.ndarray, FlowSystem, int]:
     """The true counts the release measures, the conservation system and the L1 bound of one
-    trip's change of them (the measurement's ``unit``: ``L + 2``, or ``L`` with fixed end points)."""
-    counts = flow_counts(road, truncate_trips(road, check_trips(road, trips), L))
+    trip's change of them (the measurement's ``unit``: ``L + 2``, or ``L`` with fixed end points).
+    With a privacy ``unit`` every unit first keeps at most ``max_rows`` of its trips
+    (:func:`~sparsedp.privacy_unit.truncate`, priorities from ``rng``; ``None``: secure)."""
+    checked = check_trips(road, trips)
+    if unit is not None:
+        checked = select_trips(checked, truncate(checked.units, unit, rng=rng, drop_missing=drop_missing))
+    counts = flow_counts(road, truncate_trips(road, checked, L))
     check_magnitude(counts, "flow counts")
     E, V = road.edges, road.nodes
     if fixed_endpoints:
         return counts[:E], conservation_system(road, counts[E : E + V], counts[E + V :]), L
     return counts, conservation_system(road), L + 2
+
+
+def _flow_unit(privacy_unit: Any, drop_missing_units: Any, trips: Any) -> PrivacyUnit | None:
+    """The declared unit (``None``: one trip), checked before anything is read or charged: a
+    :class:`PrivacyUnit` bounded by ``max_rows`` (a trip has no natural cell, so ``max_groups`` /
+    ``max_rows_per_group`` are refused) on trips that carry their units' ids.  Trips carrying ids
+    with no declared unit get an :class:`~sparsedp.privacy_unit.IdColumnWarning`."""
+    if not isinstance(drop_missing_units, (bool, np.bool_)):
+        raise SparseDPError(f"drop_missing_units must be True or False, got {drop_missing_units!r}")
+    if privacy_unit is not None and not isinstance(privacy_unit, PrivacyUnit):
+        raise SparseDPError(f"privacy_unit must be a PrivacyUnit, got {type(privacy_unit).__name__}")
+    if privacy_unit is None or privacy_unit.is_row:
+        if drop_missing_units:
+            raise SparseDPError("drop_missing_units goes with a declared privacy_unit")
+        if getattr(trips, "units", None) is not None:
+            warnings.warn("the trips carry unit ids (trips.units) but no privacy unit is declared: this release "
+                          "protects one trip, not one vehicle; declare privacy_unit=PrivacyUnit(COLUMN, max_rows=K)",
+                          IdColumnWarning, stacklevel=3)
+        return None
+    if privacy_unit.grouped:
+        raise SparseDPError("traffic flows bound the trips per unit with max_rows only: a trip has no natural cell to "
+                            "group by, so max_groups / max_rows_per_group are refused")
+    if getattr(trips, "units", None) is None:
+        raise SparseDPError(f"privacy unit {privacy_unit.column!r} declared but the trips carry no unit ids: give one "
+                            "per trip with trips.with_units(ids) (or a trips file column of that name)")
+    return privacy_unit
+
+
+def _seeded(rng: Any) -> Any:
+    """The generator a release with a privacy unit shares between the truncation, the bound's choice
+    and the noise: ``None`` (secure, OS entropy) or a validated :class:`numpy.random.Generator` from a
+    seed (so the three draw different numbers; a seeded release is not private anyway)."""
+    from ..noise import SecureRandomBits, as_generator
+
+    if rng is None or isinstance(rng, SecureRandomBits):
+        return rng
+    return as_generator(rng)
 
 
 def _project_after_draw(noisy: np.ndarray, system: FlowSystem, method: str, reason: str, tol: float) -> FlowSolve:
@@ -359,6 +435,8 @@ def release_flows(
     keep_truth: bool = False,
     max_edges: int | None = None,
     secure: bool = True,
+    privacy_unit: PrivacyUnit | None = None,
+    drop_missing_units: bool = False,
 ) -> FlowRelease:
     """Truncate every trip to ``L = max_edges`` edges (default ``trips.max_edges``), count, measure
     the counts with Laplace noise of scale ``(L + 2) / epsilon`` (``L / epsilon`` with
@@ -373,43 +451,93 @@ def release_flows(
     ``L`` or with one that is not an integer in ``[1, 2^31]``, :class:`ShapeError` for trips that are
     not walks on ``road``, and for an unknown or unavailable ``method``, a bad ``tol``, ``secure`` or
     ``rng``.
+
+    ``privacy_unit`` (default: one trip): a :class:`~sparsedp.privacy_unit.PrivacyUnit` naming the
+    vehicle (or person) whose trips ``trips.units`` identifies; each keeps at most ``max_rows`` trips
+    (``"auto"``: chosen privately with a share of ``epsilon``) and the noise is calibrated to
+    ``max_rows (L + 2)`` (module doc).  ``drop_missing_units``: drop trips without a unit id (else
+    refused).  Refused before any charge: a unit with ``max_groups`` / ``max_rows_per_group``,
+    trips without ids, missing ids.
     """
-    prep = _prepare(road, trips, epsilon, method, fixed_endpoints, tol, max_edges, secure)
+    if privacy_unit is not None and not (isinstance(privacy_unit, PrivacyUnit) and privacy_unit.is_row):
+        rng = _seeded(rng)
+    prep = _prepare(road, trips, epsilon, method, fixed_endpoints, tol, max_edges, secure,
+                    privacy_unit=privacy_unit, drop_missing_units=drop_missing_units, rng=rng, accountant=accountant)
     # validates the counts and the generator, then charges the accountant, then draws
     meas = prep.plan.measure(prep.truth, accountant=accountant, rng=rng, label=f"traffic flows (L = {prep.L})")
     solved = _project_after_draw(meas.y, prep.system, prep.how, prep.reason, prep.tol)
     return FlowRelease(meas.y, solved.x, prep.truth if keep_truth else None, prep.unit, float(meas.scales[0]),
                        prep.epsilon, bool(fixed_endpoints), solved, prep.L, meas.secure, meas.private,
-                       float(meas.variances[0]), meas.entry, prep.system)
+                       float(meas.variances[0]), meas.entry, prep.system, prep.privacy_unit, prep.choice)
 
 
 @dataclass(frozen=True)
 class _Prepared:
     """What :func:`release_flows` measures, checked before any charge (the tests audit ``plan``)."""
 
-    plan: MeasurementPlan  # identity strategy, unit = L + 2 (or L), epsilon
+    plan: MeasurementPlan  # identity strategy, unit = L + 2 (or L), times max_rows with a privacy unit; epsilon
     truth: np.ndarray  # the true counts (the data; never released)
     system: FlowSystem
-    epsilon: float
+    epsilon: float  # the whole budget (the bound's choice included)
     L: int
-    unit: int
+    unit: int  # the L1 bound of one protected unit's change of the counts (the release's sensitivity)
     how: str
     reason: str
     tol: float
+    privacy_unit: PrivacyUnit | None = None  # concrete bounds; None: one trip
+    choice: Any = None  # the BoundChoice of max_rows="auto" (already charged)
 
 
 def _prepare(road: RoadNetwork, trips: Trips, epsilon: Any, method: Any, fixed_endpoints: Any, tol: Any,
-             max_edges: Any, secure: Any) -> _Prepared:
-    """Every check of :func:`release_flows`, the true counts and the calibrated measurement plan."""
+             max_edges: Any, secure: Any, *, privacy_unit: Any = None, drop_missing_units: Any = False,
+             rng: Any = None, accountant: Accountant | None = None) -> _Prepared:
+    """Every check of :func:`release_flows`, the true counts and the calibrated measurement plan.
+
+    With a privacy unit the trips are read with every trip kept first (so bad trips and missing
+    ids are refused before anything is charged); ``max_rows="auto"`` is then chosen -- the only
+    charge made here, to ``accountant``, after it was checked to hold the whole ``epsilon`` and the
+    plan for the rest of it was checked -- and the trips truncated at the bound."""
     eps = check_epsilon(epsilon, "epsilon")
     L = _bound(trips, max_edges)
     tol = check_positive(tol, "tol")
     if not isinstance(secure, (bool, np.bool_)):
         raise SparseDPError(f"secure must be True or False, got {secure!r}")
-    truth, system, unit = _measured(road, trips, L, bool(fixed_endpoints))
+    fixed = bool(fixed_endpoints)
+    unit = _flow_unit(privacy_unit, drop_missing_units, trips)
+    drop = bool(drop_missing_units)
+    if unit is None:
+        truth, system, per_trip = _measured(road, trips, L, fixed)
+        how, reason = check_method(system, method)
+        plan = plan_measurement(st.identity(truth.size), epsilon=eps, unit=per_trip, noise="laplace",
+                                secure=bool(secure))
+        return _Prepared(plan, truth, system, eps, L, per_trip, how, reason, tol)
+    # every trip kept (priorities irrelevant): checks the trips, the ids, the counts and the method
+    truth, system, per_trip = _measured(road, trips, L, fixed, _keep_all(unit), np.random.default_rng(0), drop)
+    check_method(system, method)
+    choice, budget = None, eps
+    if unit.is_auto:
+        from ..contribution_bound import candidate_bounds, resolve_unit
+
+        rest = eps * (1.0 - float(unit.auto_share)) * (1.0 - 1e-9)  # below what resolve_unit leaves
+        worst = PrivacyUnit(unit.column, max_rows=int(candidate_bounds()[-1]))
+        plan_measurement(st.identity(truth.size), epsilon=rest, unit=per_trip, noise="laplace", secure=bool(secure),
+                         privacy_unit=worst)  # the release's plan at any chosen bound: refused now, not after the charge
+        if accountant is not None:
+            accountant.check(PrivacyCost(epsilon=eps))
+        ids = check_trips(road, trips).units
+        unit, choice, budget = resolve_unit(unit, ids, epsilon=eps, accountant=accountant, rng=rng,
+                                            drop_missing=drop)
+    truth, system, per_trip = _measured(road, trips, L, fixed, unit, rng, drop)
     how, reason = check_method(system, method)
-    plan = plan_measurement(st.identity(truth.size), epsilon=eps, unit=unit, noise="laplace", secure=bool(secure))
-    return _Prepared(plan, truth, system, eps, L, unit, how, reason, tol)
+    plan = plan_measurement(st.identity(truth.size), epsilon=budget, unit=per_trip, noise="laplace",
+                            secure=bool(secure), privacy_unit=unit)
+    return _Prepared(plan, truth, system, eps, L, per_trip * unit.l1_bound(), how, reason, tol, unit, choice)
+
+
+def _keep_all(unit: PrivacyUnit) -> PrivacyUnit:
+    """A stand-in for ``unit`` that keeps every trip: reading the trips with it checks them and their
+    ids before a ``max_rows="auto"`` choice is charged."""
+    return PrivacyUnit(unit.column, max_rows=2**62)
 
 
 register_reader("flows.result", flows_result)  # load_release reads earlier flows files with it

@@ -9,6 +9,11 @@ each node (V), trips ended at each node (V)]``; one trip's contribution to it
 and 1 to one end count, so its L1 norm is at most ``L + 2`` (:func:`count_sensitivity`), whatever
 the trip.  The release (:func:`~sparsedp.flows.release_flows`) truncates every trip itself and
 never trusts the ``max_edges`` a :class:`Trips` object claims.
+
+Trips may carry the id of whoever drove them (``Trips.units``, one id per trip: a vehicle, a
+person; :meth:`Trips.with_units`).  A release that protects that unit keeps at most ``max_rows``
+trips per id (:func:`select_trips` of the rows :func:`~sparsedp.privacy_unit.truncate` keeps):
+one vehicle then changes the counts by at most ``max_rows (L + 2)`` in L1.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ __all__ = [
     "flow_counts",
     "random_trips",
     "route_trips",
+    "select_trips",
     "trip_contributions",
     "truncate_trips",
 ]
@@ -47,13 +53,16 @@ class Trips:
     """Routed trips: trip ``i`` starts at ``origins[i]``, ends at ``ends[i]`` and uses the edges
     ``edge_ids[edge_ptr[i]:edge_ptr[i + 1]]`` in order.  ``max_edges`` is what the builder claims
     (the truncation :func:`route_trips` applied); the release checks the arrays
-    (:func:`check_trips`) and truncates them itself instead of trusting it."""
+    (:func:`check_trips`) and truncates them itself instead of trusting it.  ``units``: the id of
+    the privacy unit (vehicle, person) that made each trip, or ``None``; a release that declares a
+    privacy unit needs them (:meth:`with_units`)."""
 
     origins: np.ndarray
     ends: np.ndarray
     edge_ptr: np.ndarray
     edge_ids: np.ndarray
     max_edges: int | None
+    units: np.ndarray | None = None
 
     @property
     def count(self) -> int:
@@ -61,6 +70,12 @@ class Trips:
 
     def lengths(self) -> np.ndarray:
         return np.diff(self.edge_ptr)
+
+    def with_units(self, units: Any) -> "Trips":
+        """The same trips, trip ``i`` made by the unit ``units[i]`` (a vehicle id, a person id; any
+        hashable values, ``None`` / NaN for a missing id).  Checked by :func:`check_trips`."""
+        return Trips(self.origins, self.ends, self.edge_ptr, self.edge_ids, self.max_edges,
+                     None if units is None else np.asarray(units))
 
 
 def check_max_edges(max_edges: Any, name: str = "max_edges") -> int:
@@ -104,6 +119,8 @@ def check_trips(road: RoadNetwork, trips: Trips) -> Trips:
     trip plus one, and every trip is a walk: its first edge leaves its origin, each edge starts
     where the previous one ended, and it ends at the head of its last edge (at its origin when it
     has no edge).  ``max_edges`` is carried over unchecked: the release never relies on it.
+    ``units``, when given, must hold one id per trip (their values are checked where a release
+    reads them: :func:`~sparsedp.privacy_unit.truncate`).
     """
     if not isinstance(trips, Trips):
         raise ShapeError(f"trips must be a Trips, got {type(trips).__name__}")
@@ -131,7 +148,23 @@ def check_trips(road: RoadNetwork, trips: Trips) -> Trips:
         at = int(j[np.flatnonzero(road.heads[ids[j]] != road.tails[ids[j + 1]])[0]])
         trip = int(np.searchsorted(ptr, at, side="right") - 1)
         raise ShapeError(f"trip {trip} is not a walk: edge {ids[at]} does not lead to edge {ids[at + 1]}")
-    return Trips(origins, ends, ptr, ids, trips.max_edges)
+    units = None
+    if trips.units is not None:
+        units = np.asarray(trips.units)
+        if units.ndim != 1 or units.shape[0] != k:
+            raise ShapeError(f"trips.units must hold one id per trip ({k}), got shape {units.shape}")
+    return Trips(origins, ends, ptr, ids, trips.max_edges, units)
+
+
+def select_trips(trips: Trips, keep: np.ndarray) -> Trips:
+    """The trips where the boolean mask ``keep`` (one entry per trip) is true, in order, with their
+    units.  ``trips`` must be valid (:func:`check_trips`)."""
+    keep = np.asarray(keep, dtype=bool)
+    lens = np.diff(trips.edge_ptr)
+    ids = trips.edge_ids[np.repeat(keep, lens)]
+    ptr = np.concatenate(([0], np.cumsum(lens[keep]))).astype(np.int64)
+    units = None if trips.units is None else np.asarray(trips.units)[keep]
+    return Trips(np.asarray(trips.origins)[keep], np.asarray(trips.ends)[keep], ptr, ids, trips.max_edges, units)
 
 
 def truncate_trips(road: RoadNetwork, trips: Trips, max_edges: int) -> Trips:
@@ -147,7 +180,7 @@ def truncate_trips(road: RoadNetwork, trips: Trips, max_edges: int) -> Trips:
     ends = np.array(trips.ends, dtype=np.int64, copy=True)
     cut = np.flatnonzero(lens > L)
     ends[cut] = road.heads[ids[ptr[cut + 1] - 1]]
-    return Trips(np.array(trips.origins, dtype=np.int64), ends, ptr, ids, L)
+    return Trips(np.array(trips.origins, dtype=np.int64), ends, ptr, ids, L, trips.units)
 
 
 def trip_contributions(road: RoadNetwork, trips: Trips, endpoints: bool = True) -> sp.csr_matrix:
