@@ -19,6 +19,8 @@ How it is computed (``ErrorReport.method``), never with a dense inverse:
   ``O(nodes)`` pass, batched; ``all_ranges`` as the exact total
   ``(n + 1) sum_t Var(P_t) - Var(sum_t P_t)`` over the prefix estimates ``P_t`` (per-answer
   variances too when there are at most ``max_variances`` ranges).
+* ``exact-kron``: a Kronecker workload on a Kronecker strategy (one noise variance): each answer's
+  variance is the product of its factors' (computed on each factor's own domain).
 * ``exact-toeplitz``, ``exact-hybrid``, ``exact-woodbury``: the optimiser's lower-triangular
   Toeplitz and hybrid (block forests plus dense rows) strategies under one noise variance on every
   row, and p-Identity's ``[diag(a); B]`` under any variances, with the same workloads: closed
@@ -99,6 +101,7 @@ from scipy import special
 from .errors import SparseDPError
 from .inference import linear_estimator, sparse_inverse
 from .operators import Operator, SparseOperator, aslinearoperator
+from .factored_covariance import kron_variances
 from .range_variance import (
     DEFAULT_MEMORY_LIMIT,
     MemoryLimitError,
@@ -150,7 +153,7 @@ class ErrorReport:
     total: float
     per_query: float  # total / number of workload queries
     method: str  # "exact-tree", "exact-fenwick", "exact-haar", "exact-identity", "exact-toeplitz",
-    #              "exact-hybrid", "exact-woodbury", "sparse-inverse",
+    #              "exact-hybrid", "exact-woodbury", "exact-kron", "sparse-inverse",
     #              "exact-blocks" or "estimate"
     stderr: float = 0.0  # standard error of an estimated total; 0 when exact
     variances: np.ndarray | None = field(default=None, repr=False, compare=False)
@@ -400,6 +403,10 @@ def expected_error(
                                                   exact_limit, block, memory_limit)}
 
     if method != "estimate":
+        kron = kron_variances(W, M, v, max_variances, memory_limit)
+        if kron is not None:  # a Kronecker workload on a Kronecker strategy: products of factor variances
+            total, var = kron
+            return ErrorReport(total, total / queries, "exact-kron", variances=var, **shaped(var))
         cov = structured_covariance(M, v)
         if cov is not None:
             got = _structured(W, cov, memory_limit, max_variances)

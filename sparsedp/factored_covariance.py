@@ -53,8 +53,14 @@ of the columns of B E^{-1}]`` (``p x (n + 1)``), a range ``[a, e)`` has variance
 
 ``O(p)`` per range after an ``O(p n + p^3)`` setup (``O(p^2 n)`` for the triangular solve).
 
+**Kronecker** (``W = W_1 (x) ... (x) W_k`` answered by ``M = A_1 (x) ... (x) A_k`` with one noise
+variance ``v``): ``(M^T M)^{-1} = (x)_i (A_i^T A_i)^{-1}``, so the answer of query row
+``(r_1, ..., r_k)`` has variance ``v prod_i d_i[r_i]`` with ``d_i`` the per-answer variances of
+``W_i`` on ``A_i`` at unit noise (each factor by the exact paths here, on its own small domain),
+and the total is ``v prod_i sum(d_i)`` (:func:`kron_variances`).
+
 All are exact in floating point; :func:`~sparsedp.accuracy.expected_error` reports them as
-``exact-toeplitz``, ``exact-hybrid`` and ``exact-woodbury``.
+``exact-toeplitz``, ``exact-hybrid``, ``exact-woodbury`` and ``exact-kron``.
 """
 
 from __future__ import annotations
@@ -69,7 +75,7 @@ import scipy.linalg as sla
 from .range_variance import DEFAULT_MEMORY_LIMIT, StructuredCovariance, check_memory
 from .woodbury import diagonal_plus_rows
 
-__all__ = ["HybridCovariance", "ToeplitzCovariance", "WoodburyCovariance", "factored_covariance"]
+__all__ = ["HybridCovariance", "ToeplitzCovariance", "WoodburyCovariance", "factored_covariance", "kron_variances"]
 
 _ROWS = 1 << 12  # rows of a general sparse workload per batch
 _RANGE_BATCH = 1 << 13  # ranges per batch of the hybrid path (nb words each)
@@ -386,3 +392,33 @@ class WoodburyCovariance(StructuredCovariance):
             Z = sla.solve_triangular(self.L, U.T, lower=True, check_finite=False)
             out[start: start + blk.shape[0]] -= np.einsum("ij,ij->j", Z, Z)
         return out
+
+
+def kron_variances(W: Any, M: Any, v: np.ndarray, max_variances: int,
+                   memory_limit: float) -> tuple[float, np.ndarray | None] | None:
+    """``(total, variances)`` of a Kronecker workload answered by a Kronecker strategy with the same
+    factor domains under one noise variance on every row (module docstring), or ``None`` when
+    that is not the case.  ``variances`` is ``None`` when the product has more than
+    ``max_variances`` answers or they would not fit in ``memory_limit`` (the total stays exact)."""
+    from .accuracy import expected_error
+    from .marginals.kron import KronOperator
+
+    var = _homoscedastic(v)
+    if var is None or type(W) is not KronOperator or type(M) is not KronOperator:
+        return None
+    if len(W.factors) != len(M.factors) or tuple(W.in_shape) != tuple(M.in_shape):
+        return None
+    parts = []
+    for Wi, Ai in zip(W.factors, M.factors):
+        rep = expected_error(Wi, Ai, 1.0, method="exact", memory_limit=memory_limit)
+        if rep.variances is None:
+            return None
+        parts.append(np.asarray(rep.variances, dtype=np.float64))
+    total = var * float(np.prod([p.sum() for p in parts]))
+    size = int(np.prod([p.size for p in parts], dtype=np.float64))
+    if size > max_variances or 16.0 * size > memory_limit:
+        return total, None
+    out = np.array([var])
+    for p in parts:  # C order: the last factor's index varies fastest, as KronOperator's rows
+        out = np.multiply.outer(out, p).ravel()
+    return total, out

@@ -199,3 +199,23 @@ def test_hybrid_variances_stay_exact_when_dense_rows_pin_a_weak_block():
     L = np.tril(np.ones((n, n)))
     Cp = np.linalg.lstsq(D.T, L.T, rcond=None)[0]
     np.testing.assert_allclose(cov.prefix(), V * np.sum(Cp * Cp, axis=0), rtol=1e-11)
+
+
+def test_kronecker_variances_are_products_of_the_factors():
+    from sparsedp import strategies as st
+    from sparsedp.marginals import KronOperator
+
+    W = KronOperator([wl.prefix(6), wl.range_queries(5, [(0, 2), (1, 4), (3, 3)]), wl.all_ranges(3)])
+    rng = np.random.default_rng(9)
+    M = KronOperator([st.hierarchical(6, 2), _pidentity(n=5, p=2, seed=1).tosparse(), rng.integers(1, 4, (4, 3))])
+    rep = expected_error(W, M, V)
+    assert rep.method == "exact-kron"
+    Wd, Md = W.tosparse().toarray(), M.tosparse().toarray()
+    C = V * np.linalg.inv(Md.T @ Md)
+    ref = np.einsum("ij,jk,ik->i", Wd, C, Wd)
+    np.testing.assert_allclose(rep.variances, ref, rtol=1e-9)
+    assert rep.total == pytest.approx(ref.sum(), rel=1e-9)
+    # per-row variances: not a product any more, the generic exact path
+    v = np.full(M.shape[0], V)
+    v[0] *= 2
+    assert expected_error(W, M, v).method != "exact-kron"
