@@ -13,6 +13,7 @@ __all__ = [
     "InvalidPrivacyParameterError",
     "BudgetExceededError",
     "NegativeCountError",
+    "FractionalCountError",
     "InfeasibleConstraintsError",
     "UnsupportedStructureError",
     "InputBoundError",
@@ -42,7 +43,12 @@ class BudgetExceededError(SparseDPError):
 
 
 class NegativeCountError(SparseDPError):
-    """Counts were required but a negative or non-integral value was given."""
+    """Counts were required but a negative value was given."""
+
+
+class FractionalCountError(SparseDPError):
+    """Counts were required but a value is not an integer (``1.5``): a count is a whole number of
+    records, and a fraction is usually a sign of a wrong column or of pre-processed data."""
 
 
 class InfeasibleConstraintsError(SparseDPError):

@@ -367,9 +367,12 @@ def _clean_vector(x: Any, n: int, counts: bool, integral: bool) -> np.ndarray | 
     ``rint(v) == v``); ``None`` if anything fails (the caller then runs the standard validators,
     which raise the precise error).  Never a weaker check: every condition is the validators'."""
     try:
-        arr = np.asarray(x, dtype=np.float64)
+        raw = x if isinstance(x, np.ndarray) else np.asarray(x)
     except (TypeError, ValueError):
         return None
+    if raw.dtype.kind not in "biuf":  # text ("10" too), objects, ...: the validators refuse or vet them
+        return None
+    arr = np.asarray(raw, dtype=np.float64)
     if arr.ndim != 1 or arr.shape[0] != n:
         return None
     if arr.size == 0:

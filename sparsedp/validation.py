@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from .errors import (
+    FractionalCountError,
     InputBoundError,
     InvalidPrivacyParameterError,
     NegativeCountError,
@@ -51,43 +52,93 @@ MAX_RHO: float = 0.5e12
 
 
 def check_vector(x: Any, length: int | None = None, name: str = "x") -> np.ndarray:
-    """Return ``x`` as a 1-D float64 array, checking shape and finiteness.
+    """Return ``x`` as a 1-D float64 array, checking type, shape and finiteness.
 
-    Raises :class:`ShapeError` if ``x`` is not 1-D or not of ``length``, and
-    :class:`NonFiniteInputError` if it holds NaN or infinity.
+    Raises :class:`ShapeError` if ``x`` holds anything but real numbers (text, even ``"10"``; a
+    complex, date or ``None`` value), is not 1-D or not of ``length``, and
+    :class:`NonFiniteInputError` if it holds NaN or infinity.  Messages name the position of the
+    first offending entry, never its value: the data are private.
     """
-    kind = getattr(getattr(x, "dtype", None), "kind", None)
-    if kind in ("c", "S", "U", "O", "V", "m", "M") and not (kind == "O" and _all_real(x)):
-        raise ShapeError(f"{name} must hold real numbers, got dtype {x.dtype} (a complex value would lose its "
-                         "imaginary part)")
-    try:
-        arr = np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ShapeError(f"{name} must be a numeric vector: {exc}") from exc
+    arr = _as_real_array(x, name)
     if arr.ndim != 1:
         raise ShapeError(f"{name} must be 1-D, got shape {arr.shape}")
     if length is not None and arr.shape[0] != length:
         raise ShapeError(f"{name} must have length {length}, got {arr.shape[0]}")
-    if not np.all(np.isfinite(arr)):
-        bad = int(np.count_nonzero(~np.isfinite(arr)))
-        raise NonFiniteInputError(f"{name} contains {bad} NaN or infinite value(s)")
+    finite = np.isfinite(arr)
+    if not finite.all():
+        raise NonFiniteInputError(f"{name} contains NaN or infinite values (the first at {_first(~finite)})")
     return arr
 
 
-def _all_real(x: Any) -> bool:
-    """An object array whose entries are all real numbers (Python ints of any size included)."""
-    return all(isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) for v in np.ravel(x))
+def _as_real_array(x: Any, name: str) -> np.ndarray:
+    """``x`` as a float64 array if it holds only real numbers; else :class:`ShapeError` naming what
+    it holds instead and where.  The dtype of ``np.asarray(x)`` decides in one vectorised step
+    (text arrives as ``'U'``/``'S'``, a list mixing numbers and text too); only an object array
+    (Python ints beyond int64, ``None``, mixed objects) is inspected entry by entry."""
+    try:
+        raw = x if isinstance(x, np.ndarray) else np.asarray(x)
+    except (TypeError, ValueError) as exc:
+        raise ShapeError(f"{name} must be a numeric vector: {exc}") from exc
+    kind = raw.dtype.kind
+    if kind in "US":
+        raise ShapeError(f"{name} holds text where numbers are expected (the first at {_first_text(x, raw)}); "
+                         "convert it to numbers first")
+    if kind == "c":
+        raise ShapeError(f"{name} must hold real numbers, got dtype {raw.dtype} (a complex value would lose its "
+                         "imaginary part)")
+    if kind in "VmM":
+        raise ShapeError(f"{name} must hold real numbers, got dtype {raw.dtype}")
+    if kind == "O":
+        flat = raw.ravel()
+        bad = _first_not_real(flat)
+        if bad is not None:
+            what = "text" if isinstance(flat[bad], (str, bytes)) else f"a {type(flat[bad]).__name__}"
+            where = _first(np.arange(flat.size).reshape(raw.shape) == bad)
+            raise ShapeError(f"{name} holds {what} where numbers are expected (at {where})")
+    try:
+        return np.asarray(raw, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ShapeError(f"{name} must be a numeric vector: {exc}") from exc
+
+
+def _first_not_real(flat: np.ndarray) -> int | None:
+    """Index of the first entry of an object array that is not a real number (bools are not)."""
+    for i, v in enumerate(flat):
+        if not isinstance(v, numbers.Real) or isinstance(v, (bool, np.bool_)):
+            return i
+    return None
+
+
+def _first_text(x: Any, raw: np.ndarray) -> str:
+    """Where the first text entry of ``x`` is: in a text array every entry is text (the first
+    position); a list mixing numbers and text became a text array, so look up its first string."""
+    if not isinstance(x, np.ndarray) and raw.ndim == 1:
+        for i, v in enumerate(x):
+            if isinstance(v, (str, bytes)):
+                return f"position {i}"
+    return _first(np.ones(raw.shape, dtype=bool)) if raw.size else "position 0"
+
+
+def _first(mask: np.ndarray) -> str:
+    """``"position i"`` (or ``"position (i, j)"``) of the first true entry of ``mask``: error
+    messages point at an entry, they never print a value computed from the data."""
+    idx = np.argwhere(mask)[0]
+    return f"position {int(idx[0])}" if idx.size == 1 else f"position {tuple(int(i) for i in idx)}"
 
 
 def check_counts(x: Any, length: int | None = None, name: str = "x") -> np.ndarray:
-    """Like :func:`check_vector`, and also require non-negative integral values (a histogram) of at
-    most :data:`MAX_MAGNITUDE` (:class:`InputBoundError` above it)."""
+    """Like :func:`check_vector`, and also require non-negative (:class:`NegativeCountError`),
+    whole-number (:class:`FractionalCountError`) values (a histogram) of at most
+    :data:`MAX_MAGNITUDE` (:class:`InputBoundError` above it)."""
     arr = check_vector(x, length, name)
     check_magnitude(arr, name)
-    if np.any(arr < 0):
-        raise NegativeCountError(f"{name} must hold non-negative counts; min is {arr.min()}")
-    if np.any(arr != np.round(arr)):
-        raise NegativeCountError(f"{name} must hold integral counts")
+    negative = arr < 0
+    if negative.any():
+        raise NegativeCountError(f"{name} must hold non-negative counts (the first negative one at {_first(negative)})")
+    fractional = arr != np.round(arr)
+    if fractional.any():
+        raise FractionalCountError(f"{name} must hold whole-number counts: the count at {_first(fractional)} is "
+                                   "not an integer")
     return arr
 
 
@@ -135,8 +186,8 @@ def check_magnitude(values: Any, name: str = "x", bound: float = MAX_MAGNITUDE) 
     arr = np.asarray(values)
     if arr.size and float(np.max(np.abs(arr))) > bound:
         raise InputBoundError(
-            f"{name} has values up to {float(np.max(np.abs(arr))):.6g}, above the supported bound "
-            f"{bound:.6g} (2^{math.log2(bound):.0f}): above it float64 rounding, not noise, decides the output"
+            f"{name} has a value above the supported bound {bound:.6g} (2^{math.log2(bound):.0f}; the first at "
+            f"{_first(np.abs(arr) > bound)}): above it float64 rounding, not noise, decides the output"
         )
 
 

@@ -6,6 +6,7 @@ from _mechanism_draws import mechanism_answers
 from sparsedp import (
     Accountant,
     BudgetExceededError,
+    FractionalCountError,
     InvalidPrivacyParameterError,
     MatrixMechanism,
     NegativeCountError,
@@ -85,7 +86,8 @@ class Tripwire:
         (np.array([1.0, 2.0, 3.0]), ShapeError),
         (np.ones((2, 2)), ShapeError),
         (np.array([1.0, -2.0, 2.0, 3.0]), NegativeCountError),
-        (np.array([1.0, 0.5, 2.0, 3.0]), NegativeCountError),
+        (np.array([1.0, 0.5, 2.0, 3.0]), FractionalCountError),
+        (["1", "2", "3", "4"], ShapeError),  # numeric text is text, not counts
     ],
 )
 def test_bad_data_raises_before_noise_and_budget(monkeypatch, x, err):
@@ -352,3 +354,19 @@ def test_release_intervals_of_exact_noise_cover():
         assert_default_coverage(np.abs(errs) <= rep.half_widths(0.95), noise)
         for method in ("exact-tail", "chebyshev"):
             assert_certified_coverage(np.abs(errs) <= rep.half_widths(0.95, method), 0.95, f"{noise} {method}")
+
+
+@pytest.mark.parametrize("strategy", [st.identity(4), st.fenwick(4)])
+def test_run_refuses_numeric_text_before_charge(monkeypatch, strategy):
+    """``run(["10", "20", ...])`` used to release the strings as numbers (the identity fast path
+    cast them); text is refused like everywhere else, before any budget or noise."""
+    trip = Tripwire(monkeypatch)
+    acc = Accountant(epsilon=1.0)
+    mech = MatrixMechanism(wl.prefix(4), strategy, epsilon=0.5, accountant=acc)
+    for text in (["10", "20", "30", "40"], np.array(["10", "20", "30", "40"]), [10, 20, "30", 40]):
+        with pytest.raises(ShapeError, match="text where numbers are expected"):
+            mech.run(text, rng=0)
+    with pytest.raises(FractionalCountError, match="not an integer"):
+        mech.run([10, 20, 1.5, 40], rng=0)
+    assert trip.calls == 0 and acc.spent == 0
+    assert mech.run([10, 20, 30, 40], rng=0).answers.shape == (4,)

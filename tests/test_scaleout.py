@@ -8,7 +8,7 @@ import pytest
 from _scaleout_util import histogram, kill_once_reader, spy_measure, whole_tree_measurements
 
 from sparsedp import strategies as st
-from sparsedp.errors import BudgetExceededError, NegativeCountError, NonFiniteInputError, ShapeError, SparseDPError
+from sparsedp.errors import BudgetExceededError, FractionalCountError, NegativeCountError, NonFiniteInputError, ShapeError, SparseDPError
 from sparsedp.executors import DaskExecutor, ThreadExecutor
 from sparsedp.measure import MeasurementPlan
 from sparsedp.privacy import Accountant
@@ -111,7 +111,7 @@ def test_budget_charged_once_and_refused_before_noise(monkeypatch):
 @pytest.mark.parametrize("bad,err", [
     (np.array([1.0, np.nan] + [1.0] * 62), NonFiniteInputError),
     (np.array([1, -1] + [1] * 62), NegativeCountError),
-    (np.array([1.5] + [1.0] * 63), NegativeCountError),
+    (np.array([1.5] + [1.0] * 63), FractionalCountError),
     (np.ones((8, 8)), ShapeError),
     (np.array([2**49, 2**49, 2**49] + [0] * 61), SparseDPError),  # total above 2^50
 ])
