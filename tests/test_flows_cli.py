@@ -129,3 +129,109 @@ def test_cli_refuses_missing_and_unsupported_files(tmp_path, capsys):
     (tmp_path / "blank.csv").write_text("")
     assert main(["flows", "--grid", "4", "4", "--trips-file", str(tmp_path / "blank.csv")]) == 2
     assert "empty" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------------
+# privacy unit: --privacy-unit COLUMN names the vehicle of every row
+# --------------------------------------------------------------------------------------------------
+
+from sparsedp.privacy_unit import IdColumnWarning, PrivacyUnit  # noqa: E402
+
+
+def _vehicles(trips):
+    return np.array([f"car-{i % 4}" for i in range(trips.count)], dtype=object)  # 4 vehicles, 6-7 trips each
+
+
+def _vehicle_frame(road, trips, column="vehicle"):
+    df = _frame(road, trips)
+    first = np.r_[True, df["trip"].to_numpy()[1:] != df["trip"].to_numpy()[:-1]]
+    df[column] = _vehicles(trips)[np.cumsum(first) - 1]
+    return df
+
+
+@pytest.mark.parametrize("ext", ["csv", "parquet"])
+def test_cli_privacy_unit_releases_per_vehicle(tmp_path, road, trips, ext):
+    data = write_table(_vehicle_frame(road, trips), tmp_path / f"t.{ext}")
+    out, js = tmp_path / "f.npz", tmp_path / "f.json"
+    assert main(["flows", "--grid", *map(str, GRID), "--trips-file", data, "--seed", "4", "--max-trip-edges", "5",
+                 "--privacy-unit", "vehicle", "--max-rows", "2", "--out", str(out), "--json", str(js)]) == 0
+    summary = json.loads(js.read_text())
+    assert summary["sensitivity"] == 2 * 7 and summary["laplace_scale"] == 14.0
+    assert summary["privacy_unit"] == {"privacy_unit": "vehicle", "max_rows": 2}
+    unit = PrivacyUnit("vehicle", max_rows=2)
+    lib = release_flows(road, trips.with_units(_vehicles(trips)), epsilon=1.0, rng=4, max_edges=5, privacy_unit=unit)
+    rel = load_release_file(out)
+    np.testing.assert_allclose(rel.arrays["x"], lib.consistent, atol=1e-6)
+    (entry,) = rel.ledger
+    assert entry["privacy_unit"] == "vehicle (max_rows 2)" and entry["sensitivity"] == 14
+    assert rel.description["privacy_unit"] == {"privacy_unit": "vehicle", "max_rows": 2}
+    # nothing about the truncation is published: the same keys as a release of one trip, and the unit
+    assert main(["flows", "--grid", *map(str, GRID), "--trips-file", data, "--seed", "4",
+                 "--json", str(tmp_path / "g.json")]) == 0
+    plain = json.loads((tmp_path / "g.json").read_text())
+    assert plain["privacy_unit"] == {"privacy_unit": "one trip"} and set(summary) == set(plain)
+
+
+def test_cli_privacy_unit_auto_records_the_choice(tmp_path, road, trips):
+    data = write_table(_vehicle_frame(road, trips), tmp_path / "t.csv")
+    out = tmp_path / "f.npz"
+    with pytest.warns(UserWarning):  # 4 vehicles: the private quantile is unreliable, and says so
+        assert main(["flows", "--grid", *map(str, GRID), "--trips-file", data, "--privacy-unit", "vehicle",
+                     "--max-rows", "auto", "--out", str(out)]) == 0
+    rel = load_release_file(out)
+    first, second = rel.ledger
+    assert first["label"].startswith("privacy unit: bound") and first["epsilon"] == pytest.approx(0.1)
+    k = rel.description["privacy_unit_bound"]["max_rows"]
+    assert rel.description["privacy_unit"]["max_rows"] == k and second["privacy_unit"] == f"vehicle (max_rows {k})"
+    assert rel.description["epsilon"] == 1.0
+
+
+def test_cli_id_like_column_warns_without_a_unit(tmp_path, road, trips, capsys):
+    data = write_table(_vehicle_frame(road, trips, "vehicle_id"), tmp_path / "t.csv")
+    assert main(["flows", "--grid", *map(str, GRID), "--trips-file", data]) == 0
+    assert "warning: column 'vehicle_id' looks like an identifier" in capsys.readouterr().err
+    assert main(["flows", "--grid", *map(str, GRID), "--trips-file", data, "--privacy-unit", "vehicle_id",
+                 "--max-rows", "3"]) == 0
+    assert "looks like an identifier" not in capsys.readouterr().err
+    with pytest.warns(IdColumnWarning):
+        fcli.load_trips(data, road)
+
+
+def _unit_refusals(road, trips):
+    two = _vehicle_frame(road, trips)
+    two.loc[1, "vehicle"] = "other"  # a row of the first trip names another vehicle
+    blank = _vehicle_frame(road, trips)
+    blank["vehicle"] = blank["vehicle"].astype(object)
+    blank.loc[blank["trip"] == blank["trip"].iloc[0], "vehicle"] = None
+    ok = _vehicle_frame(road, trips)
+    return {
+        "two vehicles": (two, ["--privacy-unit", "vehicle", "--max-rows", "2"], "names two units"),
+        "missing id": (blank, ["--privacy-unit", "vehicle", "--max-rows", "2"], "have no value"),
+        "no such column": (ok, ["--privacy-unit", "car", "--max-rows", "2"], "not a column"),
+        "grouped": (ok, ["--privacy-unit", "vehicle", "--max-groups", "2", "--max-rows-per-group", "1"], "no natural cell"),
+        "bound without unit": (ok, ["--max-rows", "2"], "need the privacy unit"),
+        "drop without unit": (ok, ["--drop-missing-units"], "goes with --privacy-unit"),
+    }
+
+
+@pytest.mark.parametrize("case", ["two vehicles", "missing id", "no such column", "grouped", "bound without unit",
+                                  "drop without unit"])
+def test_cli_refuses_bad_unit_declarations_before_any_noise(tmp_path, road, trips, case, capsys, monkeypatch):
+    df, flags, pattern = _unit_refusals(road, trips)[case]
+    data = write_table(df, tmp_path / "t.csv")
+    from sparsedp.flows import release as release_mod
+
+    monkeypatch.setattr(release_mod, "plan_measurement", lambda *a, **k: pytest.fail("planned a measurement"))
+    out = tmp_path / "f.npz"
+    assert main(["flows", "--grid", *map(str, GRID), "--trips-file", data, *flags, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "sparsedp: error" in err and re.search(pattern, err), err
+    assert not out.exists()
+
+
+def test_cli_drop_missing_units_and_random_trips(tmp_path, road, trips, capsys):
+    df, flags, _ = _unit_refusals(road, trips)["missing id"]
+    data = write_table(df, tmp_path / "t.csv")
+    assert main(["flows", "--grid", *map(str, GRID), "--trips-file", data, *flags, "--drop-missing-units"]) == 0
+    assert main(["flows", "--grid", *map(str, GRID), "--privacy-unit", "vehicle", "--max-rows", "2"]) == 2
+    assert "names a column of --trips-file" in capsys.readouterr().err

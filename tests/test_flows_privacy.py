@@ -423,3 +423,152 @@ def test_issue13_cli_defaults_to_exact_noise(tmp_path, capsys):
     assert d.ledger[0]["label"] == "traffic flows (L = 5)" and d.epsilon == 1.0
     assert main(["ledger", str(tmp_path / "d.npz")]) == 0
     assert "exact laplace" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------------------
+# privacy unit: a vehicle with many trips
+# --------------------------------------------------------------------------------------------------
+
+from sparsedp.contribution_bound import UnreliableBoundWarning  # noqa: E402
+from sparsedp.errors import BudgetExceededError  # noqa: E402
+from sparsedp.flows import select_trips  # noqa: E402
+from sparsedp.privacy_unit import IdColumnWarning, PrivacyUnit  # noqa: E402
+
+
+def vehicle_city(seed: int = 0, k: int = 30, vehicles: int = 6):
+    """Untruncated random trips (up to 6 edges) on a 4 x 4 city, driven by a few vehicles."""
+    road = road_grid(4, 4, seed=0)
+    trips = random_trips(road, k, seed=seed + 1, max_edges=None)
+    return road, trips.with_units(np.random.default_rng(seed).integers(0, vehicles, size=k))
+
+
+def last(trips: Trips, v) -> tuple[Trips, Trips]:
+    """``(with, without)``: the trips with vehicle ``v``'s trips moved last, and without them."""
+    mine = np.asarray(trips.units) == v
+    order = np.r_[np.flatnonzero(~mine), np.flatnonzero(mine)]
+    lens = np.diff(trips.edge_ptr)[order]
+    ids = np.concatenate([trips.edge_ids[trips.edge_ptr[j]:trips.edge_ptr[j + 1]] for j in order])
+    moved = Trips(trips.origins[order], trips.ends[order], np.r_[0, np.cumsum(lens)], ids.astype(np.int64), None,
+                  np.asarray(trips.units)[order])
+    keep = np.r_[np.ones((~mine).sum(), bool), np.zeros(mine.sum(), bool)]
+    return moved, select_trips(moved, keep)
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+@pytest.mark.parametrize("seed", range(4))
+def test_unit_removing_a_whole_vehicle_costs_at_most_the_charge(fixed, seed):
+    """Brute force: removing any one vehicle with all its trips (appended last, same truncation
+    priorities) moves the measured counts by at most the charged sensitivity ``max_rows (L + 2)``
+    (``max_rows L`` with fixed end points) in L1, and costs at most the charged epsilon; some vehicle
+    reaches it.  Calibrated to one trip, the same vehicle costs more than epsilon."""
+    road, trips = vehicle_city(seed)
+    k, L, eps = 3, 2, 0.5
+    unit = PrivacyUnit("vehicle", max_rows=k)
+    per_trip = L if fixed else L + 2
+    worst_l1, worst_loss, worst_row_loss = 0.0, Fraction(0), Fraction(0)
+    for v in np.unique(trips.units):
+        moved, without = last(trips, v)
+        a = release_mod._prepare(road, moved, eps, "auto", fixed, 1e-8, L, True, privacy_unit=unit,
+                                 rng=np.random.default_rng(seed))
+        b = release_mod._prepare(road, without, eps, "auto", fixed, 1e-8, L, True, privacy_unit=unit,
+                                 rng=np.random.default_rng(seed))
+        assert a.unit == k * per_trip and a.plan.sensitivity == k * per_trip and a.plan.cost.epsilon == eps
+        assert a.plan.privacy_unit == "vehicle (max_rows 3)"
+        diff = a.truth - b.truth
+        worst_l1 = max(worst_l1, float(np.abs(diff).sum()))
+        worst_loss = max(worst_loss, exact_loss(diff, a.plan.scales))
+        row = release_mod._prepare(road, moved.with_units(None), eps, "auto", fixed, 1e-8, L, True)  # one trip
+        worst_row_loss = max(worst_row_loss, exact_loss(row.truth - release_mod._prepare(
+            road, without.with_units(None), eps, "auto", fixed, 1e-8, L, True).truth, row.plan.scales))
+    assert worst_l1 <= k * per_trip and worst_loss <= Fraction(eps)
+    assert worst_l1 == k * per_trip  # the bound is reached: 3 kept trips of >= 2 edges
+    assert worst_row_loss > Fraction(eps)  # what the one-trip calibration would have let through
+
+
+def test_unit_release_charges_once_and_records_the_unit():
+    road, trips = vehicle_city(1)
+    acc = Accountant(epsilon=1.0)
+    rel = release_flows(road, trips, epsilon=1.0, max_edges=2, accountant=acc, privacy_unit=PrivacyUnit("vehicle", max_rows=4))
+    (entry,) = acc.ledger
+    assert acc.spent_exact == Fraction(1.0) and entry.privacy_unit == "vehicle (max_rows 4)"
+    assert rel.sensitivity == 16 == entry.sensitivity and rel.scale == 16.0
+    res = rel.to_release()
+    assert res.description["privacy_unit"] == {"privacy_unit": "vehicle", "max_rows": 4}
+    assert "privacy_unit_bound" not in res.description
+    plain = release_flows(road, trips.with_units(None), epsilon=1.0, max_edges=2, rng=0).to_release()
+    assert plain.description["privacy_unit"] == {"privacy_unit": "one trip"}
+
+
+def test_unit_truncation_keeps_at_most_max_rows_trips_per_vehicle():
+    road, trips = vehicle_city(2, k=40, vehicles=3)
+    unit = PrivacyUnit("vehicle", max_rows=2)
+    prep = release_mod._prepare(road, trips, 1.0, "auto", False, 1e-8, 40, True, privacy_unit=unit, rng=5)
+    E, V = road.edges, road.nodes
+    assert prep.truth[E:E + V].sum() == 3 * 2  # trips started: 2 per vehicle, every vehicle has more
+    again = release_mod._prepare(road, trips, 1.0, "auto", False, 1e-8, 40, True, privacy_unit=unit, rng=5)
+    np.testing.assert_array_equal(prep.truth, again.truth)  # a seed makes the truncation reproducible
+
+
+def test_unit_auto_spends_a_share_first_and_the_rest_on_the_flows():
+    road = road_grid(4, 4, seed=0)
+    trips = random_trips(road, 600, seed=3, max_edges=None)
+    trips = trips.with_units(np.repeat(np.arange(200), 3))  # 200 vehicles, 3 trips each
+    acc = Accountant(epsilon=50.0)
+    rel = release_flows(road, trips, epsilon=50.0, max_edges=2, accountant=acc, rng=1,
+                        privacy_unit=PrivacyUnit("vehicle", max_rows="auto"))
+    first, second = acc.ledger
+    assert first.label.startswith("privacy unit: bound") and first.cost.epsilon == 5.0
+    assert acc.spent_exact <= Fraction(50.0) and second.cost.epsilon == pytest.approx(45.0)
+    k = rel.privacy_unit.max_rows
+    assert k == rel.bound_choice.bound == 3  # the true 0.95-quantile, at this budget
+    assert rel.sensitivity == 4 * k == second.sensitivity and second.privacy_unit == "vehicle (max_rows 3)"
+    res = rel.to_release()
+    assert [e["label"] for e in res.ledger][0].startswith("privacy unit: bound")
+    assert res.description["privacy_unit_bound"]["max_rows"] == k and res.description["epsilon"] == 50.0
+
+
+def _refusals(road, trips):
+    yield "grouped", dict(privacy_unit=PrivacyUnit("vehicle", max_groups=2, max_rows_per_group=1)), trips
+    yield "no ids", dict(privacy_unit=PrivacyUnit("vehicle", max_rows=2)), trips.with_units(None)
+    missing = np.asarray(trips.units, dtype=object).copy()
+    missing[3] = None
+    yield "missing id", dict(privacy_unit=PrivacyUnit("vehicle", max_rows=2)), trips.with_units(missing)
+    yield "missing id auto", dict(privacy_unit=PrivacyUnit("vehicle", max_rows="auto")), trips.with_units(missing)
+    yield "ids per trip", dict(privacy_unit=PrivacyUnit("vehicle", max_rows=2)), trips.with_units(trips.units[:-1])
+    yield "not a unit", dict(privacy_unit="vehicle"), trips
+    yield "drop without unit", dict(drop_missing_units=True), trips.with_units(None)
+    yield "auto, bad method", dict(privacy_unit=PrivacyUnit("vehicle", max_rows="auto"), method="nope"), trips
+    yield "auto, bad rng", dict(privacy_unit=PrivacyUnit("vehicle", max_rows="auto"), rng="x"), trips
+    bad = Trips(trips.origins, trips.ends, trips.edge_ptr, trips.edge_ids[::-1].copy(), None, trips.units)
+    yield "auto, bad trips", dict(privacy_unit=PrivacyUnit("vehicle", max_rows="auto")), bad
+    yield "auto, rest too small", dict(privacy_unit=PrivacyUnit("vehicle", max_rows="auto", auto_share=0.95),
+                                       epsilon=1.5e-9), trips  # the choice's share is a valid budget, the rest not
+    yield "auto, over budget", dict(privacy_unit=PrivacyUnit("vehicle", max_rows="auto"), epsilon=2.0), trips
+
+
+@pytest.mark.parametrize("case", [c for c, _, _ in _refusals(*vehicle_city())])
+def test_unit_bad_declarations_are_refused_before_any_charge(case):
+    road, trips = vehicle_city()
+    kw, data = next((k, t) for c, k, t in _refusals(road, trips) if c == case)
+    kw = {"epsilon": 1.0, "max_edges": 2, **kw}
+    acc = Accountant(epsilon=1.0)
+    with pytest.raises((SparseDPError, BudgetExceededError)):
+        release_flows(road, data, accountant=acc, **kw)
+    assert acc.ledger == () and acc.spent_exact == 0
+
+
+def test_unit_drop_missing_drops_those_trips():
+    road, trips = vehicle_city(3)
+    ids = np.asarray(trips.units, dtype=object).copy()
+    ids[:5] = None
+    unit = PrivacyUnit("vehicle", max_rows=100)  # keeps every trip with an id
+    got = release_mod._prepare(road, trips.with_units(ids), 1.0, "auto", False, 1e-8, 40, True, privacy_unit=unit,
+                               drop_missing_units=True, rng=0)
+    kept = select_trips(trips, np.r_[np.zeros(5, bool), np.ones(trips.count - 5, bool)]).with_units(None)
+    np.testing.assert_array_equal(got.truth, release_mod._prepare(road, kept, 1.0, "auto", False, 1e-8, 40, True).truth)
+
+
+def test_unit_ids_without_a_declared_unit_warn():
+    road, trips = vehicle_city()
+    with pytest.warns(IdColumnWarning, match="one trip, not one vehicle"):
+        release_flows(road, trips, epsilon=1.0, max_edges=2, rng=0)

@@ -22,6 +22,7 @@ from .trips import (
     flow_counts,
     random_trips,
     route_trips,
+    select_trips,
     trip_contributions,
     truncate_trips,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "release_flows",
     "road_grid",
     "route_trips",
+    "select_trips",
     "trip_contributions",
     "truncate_trips",
 ]
