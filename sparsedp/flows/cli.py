@@ -236,7 +236,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="DP traffic flows on a synthetic city, consistent with flow conservation",
         description="Generate a perturbed grid city with one-way streets and random trips routed on "
         "shortest paths (or read the user's trips from --trips-file), release the counts [edge flows, trip starts, trip ends] with Laplace noise "
-        "calibrated to one trip (trips truncated to L edges: sensitivity L + 2) and project them onto "
+        "calibrated to one trip (trips truncated to L edges: sensitivity L + 2; with --privacy-unit, to one "
+        "vehicle named by a column of --trips-file: max_rows (L + 2)) and project them onto "
         "flow conservation.  The noise is exact discrete Laplace from OS entropy (--float-noise: float64 "
         "Laplace, for experiments); --seed makes it reproducible and the release NOT private.  Comparisons "
         "with the true counts appear only with --evaluate (also not private).",
