@@ -572,3 +572,29 @@ def test_unit_ids_without_a_declared_unit_warn():
     road, trips = vehicle_city()
     with pytest.warns(IdColumnWarning, match="one trip, not one vehicle"):
         release_flows(road, trips, epsilon=1.0, max_edges=2, rng=0)
+
+
+def _vehicle_audit_setup():
+    """Neighbours that differ by one whole vehicle: one more vehicle with two copies of trip 0
+    (its trips last), each kept (``max_rows = 2``), moving 3 counts by 2 (``max_rows (L + 2) = 6``)."""
+    road = road_grid(2, 2, seed=0)
+    trips = random_trips(road, 5, seed=1, max_edges=1).with_units(np.arange(5))
+    other = duplicate(duplicate(trips, 0).with_units(None), 0).with_units(np.r_[np.arange(5), 9, 9])
+    unit = PrivacyUnit("vehicle", max_rows=2)
+    a = release_mod._prepare(road, trips, 1.0, "auto", False, 1e-8, None, True, privacy_unit=unit, rng=3)
+    b = release_mod._prepare(road, other, 1.0, "auto", False, 1e-8, None, True, privacy_unit=unit, rng=3)
+    touched = np.flatnonzero(b.truth != a.truth)
+    assert touched.size == 3 and np.all(b.truth[touched] - a.truth[touched] == 2)
+    base = a.truth[touched]
+    return a, b, lambda y: [float(np.min(y[touched] - base))]
+
+
+def test_unit_audit_flows_with_vehicle_neighbours():
+    """The auditor on neighbours one whole vehicle apart: the per-vehicle release stays within its
+    epsilon; the same counts calibrated to one trip (scale L + 2) are flagged."""
+    a, b, stat = _vehicle_audit_setup()
+    good = audit(lambda x, g: stat(a.plan.measure(x, rng=g).y), a.truth, b.truth, trials=2000, rng=1)
+    assert good.epsilon_lower <= 1.0
+    per_trip = plan_measurement(a.plan.strategy, epsilon=1.0, unit=3)
+    bad = audit(lambda x, g: stat(per_trip.measure(x, rng=g).y), a.truth, b.truth, trials=2000, rng=1)
+    assert bad.epsilon_lower > 1.0, bad
