@@ -101,14 +101,13 @@ from scipy import special
 from .errors import SparseDPError
 from .inference import linear_estimator, sparse_inverse
 from .operators import Operator, SparseOperator, aslinearoperator
-from .factored_covariance import kron_variances
+from .factored_covariance import _homoscedastic, structured_covariance
 from .range_variance import (
     DEFAULT_MEMORY_LIMIT,
     MemoryLimitError,
     StructuredCovariance,
     check_memory,
     format_bytes,
-    structured_covariance,
 )
 from ._tails import (
     SINGLE,
@@ -403,7 +402,7 @@ def expected_error(
                                                   exact_limit, block, memory_limit)}
 
     if method != "estimate":
-        kron = kron_variances(W, M, v, max_variances, memory_limit)
+        kron = _kron_variances(W, M, v, max_variances, memory_limit)
         if kron is not None:  # a Kronecker workload on a Kronecker strategy: products of factor variances
             total, var = kron
             return ErrorReport(total, total / queries, "exact-kron", variances=var, **shaped(var))
@@ -630,3 +629,32 @@ def _estimate(W: Operator, M: Operator, v: np.ndarray, probes: int, block: int, 
     total = float(s.mean())
     stderr = float(s.std(ddof=1) / np.sqrt(s.size)) if s.size > 1 else float("inf")
     return total, (acc / probes if per else None), stderr
+
+
+def _kron_variances(W: Any, M: Any, v: np.ndarray, max_variances: int,
+                   memory_limit: float) -> tuple[float, np.ndarray | None] | None:
+    """``(total, variances)`` of a Kronecker workload answered by a Kronecker strategy with the same
+    factor domains under one noise variance on every row (module docstring), or ``None`` when
+    that is not the case.  ``variances`` is ``None`` when the product has more than
+    ``max_variances`` answers or they would not fit in ``memory_limit`` (the total stays exact)."""
+    from .marginals.kron import KronOperator  # local: marginals imports this module
+
+    var = _homoscedastic(v)
+    if var is None or type(W) is not KronOperator or type(M) is not KronOperator:
+        return None
+    if len(W.factors) != len(M.factors) or tuple(W.in_shape) != tuple(M.in_shape):
+        return None
+    parts = []
+    for Wi, Ai in zip(W.factors, M.factors):
+        rep = expected_error(Wi, Ai, 1.0, method="exact", memory_limit=memory_limit)
+        if rep.variances is None:
+            return None
+        parts.append(np.asarray(rep.variances, dtype=np.float64))
+    total = var * float(np.prod([p.sum() for p in parts]))
+    size = int(np.prod([p.size for p in parts], dtype=np.float64))
+    if size > max_variances or 16.0 * size > memory_limit:
+        return total, None
+    out = np.array([var])
+    for p in parts:  # C order: the last factor's index varies fastest, as KronOperator's rows
+        out = np.multiply.outer(out, p).ravel()
+    return total, out

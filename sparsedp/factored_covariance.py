@@ -1,6 +1,6 @@
 """Exact answer variances for the strategies the optimiser builds at scale: Toeplitz and hybrid.
 
-:func:`sparsedp.range_variance.structured_covariance` returns these for a strategy measured with
+:func:`structured_covariance` (below) returns these for a strategy measured with
 one noise variance ``v`` on every row (what the mechanism draws for both), so that the error report
 of a release at ``n = 2^20`` is exact and takes seconds, never a stochastic estimate.
 
@@ -72,10 +72,20 @@ import scipy.sparse as sp
 
 import scipy.linalg as sla
 
-from .range_variance import DEFAULT_MEMORY_LIMIT, StructuredCovariance, check_memory
+from .operators import Operator, SparseOperator
+from .range_variance import (
+    DEFAULT_MEMORY_LIMIT,
+    FenwickCovariance,
+    HaarCovariance,
+    IdentityCovariance,
+    StructuredCovariance,
+    TreeCovariance,
+    check_memory,
+)
 from .woodbury import diagonal_plus_rows
 
-__all__ = ["HybridCovariance", "ToeplitzCovariance", "WoodburyCovariance", "factored_covariance", "kron_variances"]
+__all__ = ["HybridCovariance", "ToeplitzCovariance", "WoodburyCovariance", "factored_covariance",
+           "structured_covariance"]
 
 _ROWS = 1 << 12  # rows of a general sparse workload per batch
 _RANGE_BATCH = 1 << 13  # ranges per batch of the hybrid path (nb words each)
@@ -394,31 +404,34 @@ class WoodburyCovariance(StructuredCovariance):
         return out
 
 
-def kron_variances(W: Any, M: Any, v: np.ndarray, max_variances: int,
-                   memory_limit: float) -> tuple[float, np.ndarray | None] | None:
-    """``(total, variances)`` of a Kronecker workload answered by a Kronecker strategy with the same
-    factor domains under one noise variance on every row (module docstring), or ``None`` when
-    that is not the case.  ``variances`` is ``None`` when the product has more than
-    ``max_variances`` answers or they would not fit in ``memory_limit`` (the total stays exact)."""
-    from .accuracy import expected_error
-    from .marginals.kron import KronOperator
+# -- dispatch ------------------------------------------------------------------------------------
 
-    var = _homoscedastic(v)
-    if var is None or type(W) is not KronOperator or type(M) is not KronOperator:
+
+def structured_covariance(M: Operator, variances: np.ndarray) -> StructuredCovariance | None:
+    """The exact covariance of the estimator :mod:`sparsedp.inference` uses for ``M`` (identity,
+    Fenwick, Haar, tree, and their weighted forms ``diag(w) B`` with variances ``v / w^2``; the
+    optimiser's Toeplitz and hybrid strategies under one noise variance on every row and
+    ``[diag(a); B]`` under any, :mod:`sparsedp.factored_covariance`), or ``None`` for other
+    strategies."""
+    from .inference import _unweight, tree_layout  # the estimator's own reductions
+
+    base, _, v = _unweight(M, np.zeros(M.shape[0]), np.asarray(variances, dtype=np.float64))
+    layout = tree_layout(base)
+    if layout is not None:
+        return TreeCovariance(layout, v)
+    factored = factored_covariance(base, v)
+    if factored is not None:
+        return factored
+    if not isinstance(base, SparseOperator):
         return None
-    if len(W.factors) != len(M.factors) or tuple(W.in_shape) != tuple(M.in_shape):
-        return None
-    parts = []
-    for Wi, Ai in zip(W.factors, M.factors):
-        rep = expected_error(Wi, Ai, 1.0, method="exact", memory_limit=memory_limit)
-        if rep.variances is None:
-            return None
-        parts.append(np.asarray(rep.variances, dtype=np.float64))
-    total = var * float(np.prod([p.sum() for p in parts]))
-    size = int(np.prod([p.size for p in parts], dtype=np.float64))
-    if size > max_variances or 16.0 * size > memory_limit:
-        return total, None
-    out = np.array([var])
-    for p in parts:  # C order: the last factor's index varies fastest, as KronOperator's rows
-        out = np.multiply.outer(out, p).ravel()
-    return total, out
+    m, n = base.shape
+    if base.structure == "identity" and m == n:
+        return IdentityCovariance(n, v)
+    if base.structure == "fenwick" and m == n:
+        return FenwickCovariance(n, v)
+    if base.structure == "haar" and m == n:
+        cov = HaarCovariance.build(base, v)
+        if cov is not None:
+            cov.M = base
+        return cov
+    return None

@@ -64,7 +64,6 @@ __all__ = [
     "StructuredCovariance",
     "check_memory",
     "format_bytes",
-    "structured_covariance",
 ]
 
 #: Default bound (bytes) on what an error computation may allocate: 4 GB.
@@ -714,39 +713,3 @@ class IdentityCovariance(StructuredCovariance):
         W = sp.csr_matrix(W, dtype=np.float64, copy=True)
         W.data *= W.data
         return np.asarray(W @ self.v).ravel()
-
-
-# -- dispatch ------------------------------------------------------------------------------------
-
-
-def structured_covariance(M: Operator, variances: np.ndarray) -> StructuredCovariance | None:
-    """The exact covariance of the estimator :mod:`sparsedp.inference` uses for ``M`` (identity,
-    Fenwick, Haar, tree, and their weighted forms ``diag(w) B`` with variances ``v / w^2``; the
-    optimiser's Toeplitz and hybrid strategies under one noise variance on every row and
-    ``[diag(a); B]`` under any, :mod:`sparsedp.factored_covariance`), or ``None`` for other
-    strategies."""
-    from .inference import _unweight, tree_layout  # the estimator's own reductions
-
-    base, _, v = _unweight(M, np.zeros(M.shape[0]), np.asarray(variances, dtype=np.float64))
-    layout = tree_layout(base)
-    if layout is not None:
-        return TreeCovariance(layout, v)
-    from .factored_covariance import factored_covariance  # Woodbury, Toeplitz, hybrid (the optimiser's)
-
-    factored = factored_covariance(base, v)
-    if factored is not None:
-        return factored
-    if not isinstance(base, SparseOperator):
-        return None
-    m, n = base.shape
-    if base.structure == "identity" and m == n:
-        return IdentityCovariance(n, v)
-    if base.structure == "fenwick" and m == n:
-        return FenwickCovariance(n, v)
-    if base.structure == "haar" and m == n:
-        cov = HaarCovariance.build(base, v)
-        if cov is not None:
-            cov.M = base
-        return cov
-    return None
-

@@ -16,7 +16,7 @@ from sparsedp.inference import least_squares
 from sparsedp.operators import SparseOperator
 from sparsedp.optimize.hybrid import HybridLayout, hybrid_gls, hybrid_matrix
 from sparsedp.optimize.toeplitz_strategy import ToeplitzStrategy
-from sparsedp.range_variance import structured_covariance
+from sparsedp.factored_covariance import structured_covariance
 
 V = 2.5
 

@@ -14,8 +14,8 @@ from sparsedp.range_variance import (
     MemoryLimitError,
     TreeCovariance,
     check_memory,
-    structured_covariance,
 )
+from sparsedp.factored_covariance import structured_covariance
 from sparsedp.tree_estimator import tree_impulse_norms
 
 

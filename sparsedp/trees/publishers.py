@@ -75,7 +75,8 @@ from ..intervals import IntervalRows
 from ..measure import MeasurementPlan, plan_measurement
 from ..mechanism import MatrixMechanism
 from ..privacy import Accountant, LedgerEntry, PrivacyCost
-from ..range_variance import IntervalTreeCovariance, structured_covariance
+from ..factored_covariance import structured_covariance
+from ..range_variance import IntervalTreeCovariance
 from ..release_file import load_release_file
 from ..releases import ReleaseResult, axis_labels, register_reader
 from ..strategies import _interval_rows
