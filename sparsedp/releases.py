@@ -542,16 +542,26 @@ def _reader(name: str) -> Callable[..., Any]:
 def load_release(path: str | Path) -> ReleaseResult:
     """Read any release file sparsedp writes as a :class:`ReleaseResult`: an ``.npz`` release file
     (every kind, this version's and earlier ones), a chunked ``.npy`` / ``.zarr`` array (give the
-    array or its ``.release.json`` record), or the JSON of ``sparsedp marginals``.  Anything else
+    array or its ``.release.json`` record), a TopDown table (``.csv`` / ``.parquet`` with its
+    ``.release.json``), a chunked TopDown directory, or the JSON of ``sparsedp marginals``.  Anything else
     (a summary written by ``--json``, a continual counter's state) raises
     :class:`~sparsedp.errors.SparseDPError` naming what it is."""
     p = Path(path)
     if p.name.endswith(SIDE_SUFFIX):
         if not p.is_file():
             raise SparseDPError(f"no such release record: {p}")
-        return _load_side(p, Path(str(p)[: -len(SIDE_SUFFIX)]))
+        data = Path(str(p)[: -len(SIDE_SUFFIX)])
+        if data.suffix.lower() in _TABLE_SUFFIXES:
+            return _load_table(data, p)
+        return _load_side(p, data)
     if not p.exists():
         raise SparseDPError(f"no such release file: {p}")
+    if p.suffix.lower() in _TABLE_SUFFIXES:  # a table of units (TopDown) with its record next to it
+        side = Path(str(p) + SIDE_SUFFIX)
+        if not side.is_file():
+            raise SparseDPError(f"{p} is a table, not a release: a table sparsedp publishes has its release record "
+                                f"{side.name} next to it (an input table of counts or records has none)")
+        return _load_table(p, side)
     if p.is_dir() and (p / "topdown.json").is_file():  # a TopDown release chunked by subtree (a directory)
         return _reader("topdown.load_directory")(p).to_release()
     head = b"" if p.is_dir() else _head(p)
@@ -742,6 +752,21 @@ def _json_object(p: Path, what: str) -> dict:
     if not isinstance(meta, dict):
         raise SparseDPError(f"{p} is not a sparsedp {what}")
     return meta
+
+
+#: Tables a release can be published as (TopDown: one row per unit), each with ``PATH.release.json``.
+_TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
+
+
+def _load_table(table: Path, side: Path) -> ReleaseResult:
+    """A published table and its release record (the TopDown reader, registered by
+    :mod:`sparsedp.topdown.table_file`)."""
+    if not table.is_file():
+        raise SparseDPError(f"{side.name}: the table it describes ({table.name}) is missing")
+    meta = _json_object(side, "release record")
+    if meta.get("kind") != "topdown":
+        raise SparseDPError(f"{side.name} records a {meta.get('kind')!r} release, not a table of units")
+    return _reader("topdown.load_table")(table, meta)
 
 
 def _load_side(side: Path, given: Path | None) -> ReleaseResult:

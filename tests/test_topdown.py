@@ -1008,3 +1008,33 @@ def test_audit_with_unit_level_neighbours():
     per_record = plan_topdown(t.hierarchy, epsilon=1.0, split=[1, 1, 2])
     bad = audit(release(per_record), t, t1, trials=200_000, rng=2, batched=True)
     assert bad.epsilon_lower > 1.0
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_a_table_output_is_a_release_for_load_ledger_and_query(tmp_path, capsys, suffix):
+    """``sparsedp topdown ... --out units.csv|.parquet`` writes the published table and its record:
+    load_release, sparsedp ledger and sparsedp query read the pair (codes as text); a table without
+    a record is refused as 'not a release'."""
+    from sparsedp.cli import main
+
+    small_frame(5).to_csv(tmp_path / "t.csv", index=False)
+    out = tmp_path / f"units{suffix}"
+    assert main(["topdown", str(tmp_path / "t.csv"), "--geo", "state,county,vtd", "--counts", "vap_*,u18_*",
+                 "--attributes", "age,race", "--root", "nation", "--rho", "1", "--seed", "3", "--out", str(out)]) == 0
+    capsys.readouterr()
+    rel = load_release(out)
+    frame = rel.to_pandas()
+    cells = [c for c in frame.columns if c.startswith(("vap_", "u18_"))]
+    assert rel.kind == "topdown" and rel.answers.size == len(frame) * len(cells) and len(rel.ledger) > 0
+    np.testing.assert_array_equal(rel.answers, frame[cells].to_numpy(dtype=float).ravel())
+    assert (frame["state"].dropna() == frame["state"].dropna().astype(str)).all() and "01" in set(frame["state"])
+    assert not rel.private  # seeded
+    assert load_release(str(out) + ".release.json").answers.tolist() == rel.answers.tolist()
+    assert main(["ledger", str(out)]) == 0
+    assert "topdown release" in capsys.readouterr().out
+    assert main(["query", str(out), "0", "3"]) == 0
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert len(printed) == 5 and printed[0].startswith("unit,cell")  # header and answers 0..3
+    (tmp_path / "input.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(SparseDPError, match="is a table, not a release"):
+        load_release(tmp_path / "input.csv")

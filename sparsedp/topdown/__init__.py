@@ -20,6 +20,7 @@ from .gls import HierarchyGLS, hierarchy_gls
 from .hierarchy import CellDomain, HierarchicalTable, Hierarchy, expand_columns, read_table
 from .scaleout import (ChunkedTopDownRelease, ParquetSource, SyntheticNation, load_chunked,  # registers the chunked
                        topdown_scaleout)  # directory's reader with load_release
+from .table_file import load_table_release  # registers the reader of a table (.csv / .parquet) and its record
 from .release import (
     TopDownRelease,
     estimate_from_measurements,
@@ -51,6 +52,7 @@ __all__ = [
     "hierarchy_gls",
     "integer_counts",
     "load_chunked",
+    "load_table_release",
     "load_topdown",
     "optimal_split",
     "plan_topdown",
