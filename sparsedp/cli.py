@@ -3,6 +3,8 @@
 ``sparsedp demo``   the main job on built-in data: the prefix workload on a DPBench histogram,
                     measured with several strategies; expected vs empirical error and time.
 ``sparsedp error``  the analytic expected error of a workload / strategy pair.
+``sparsedp release`` a declarative release from a TOML spec; ``sparsedp report`` re-creates its
+                    report from the saved release file, without a new charge.
 
 Subsystems add their own commands: every module named in ``COMMAND_MODULES`` that exists defines
 ``register(subparsers)``, which adds sub-parsers whose ``func(args) -> int`` runs the command.
@@ -102,6 +104,14 @@ def _release(args: argparse.Namespace) -> int:
     cost = f"epsilon {r.epsilon:g}" if r.epsilon else f"rho {r.rho:g}"
     print(f"released {res.answers.size} answers ({cost}, {'exact' if r.secure else 'float'} noise)")
     for name, path in res.files.items():
+        print(f"{name}: {path}")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from .spec import rebuild_report
+
+    for name, path in rebuild_report(args.file, args.out).items():
         print(f"{name}: {path}")
     return 0
 
@@ -256,6 +266,15 @@ def build_parser() -> argparse.ArgumentParser:
     led.add_argument("file", help="a release file written by sparsedp: an .npz, a chunked .npy / .zarr array (with "
                      "its .release.json record), or the JSON of 'sparsedp marginals'")
     led.set_defaults(func=_ledger)
+    rep = sub.add_parser("report", help="re-create the report of a spec's release from its saved release file",
+                         description="Write the report (and the plot, if the spec made one) of a release that "
+                         "'sparsedp release' saved, from the release file alone: no data are read, no budget "
+                         "is charged and no noise is drawn.")
+    rep.add_argument("file", help="the release file (.npz) a spec wrote")
+    rep.add_argument("--out", default=None, metavar="DIR",
+                     help="directory for the report and plot (default: the release file's directory); the files "
+                     "get the names the spec gave them")
+    rep.set_defaults(func=_report)
     _register_subsystems(sub)
     _add_force_options(sub)
     return parser

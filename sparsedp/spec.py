@@ -39,6 +39,9 @@ is replaced only with ``overwrite = true`` or ``force=True`` (``sparsedp release
 the budget is charged once (one measurement through the measurement path), the estimate
 reconstructed by GLS (NNLS with ``nonnegative``), then made consistent with the public total by
 post-processing.  Nothing computed from the raw data other than the release is written.
+The release file (and its ledger) is written first, then the report and plot, made from the release
+alone; if they fail, the error says where the release is and :func:`rebuild_report` (``sparsedp
+report RELEASE``) writes them from the saved file, without reading the data or charging again.
 
 A spec whose ``[data]`` names several ``columns`` releases their marginals instead
 (:mod:`sparsedp.spec_marginals`), and one whose ``[data]`` names ``geo`` columns a TopDown release
@@ -58,15 +61,26 @@ from . import strategies as st
 from . import workloads as wl
 from .errors import InfeasibleConstraintsError, InputBoundError, SparseDPError
 from .io import as_bins, load_histogram
-from .mechanism import MatrixMechanism, Release
+from .mechanism import MatrixMechanism
 from .privacy import Accountant
-from .releases import ReleaseResult, workload_labels
-from .spec_file import flag, load_spec, matplotlib_pyplot, outputs, refuse_keys
-from .spec_marginals import MARGINAL_ONLY, is_marginal_spec, run_marginal_spec
-from .spec_topdown import TOPDOWN_ONLY, is_topdown_spec, run_topdown_spec
+from ._cli_util import OutputFile, check_output_paths
+from .releases import ReleaseResult, load_release, workload_labels
+from .spec_file import (
+    Writer,
+    flag,
+    load_spec,
+    matplotlib_pyplot,
+    outputs,
+    privacy_line,
+    refuse_keys,
+    save_then_report,
+    spec_record,
+)
+from .spec_marginals import MARGINAL_ONLY, is_marginal_spec, marginals_plot, marginals_report, run_marginal_spec
+from .spec_topdown import TOPDOWN_ONLY, is_topdown_spec, run_topdown_spec, topdown_plot, topdown_report
 from .validation import MAX_MAGNITUDE
 
-__all__ = ["SpecResult", "load_spec", "run_spec"]
+__all__ = ["SpecResult", "load_spec", "rebuild_report", "run_spec"]
 
 @dataclass(frozen=True)
 class SpecResult:
@@ -194,10 +208,9 @@ def run_spec(path: str | Path, *, rng: Any = None, accountant: Accountant | None
     release = mech.run(x, rng=rng, method="nnls" if nonneg and total is None else "ls")
     estimate = _consistent(release.x_hat, total, nonneg)
     answers = W.matvec(estimate)
-    files: dict[str, Path] = {}
     report = mech.error_report()  # exact variances of the GLS answers (before any consistency step)
     processed = nonneg or total is not None
-    description = {"spec": str(Path(path).name), "workload": W.name, "strategy": mech.M.name, "bins": n,
+    description = {**spec_record(path, files_out), "workload": W.name, "strategy": mech.M.name, "bins": n,
                    "nonnegative": nonneg, "public_total": total,
                    "expected_error_per_query": report.per_query,
                    "variances": ("of the least-squares answers before the consistency step (non-negativity / "
@@ -210,12 +223,7 @@ def run_spec(path: str | Path, *, rng: Any = None, accountant: Accountant | None
                            arrays={"estimate": estimate},
                            variance_method="gls-before-consistency" if processed else "exact-gls",
                            report=None if processed else report)
-    if "release" in files_out:
-        files["release"] = result.save(files_out["release"], overwrite=True)  # outputs() refused it unless asked
-    if "report" in files_out:
-        files["report"] = _report(files_out["report"], description, result, release)
-    if "plot" in files_out:
-        files["plot"] = _plot(files_out["plot"], result, W.name)
+    files = save_then_report(result, files_out, histogram_report, histogram_plot)
     return SpecResult(answers, estimate, release, accountant, files, result)
 
 
@@ -227,19 +235,21 @@ def _answer_label(labels: dict[str, Any], i: int) -> str:
     return f"{name} {col[i]}"
 
 
-def _report(path: Path, desc: dict[str, Any], result: Any, release: Release) -> Path:
+def histogram_report(path: Path, result: ReleaseResult) -> Path:
+    """The markdown report of a histogram spec's release (in memory or loaded from its file: only
+    the release is read): the workload, strategy and privacy, and each answer with its standard
+    deviation and 95% interval (the first 50)."""
+    desc = result.description
     answers = np.asarray(result.answers)
     lo, hi = result.confidence_intervals(0.95)
-    e = release.measurement.entry
+    e = result.ledger[0] if result.ledger else None
+    sensitivity = f", sensitivity {e['sensitivity']:g}" if e is not None and "sensitivity" in e else ""
     lines = [
         f"# sparsedp release: {desc['spec']}",
         "",
         f"- workload: `{desc['workload']}` ({answers.size} answers) on {desc['bins']} bins",
-        f"- strategy: `{desc['strategy']}`, sensitivity {release.measurement.sensitivity:g}",
-        f"- privacy: {'epsilon' if release.measurement.cost.epsilon else 'rho'} "
-        f"{release.measurement.cost.epsilon or release.measurement.cost.rho:g}, "
-        f"{'exact' if release.measurement.secure else 'float'} {release.measurement.noise} noise"
-        + ("" if release.private else " **(seeded: NOT private)**"),
+        f"- strategy: `{desc['strategy']}`{sensitivity}",
+        privacy_line(result),
         f"- expected squared error per answer (before consistency): {desc['expected_error_per_query']:.4g}",
         f"- non-negative: {desc['nonnegative']}; public total: {desc['public_total']}",
         f"- variances: {desc['variances']}",
@@ -253,14 +263,17 @@ def _report(path: Path, desc: dict[str, Any], result: Any, release: Release) -> 
     if answers.size > 50:
         lines.append(f"| ... | ({answers.size - 50} more in the release file) |")
     if e is not None:
-        lines += ["", f"Ledger: {e.label}: {e.rows}x{e.columns}, scales [{e.scale_min:g}, {e.scale_max:g}]"]
+        lines += ["", f"Ledger: {e['label']}: {e['rows']}x{e['columns']}, "
+                      f"scales [{e['scale_min']:g}, {e['scale_max']:g}]"]
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
-def _plot(path: Path, result: Any, workload: str) -> Path:
+def histogram_plot(path: Path, result: ReleaseResult) -> Path:
     """The released answers with their 95% intervals (a per-bin estimate is not plotted: the
-    strategy may determine single bins only with a large variance; the answers are what was asked)."""
+    strategy may determine single bins only with a large variance; the answers are what was asked),
+    from the release alone."""
+    workload = result.description.get("workload", "")
     plt = matplotlib_pyplot()
     answers = np.asarray(result.answers, dtype=np.float64)
     lo, hi = result.confidence_intervals(0.95)
@@ -274,3 +287,40 @@ def _plot(path: Path, result: Any, workload: str) -> Path:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+#: Per kind of spec release: its report and plot writers, each ``(path, release) -> path``.
+_WRITERS: dict[str, tuple[Writer, Writer]] = {
+    "spec": (histogram_report, histogram_plot),
+    "marginals": (marginals_report, marginals_plot),
+    "topdown": (topdown_report, topdown_plot),
+}
+
+
+def rebuild_report(release: str | Path, out: str | Path | None = None) -> dict[str, Path]:
+    """Re-create the report (and the plot, if its spec made one) of a spec's release from its
+    saved release file alone: no data read, no budget charged, no noise drawn (``sparsedp report
+    FILE``).  The files get the names the spec gave them, in ``out`` (default: the release file's
+    directory); they never replace the release file.  Returns ``{"report": path, "plot": path}``.
+
+    For when a report is lost, or its writing failed after the release was paid for and saved."""
+    p = Path(release)
+    rel = load_release(p)
+    if rel.kind not in _WRITERS or "spec" not in rel.description:
+        raise SparseDPError(f"{p} is a {rel.kind!r} release, not one of a spec (sparsedp release): it has no report to "
+                            "re-create; 'sparsedp ledger FILE' prints what it holds")
+    names = rel.description.get("outputs") or {}
+    if not isinstance(names, dict):
+        raise SparseDPError(f"{p}: its record of the spec's outputs is not a table")
+    directory = Path(out) if out is not None else p.parent
+    wanted = {"report": directory / Path(str(names.get("report") or f"{p.stem}.md")).name}
+    if "plot" in names:
+        wanted["plot"] = directory / Path(str(names["plot"])).name
+    check_output_paths([OutputFile(key, path) for key, path in wanted.items()], [p])
+    if "plot" in wanted:
+        matplotlib_pyplot()  # a missing extra is reported before any file is written
+    report, plot = _WRITERS[rel.kind]
+    files = {"report": report(wanted["report"], rel)}
+    if "plot" in wanted:
+        files["plot"] = plot(wanted["plot"], rel)
+    return files

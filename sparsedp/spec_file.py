@@ -13,12 +13,13 @@ import difflib
 import math
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ._cli_util import OutputFile, check_output_paths
 from .errors import InvalidPrivacyParameterError, SparseDPError
 
-__all__ = ["flag", "load_spec", "matplotlib_pyplot", "outputs", "privacy_budget", "privacy_line", "refuse_keys"]
+__all__ = ["flag", "load_spec", "matplotlib_pyplot", "outputs", "privacy_budget", "privacy_line", "refuse_keys",
+           "spec_record", "save_then_report"]
 
 #: The keys each section may hold (anything else is refused: a misspelt key must not be ignored).
 _KEYS: dict[str, frozenset[str]] = {
@@ -154,3 +155,48 @@ def privacy_budget(priv: dict[str, Any], kind: str, *, noise_key: bool = True) -
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise InvalidPrivacyParameterError(f"privacy.{key}: the budget must be a finite number > 0, got {value!r}")
     return noise, float(value), flag(priv, "secure", "privacy", default=True)
+
+
+def spec_record(spec_path: str | Path, files_out: dict[str, Path]) -> dict[str, Any]:
+    """What a release file keeps of its spec so that ``sparsedp report`` can re-create the report
+    from the release alone: the spec's file name and the names of its report and plot."""
+    return {"spec": Path(spec_path).name,
+            "outputs": {k: Path(v).name for k, v in files_out.items() if k in ("report", "plot")}}
+
+
+#: ``(path, release) -> path``: writes a report or a plot of a release from the release alone.
+Writer = Callable[[Path, Any], Path]
+
+
+def save_then_report(result: Any, files_out: dict[str, Path], report: Writer, plot: Writer) -> dict[str, Path]:
+    """Write a spec's outputs once the budget is spent: the release file (with its ledger) first,
+    then the report and the plot, both made from ``result`` alone, as ``sparsedp report`` makes
+    them from the saved file.  If the report or the plot fails, the paid-for release is not lost:
+    it is in its file (or, when the spec asked for none, in a ``*.rescued.npz`` file next to the
+    report), and the :class:`SparseDPError` raised says where and how to re-create the report
+    without a new charge."""
+    files: dict[str, Path] = {}
+    if "release" in files_out:
+        files["release"] = result.save(files_out["release"], overwrite=True)  # outputs() refused it unless asked
+    for key, write in (("report", report), ("plot", plot)):
+        if key not in files_out:
+            continue
+        try:
+            files[key] = write(files_out[key], result)
+        except Exception as exc:  # noqa: BLE001 - any failure here comes after the charge: keep the release
+            saved = files.get("release") or _rescue(result, files_out[key])
+            raise SparseDPError(
+                f"the release is saved in {saved} (with its ledger: the budget was spent once), but writing its "
+                f"{key} {files_out[key]} failed ({type(exc).__name__}: {exc}); re-create the report from the saved "
+                f"release, without a new charge: sparsedp report {saved}") from exc
+    return files
+
+
+def _rescue(result: Any, near: Path) -> Path:
+    """Save ``result`` next to ``near`` under a name no file has yet (``NAME.rescued.npz``,
+    ``NAME.rescued-2.npz``, ...): the only copy of a release whose spec named no release file."""
+    for i in range(1, 1000):
+        target = near.with_name(f"{near.stem}.rescued{'' if i == 1 else f'-{i}'}.npz")
+        if not target.exists():
+            return result.save(target)
+    raise SparseDPError(f"no free file name for the release next to {near}")  # pragma: no cover

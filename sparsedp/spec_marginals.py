@@ -51,14 +51,24 @@ from .marginals.domain import Domain
 from .marginals.nonneg import nonnegative_marginals
 from .marginals.pure import optimize_marginals_laplace
 from .marginals.pure_release import release_marginals_laplace
-from .marginals.release import marginals_result, release_marginals
+from .marginals.release import label_column, marginals_result, release_marginals
 from .marginals.select import marginals_up_to
 from .marginals.table import encode_records, read_records
 from .privacy import Accountant
 from .releases import ReleaseResult
-from .spec_file import flag, matplotlib_pyplot, outputs, privacy_budget, privacy_line, refuse_keys
+from .spec_file import (
+    flag,
+    matplotlib_pyplot,
+    outputs,
+    privacy_budget,
+    privacy_line,
+    refuse_keys,
+    save_then_report,
+    spec_record,
+)
 
-__all__ = ["MARGINAL_ONLY", "MarginalSpec", "is_marginal_spec", "marginal_spec", "run_marginal_spec"]
+__all__ = ["MARGINAL_ONLY", "MarginalSpec", "is_marginal_spec", "marginal_spec", "marginals_plot", "marginals_report",
+           "run_marginal_spec"]
 
 #: Keys of a histogram spec that a marginal spec would ignore: refused.
 _HISTOGRAM_ONLY: dict[str, frozenset[str]] = {
@@ -199,7 +209,7 @@ def run_marginal_spec(spec: dict[str, Any], path: str | Path, *, rng: Any = None
     dom, X = encode_records(df, ms.columns, ms.sizes, ms.categories)
     del df
     work = ms.workload(dom)
-    desc: dict[str, Any] = {"spec": Path(path).name, "columns": ms.columns,
+    desc: dict[str, Any] = {**spec_record(path, files_out), "columns": ms.columns,
                             "marginals": [",".join(m) for m in work], "nonnegative": ms.nonnegative}
     if ms.noise == "gaussian":
         accountant = accountant if accountant is not None else Accountant(rho=ms.budget)
@@ -219,49 +229,59 @@ def run_marginal_spec(spec: dict[str, Any], path: str | Path, *, rng: Any = None
         if ms.categories is not None:
             desc["categories"] = ms.categories
         result = rel.to_release(description=desc)
-    files: dict[str, Path] = {}
-    if "release" in files_out:
-        files["release"] = result.save(files_out["release"], overwrite=True)  # outputs() refused it unless asked
-    if "report" in files_out:
-        files["report"] = _report(files_out["report"], result, ms)
-    if "plot" in files_out:
-        files["plot"] = _plot(files_out["plot"], result, ms)
+    files = save_then_report(result, files_out, marginals_report, marginals_plot)
     return result, rel, accountant, files
 
 
-def _cell_names(result: ReleaseResult, ms: MarginalSpec, rows: np.ndarray) -> list[str]:
-    """``"age=18-64, sex=F"`` for each of ``rows`` (category names where the spec gives them)."""
+#: How the report and the plot name the 0-way marginal (``lower = true`` adds it): the number of
+#: records, one cell with no attribute.
+TOTAL_NAME = "total (all records)"
+
+
+def _title(name: str) -> str:
+    """A marginal's heading: its attributes joined by ``","``, or :data:`TOTAL_NAME` for none."""
+    return name or TOTAL_NAME
+
+
+def _cell_names(result: ReleaseResult, rows: np.ndarray) -> list[str]:
+    """``"age=18-64, sex=F"`` for each of ``rows`` (category names where the spec gives them;
+    ``"all records"`` for the cell of the 0-way marginal)."""
+    cats = result.description.get("categories")
     out = []
     marg = np.asarray(result.labels["marginal"])
     for i in rows:
         parts = []
-        for a in str(marg[i]).split(","):
-            code = int(np.asarray(result.labels[a])[i])
-            parts.append(f"{a}={ms.categories[a][code] if ms.categories else code}")
-        out.append(", ".join(parts))
+        for a in filter(None, str(marg[i]).split(",")):
+            code = int(np.asarray(result.labels[label_column(a)])[i])
+            parts.append(f"{a}={cats[a][code] if cats else code}")
+        out.append(", ".join(parts) or "all records")
     return out
 
 
-def _report(path: Path, result: ReleaseResult, ms: MarginalSpec, max_rows: int = 400) -> Path:
-    """A markdown table per marginal: each cell's released value, standard deviation, 95% interval."""
+def marginals_report(path: Path, result: ReleaseResult, max_rows: int = 400) -> Path:
+    """A markdown table per marginal of a marginal spec's release (in memory or loaded from its
+    file: only the release is read): each cell's released value, standard deviation, 95% interval."""
     answers = np.asarray(result.answers)
     lo, hi = result.confidence_intervals(0.95)
     sd = np.sqrt(np.asarray(result.variances))
-    lines = [f"# sparsedp release: {result.description.get('spec', '')}", "",
-             f"- marginals of {', '.join(ms.columns)}: {len(result.description['marginals'])} tables, "
+    desc = result.description
+    nonneg = bool(desc.get("nonnegative", False))
+    lines = [f"# sparsedp release: {desc.get('spec', '')}", "",
+             f"- marginals of {', '.join(desc['columns'])}: {len(desc['marginals'])} tables, "
              f"{answers.size} cells",
              privacy_line(result),
              f"- strategy: {result.strategy}",
-             f"- non-negative: {ms.nonnegative}" + (" (the variances are those before this step: the intervals "
-                                                     "are indicative)" if ms.nonnegative else ""), ""]
+             f"- non-negative: {nonneg}" + (" (the variances are those before this step: the intervals "
+                                           "are indicative)" if nonneg else ""), ""]
     marg = np.asarray(result.labels["marginal"])
     shown = 0
-    for name in result.description["marginals"]:
+    for name in desc["marginals"]:
         rows = np.flatnonzero(marg == name)
-        lines += [f"## {name}", "", "| cell | value | standard deviation | 95% interval |", "|---|---:|---:|---:|"]
+        lines += [f"## {_title(name)}", "", "| cell | value | standard deviation | 95% interval |",
+                  "|---|---:|---:|---:|"]
         take = rows[:max(0, max_rows - shown)]
         lines += [f"| {c} | {answers[i]:.6g} | {sd[i]:.4g} | [{lo[i]:.6g}, {hi[i]:.6g}] |"
-                  for c, i in zip(_cell_names(result, ms, take), take)]
+                  for c, i in zip(_cell_names(result, take), take)]
         if take.size < rows.size:
             lines.append(f"| ... | ({rows.size - take.size} more cells in the release file) | | |")
         shown += take.size
@@ -270,8 +290,9 @@ def _report(path: Path, result: ReleaseResult, ms: MarginalSpec, max_rows: int =
     return path
 
 
-def _plot(path: Path, result: ReleaseResult, ms: MarginalSpec, max_panels: int = 9) -> Path:
-    """Each marginal's cells (the first ``max_panels`` marginals) with their 95% intervals."""
+def marginals_plot(path: Path, result: ReleaseResult, max_panels: int = 9) -> Path:
+    """Each marginal's cells (the first ``max_panels`` marginals) with their 95% intervals, from
+    the release alone."""
     plt = matplotlib_pyplot()
     names = result.description["marginals"][:max_panels]
     answers = np.asarray(result.answers, dtype=np.float64)
@@ -284,9 +305,9 @@ def _plot(path: Path, result: ReleaseResult, ms: MarginalSpec, max_panels: int =
         idx = np.flatnonzero(marg == name)
         ax.errorbar(np.arange(idx.size), answers[idx], yerr=np.vstack([answers[idx] - lo[idx], hi[idx] - answers[idx]]),
                     fmt="o", ms=3, capsize=2)
-        ax.set_title(name, fontsize=9)
+        ax.set_title(_title(name), fontsize=9)
         ax.set_xticks(np.arange(idx.size))
-        ax.set_xticklabels(_cell_names(result, ms, idx) if idx.size <= 12 else [], rotation=60, ha="right",
+        ax.set_xticklabels(_cell_names(result, idx) if idx.size <= 12 else [], rotation=60, ha="right",
                            fontsize=6)
     for ax in axes.ravel()[len(names):]:
         ax.set_visible(False)

@@ -53,6 +53,7 @@ the invariants, and the outputs.  The report and plot show what the release's ow
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -62,12 +63,20 @@ from .errors import SparseDPError
 from .privacy import Accountant
 from .releases import ReleaseResult
 from .privacy_unit_cli import UNIT_SPEC_KEYS, unit_from_spec
-from .spec_file import matplotlib_pyplot, outputs, privacy_budget, privacy_line, refuse_keys
+from .spec_file import (
+    matplotlib_pyplot,
+    outputs,
+    privacy_budget,
+    privacy_line,
+    refuse_keys,
+    save_then_report,
+    spec_record,
+)
 from .topdown.hierarchy import read_table
-from .topdown.release import TopDownRelease, topdown
+from .topdown.release import TopDownRelease, topdown, topdown_from_result
 from .topdown.units import read_records, with_bound_choice
 
-__all__ = ["TOPDOWN_ONLY", "is_topdown_spec", "run_topdown_spec"]
+__all__ = ["TOPDOWN_ONLY", "is_topdown_spec", "run_topdown_spec", "topdown_plot", "topdown_report"]
 
 #: Keys of the other kinds that a TopDown spec would ignore: refused.
 _OTHERS: dict[str, frozenset[str]] = {
@@ -158,13 +167,8 @@ def run_topdown_spec(spec: dict[str, Any], path: str | Path, *, rng: Any = None,
                                     accountant=accountant, rng=rng, keep_noisy=False), choice)
     del table
     result = rel.to_release()
-    files: dict[str, Path] = {}
-    if "release" in files_out:
-        files["release"] = result.save(files_out["release"], overwrite=True)  # outputs() refused it unless asked
-    if "report" in files_out:
-        files["report"] = _report(files_out["report"], rel, result, Path(path).name, invariants)
-    if "plot" in files_out:
-        files["plot"] = _plot(files_out["plot"], rel)
+    result = replace(result, description={**result.description, **spec_record(path, files_out)})
+    files = save_then_report(result, files_out, topdown_report, topdown_plot)
     return result, rel, accountant, files
 
 
@@ -199,10 +203,14 @@ def _level_sd(rel: TopDownRelease) -> list[float]:
     return [float(np.sqrt(np.mean(v))) if np.size(v) else 0.0 for v in rel.variance]
 
 
-def _report(path: Path, rel: TopDownRelease, res: ReleaseResult, name: str, invariants: list[str]) -> Path:
+def topdown_report(path: Path, res: ReleaseResult) -> Path:
+    """The report of a TopDown spec's release (in memory or loaded from its file: only the release
+    is read): the hierarchy, the privacy, the invariants, the checks and each level's accuracy."""
+    rel = topdown_from_result(res)
     h = rel.hierarchy
     checks = rel.check()
-    lines = [f"# sparsedp release: {name}", "",
+    invariants = [f"{item['level']}:{item['marginal']}" for item in rel.invariants]
+    lines = [f"# sparsedp release: {res.description.get('spec', '')}", "",
              f"- TopDown release of {' > '.join(h.levels)} x {h.cells.size} cells "
              f"({sum(c.size for c in rel.counts)} published counts)",
              privacy_line(res),
@@ -217,9 +225,11 @@ def _report(path: Path, rel: TopDownRelease, res: ReleaseResult, name: str, inva
     return path
 
 
-def _plot(path: Path, rel: TopDownRelease) -> Path:
-    """The per-level standard deviation of a published count's GLS estimate (data-free)."""
+def topdown_plot(path: Path, res: ReleaseResult) -> Path:
+    """The per-level standard deviation of a published count's GLS estimate (data-free), from the
+    release alone."""
     plt = matplotlib_pyplot()
+    rel = topdown_from_result(res)
     h = rel.hierarchy
     fig, ax = plt.subplots(figsize=(6, 3))
     ax.bar(range(len(h.levels)), _level_sd(rel))

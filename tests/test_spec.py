@@ -166,3 +166,74 @@ def test_keys_of_the_other_kinds_are_refused_in_a_histogram_spec(tmp_path, extra
                     "[privacy]\nepsilon = 1.0\n" + extra)
     with pytest.raises(SparseDPError, match=match):
         run_spec(path)
+
+
+def _histogram_spec(tmp_path):
+    return _write(tmp_path)[0], ("people.csv",), "out"
+
+
+def _marginal_spec(tmp_path):
+    from test_spec_marginals import _small
+
+    return _small(tmp_path), ("small.csv",), "small"
+
+
+def _topdown_spec(tmp_path):
+    from test_spec_topdown import _write as topdown_write
+
+    return topdown_write(tmp_path), ("counts.csv",), "td"
+
+
+@pytest.mark.parametrize("make", [_histogram_spec, _marginal_spec, _topdown_spec])
+def test_report_recreates_the_report_of_every_spec_kind_without_a_charge(tmp_path, monkeypatch, capsys, make):
+    from sparsedp.privacy import Accountant
+
+    spec, data, stem = make(tmp_path)
+    assert main(["release", str(spec), "--seed", "4"]) == 0
+    report, plot = tmp_path / f"{stem}.md", tmp_path / f"{stem}.png"
+    text = report.read_text()
+    report.unlink()
+    plot.unlink()
+    for name in data:  # the report is made from the release alone
+        (tmp_path / name).unlink()
+
+    def no_charge(*args, **kwargs):
+        raise AssertionError("sparsedp report charged a budget")
+
+    monkeypatch.setattr(Accountant, "spend", no_charge)
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / f"{stem}.npz")]) == 0
+    assert report.read_text() == text and plot.stat().st_size > 0
+    assert f"report: {report}" in capsys.readouterr().out
+    (tmp_path / "elsewhere").mkdir()
+    assert main(["report", str(tmp_path / f"{stem}.npz"), "--out", str(tmp_path / "elsewhere")]) == 0
+    assert (tmp_path / "elsewhere" / f"{stem}.md").read_text() == text
+
+
+def test_report_refuses_a_release_that_no_spec_made(tmp_path, capsys):
+    from sparsedp import MatrixMechanism, strategies, workloads
+
+    rel = MatrixMechanism(workloads.prefix(4), strategies.identity(4), epsilon=1.0).run([1, 2, 3, 4], rng=0)
+    path = rel.save(tmp_path / "r.npz")
+    assert main(["report", str(path)]) == 2
+    assert "not one of a spec" in capsys.readouterr().err
+
+
+def test_a_report_failure_without_a_release_file_rescues_the_release(tmp_path, monkeypatch, capsys):
+    import sparsedp.spec as spec_module
+    from sparsedp import load_release
+
+    spec, _ = _write(tmp_path)
+    spec.write_text(spec.read_text().replace('release = "out.npz"\n', ""))
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(spec_module, "histogram_report", broken)
+    assert main(["release", str(spec), "--seed", "1"]) == 2
+    err = capsys.readouterr().err
+    rescued = tmp_path / "out.rescued.npz"
+    assert f"saved in {rescued}" in err and "disk full" in err and f"sparsedp report {rescued}" in err
+    assert len(load_release(rescued).ledger) == 1
+    monkeypatch.undo()
+    assert main(["report", str(rescued)]) == 0 and (tmp_path / "out.md").exists()

@@ -129,3 +129,79 @@ def test_bad_marginal_specs_are_refused_before_any_charge(tmp_path, edit, match)
         run_spec(path, accountant=acc)
     assert not acc.ledger and not (tmp_path / "m.npz").exists()
 
+
+
+LOWER_SPEC = """
+[data]
+path = "small.csv"
+columns = ["a", "b"]
+sizes = [2, 2]
+
+[workload]
+k = 2
+lower = true
+
+[privacy]
+{budget}
+
+[output]
+release = "small.npz"
+report = "small.md"
+plot = "small.png"
+"""
+
+
+def _small(tmp_path, budget="rho = 0.5"):
+    """A 3-row, 2-column table and a spec releasing every marginal up to order 2 (``lower = true``:
+    the 0-way marginal, the number of records, among them)."""
+    (tmp_path / "small.csv").write_text("a,b\n0,1\n1,0\n1,1\n")
+    path = tmp_path / "small.toml"
+    path.write_text(LOWER_SPEC.format(budget=budget))
+    return path
+
+
+@pytest.mark.parametrize("budget", ["rho = 0.5", "epsilon = 1.0"])
+def test_lower_true_reports_the_0_way_marginal(tmp_path, capsys, budget):
+    """``lower = true`` used to crash with ``KeyError: ''`` while writing the report, after the
+    charge and the release file."""
+    path = _small(tmp_path, budget)
+    assert main(["release", str(path), "--seed", "2"]) == 0
+    report = (tmp_path / "small.md").read_text()
+    assert "## total (all records)" in report and "| all records |" in report
+    assert "## a,b" in report and "| a=1, b=0 |" in report
+    assert (tmp_path / "small.png").stat().st_size > 0
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_report_failure_after_the_charge_keeps_the_release_and_says_how_to_recreate(tmp_path, capsys, monkeypatch):
+    import sparsedp.spec_marginals as sm
+
+    path = _small(tmp_path)
+    real = sm.marginals_report
+
+    def broken(*args, **kwargs):
+        raise KeyError("")
+
+    monkeypatch.setattr(sm, "marginals_report", broken)
+    assert main(["release", str(path), "--seed", "2"]) == 2
+    err = capsys.readouterr().err
+    release = tmp_path / "small.npz"
+    assert "Traceback" not in err and f"saved in {release}" in err and f"sparsedp report {release}" in err
+    back = load_release(release)  # the paid-for release and its ledger are on disk
+    assert len(back.ledger) == 1 and back.rho == pytest.approx(0.5)
+    assert not (tmp_path / "small.md").exists()
+    monkeypatch.setattr(sm, "marginals_report", real)
+    (tmp_path / "small.csv").unlink()  # the report needs the release only
+    assert main(["report", str(release)]) == 0
+    assert "## total (all records)" in (tmp_path / "small.md").read_text()
+
+
+def test_an_attribute_named_like_a_label_is_reported(tmp_path):
+    """An attribute called ``lower`` is labelled ``attribute_lower`` in the release: the report
+    finds its codes there."""
+    (tmp_path / "t.csv").write_text("lower,b\n0,1\n1,0\n1,1\n")
+    spec = LOWER_SPEC.format(budget="rho = 0.5").replace('"small.csv"', '"t.csv"').replace('["a", "b"]',
+                                                                                         '["lower", "b"]')
+    (tmp_path / "t.toml").write_text(spec)
+    res = run_spec(tmp_path / "t.toml", rng=1)
+    assert "| lower=1, b=0 |" in res.files["report"].read_text()

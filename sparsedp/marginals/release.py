@@ -126,14 +126,24 @@ class MarginalRelease(ReleaseMethods):
                                 "Gaussian noise, marginals by GLS", source=self)
 
 
+#: Label names a marginal release uses itself: an attribute of one of these names is labelled
+#: ``attribute_NAME`` (:func:`label_column`).
+RESERVED_LABELS = ("marginal", "answer", "variance", "lower", "upper")
+
+
+def label_column(attribute: str) -> str:
+    """The label of an attribute's codes in a marginal release (:func:`marginals_result`): its name,
+    or ``attribute_NAME`` for a name the release's table uses itself (``marginal``, ``lower``, ...)."""
+    return f"attribute_{attribute}" if attribute in RESERVED_LABELS else attribute
+
+
 def marginals_result(names: Any, sizes: Any, tables: Any, **fields: Any) -> ReleaseResult:
     """The :class:`~sparsedp.releases.ReleaseResult` of marginal tables: ``tables`` lists
     ``(attribute names, table, per-cell variance)``; one answer per cell, in C order table by
     table, labelled ``marginal`` (the attributes joined by ``","``) and one column per attribute of
     the domain (``names``; the cell's code, ``-1`` where the attribute is summed out)."""
     names = [str(a) for a in names]
-    cols = {a if a not in ("marginal", "answer", "variance", "lower", "upper") else f"attribute_{a}": a
-            for a in names}
+    cols = {label_column(a): a for a in names}
     answers, marg, var = [], [], []
     codes: dict[str, list[np.ndarray]] = {a: [] for a in names}
     for attrs, table, v in tables:
