@@ -219,9 +219,10 @@ def penguins(columns: Sequence[str] | None = None, *, path: str | Path | None = 
                 try:
                     v = float(u)
                 except ValueError:
-                    raise SparseDPError(f"{p}: row {first[k]} of {c!r} is not numeric: {str(u)!r}") from None
+                    raise SparseDPError(f"{p}: row {first[k]} of {c!r} is not numeric: text where numbers are "
+                                        "expected") from None
                 if not np.isfinite(v):
-                    raise SparseDPError(f"{p}: row {first[k]} of {c!r} is not finite: {str(u)!r}")
+                    raise SparseDPError(f"{p}: row {first[k]} of {c!r} is not finite")
                 ucode[k] = np.searchsorted(edges, v, side="right")
             base = _bin_labels(PENGUIN_BINS[c])
         else:
@@ -229,7 +230,7 @@ def penguins(columns: Sequence[str] | None = None, *, path: str | Path | None = 
             index = {v: k for k, v in enumerate(base)}
             for k, u in enumerate(uniq):
                 if not is_missing[k] and u not in index:
-                    raise SparseDPError(f"{p}: row {first[k]} of {c!r} is {str(u)!r}, not one of {', '.join(base)}")
+                    raise SparseDPError(f"{p}: row {first[k]} of {c!r} is not one of {', '.join(base)}")
                 ucode[k] = index.get(str(u), 0)
         codes[:, j] = ucode[inverse]
         if c in _MAY_BE_MISSING:

@@ -72,6 +72,11 @@ class Bins:
         return int(math.ceil((self.stop - self.start) / self.width))
 
 
+def _first_index(mask: np.ndarray) -> int:
+    """The index of the first true entry: an error names where a bad record is, never its value."""
+    return int(np.argmax(mask))
+
+
 def bin_records(values: np.ndarray, bins: Bins, clip: bool = False) -> np.ndarray:
     """Histogram of record ``values`` on the public ``bins``."""
     return np.bincount(bin_indices(values, bins, clip), minlength=bins.count).astype(np.float64)
@@ -83,14 +88,15 @@ def bin_indices(values: np.ndarray, bins: Bins, clip: bool = False) -> np.ndarra
     ``[start, stop)`` raise :class:`~sparsedp.errors.SparseDPError` unless ``clip`` puts them in the
     end bins (for binning records a part at a time, e.g. :mod:`sparsedp.scaleout.records`)."""
     v = np.asarray(values, dtype=np.float64)
-    if not np.all(np.isfinite(v)):
-        raise NonFiniteInputError(f"{int(np.count_nonzero(~np.isfinite(v)))} record value(s) are NaN or infinite")
+    finite = np.isfinite(v)
+    if not finite.all():
+        raise NonFiniteInputError(f"record values are NaN or infinite (the first: record {_first_index(~finite)})")
     f = np.floor((v - bins.start) / bins.width)  # float: a huge value cannot wrap around in int64
     outside = (f < 0) | (f >= bins.count)
     if np.any(outside):
         if not clip:
-            raise SparseDPError(f"{int(outside.sum())} record value(s) lie outside [{bins.start}, {bins.stop}); "
-                                "widen the public domain or pass clip=True")
+            raise SparseDPError(f"record values lie outside [{bins.start}, {bins.stop}) (the first: record "
+                                f"{_first_index(outside)}); widen the public domain or pass clip=True")
         f = np.clip(f, 0, bins.count - 1)
     return f.astype(np.int64)
 
@@ -147,8 +153,8 @@ def read_values(path: str | Path, column: str | None = None) -> np.ndarray:
         raise SparseDPError(f"{p} holds no values")
     try:
         return np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise SparseDPError(f"{p}: values are not numeric ({exc})") from exc
+    except (TypeError, ValueError):
+        raise SparseDPError(f"{p}: values are not numeric") from None  # the parser's message would quote one
 
 
 def _csv_column(p: Path, column: str | None) -> np.ndarray:
@@ -193,7 +199,8 @@ def _csv_columns(p: Path, columns: Sequence[str]) -> dict[str, np.ndarray]:
             try:
                 values[i] = float(text)
             except (TypeError, ValueError):
-                raise SparseDPError(f"{p}: row {i + 2} of column {column!r} is not numeric: {text!r}") from None
+                raise SparseDPError(f"{p}: row {i + 2} of column {column!r} is not numeric: text where numbers are "
+                                    "expected") from None  # its position, never its value: the data are private
         out[column] = values
     return out
 
@@ -313,7 +320,8 @@ def load_entries(
         r, c = np.nonzero(~np.isnan(arr))
         v = arr[r, c]
         if np.any(np.isinf(v)):
-            raise NonFiniteInputError(f"{p}: {int(np.isinf(v).sum())} entries are infinite (NaN marks unobserved)")
+            raise NonFiniteInputError(f"{p}: entries are infinite (NaN marks unobserved; the first: row "
+                                      f"{int(r[np.isinf(v)][0])}, column {int(c[np.isinf(v)][0])})")
     else:
         raise SparseDPError(f"unsupported data file {p.name}: use .csv, .parquet, .npz or .npy")
     return _entries_matrix(p, r, c, v, shape, (row, col, value))
@@ -360,7 +368,7 @@ def _entries_matrix(p: Path, r: Any, c: Any, v: Any, shape: Any, names: tuple[st
     for a, name in ((r, names[0]), (c, names[1]), (v, names[2])):
         bad = np.flatnonzero(~np.isfinite(a))
         if bad.size:
-            raise NonFiniteInputError(f"{p}: {bad.size} value(s) of {name!r} are missing, NaN or infinite "
+            raise NonFiniteInputError(f"{p}: values of {name!r} are missing, NaN or infinite "
                                       f"(first: record {int(bad[0]) + 1})")
     for a, name in ((r, names[0]), (c, names[1])):
         bad = np.flatnonzero((a < 0) | (a != np.floor(a)))

@@ -197,3 +197,20 @@ def test_joint_and_per_item_trees_agree(weighted):
                   max_sweeps=40, tol=1e-12)
     np.testing.assert_allclose(joint.x, split.x, atol=1e-10)
     np.testing.assert_allclose(joint.history["residual"], split.history["residual"], rtol=1e-8, atol=1e-12)
+
+
+def test_bad_sales_are_located_never_shown():
+    """A bad day's sales used to be printed (``{'cola': 7, ...}``, the offending value, how many
+    such days): the error now names the day and item only."""
+    from sparsedp.consistency.restaurant import COMBOS, _orders_of
+    from sparsedp.errors import SparseDPError
+
+    good = np.array([[3, 1, 2]]) @ COMBOS  # the sales of 3, 1 and 2 orders of the three combos: a valid day
+    table = np.vstack([good, good, good])
+    for day, edit, secret in ((1, lambda t: t.__setitem__((1, 2), 4321.5), "4321"),
+                              (2, lambda t: t.__setitem__((2, 0), t[2, 0] + 7777), "7777")):
+        t = table.astype(np.float64)
+        edit(t)
+        with pytest.raises(SparseDPError, match=f"day {day}") as info:
+            _orders_of(t)
+        assert secret not in str(info.value) and "{" not in str(info.value)

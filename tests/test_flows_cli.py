@@ -89,7 +89,7 @@ def _bad_cases(road, trips):
     return {
         "missing column": (good.drop(columns="node"), "no column 'node'|'node'"),
         "non-numeric": (text, "not numeric"),
-        "NaN": (nan, "NaN|not numeric: ''"),
+        "NaN": (nan, "NaN|not numeric"),
         "non-integer": (frac, "integer ids"),
         "empty": (good.iloc[:0], "no values|empty"),
         "unknown node": (pd.DataFrame({"trip": [1, 1], "node": [0, road.nodes]}), "not an intersection"),

@@ -96,3 +96,14 @@ def test_load_entries_refuses_bad_records(tmp_path, text, kw, message):
     path.write_text(text)
     with pytest.raises(SparseDPError, match=message):
         load_entries(path, **kw)
+
+
+def test_csv_text_error_names_the_row_and_column_not_the_value(tmp_path):
+    """A non-number in a CSV column is located (row, column), never quoted: it is private data."""
+    from sparsedp import SparseDPError
+    from sparsedp.io import read_values
+
+    (tmp_path / "v.csv").write_text("id,age\n1,34\n2,Smith J.\n")
+    with pytest.raises(SparseDPError, match="row 3 of column 'age' is not numeric: text where numbers") as info:
+        read_values(tmp_path / "v.csv", "age")
+    assert "Smith" not in str(info.value)

@@ -286,8 +286,9 @@ def test_bad_workload_and_records_bound():
         release_marginals(X, dom, [("a", "z")], 0.5)
     with pytest.raises(ShapeError):
         release_marginals(X, dom, [("a", "a")], 0.5)
-    with pytest.raises(InputBoundError):
+    with pytest.raises(InputBoundError, match="max_records=100") as info:
         release_marginals(X, dom, [("a",)], 0.5, max_records=100)
+    assert str(X.shape[0]) not in str(info.value)  # the bound, never the number of records
     with pytest.raises(SparseDPError):
         select_residuals(dom, [(0, 1)], 0.5, objective="median")
     acc = sparsedp.Accountant(rho=1.0)
@@ -509,3 +510,13 @@ def test_wide_domains_weight_the_workloads_closure_only():
     wide = Domain([f"x{i}" for i in range(P.FULL_MAX_D + 4)], [5] * (P.FULL_MAX_D + 4))
     s = P.optimize_marginals_laplace(wide, marginals_up_to(wide, 2, exact=True), 1.0)
     assert all(len(S) <= 2 for S in s.measured) and _m.isfinite(s.total_error) and s.total_error > 0
+
+
+def test_out_of_domain_codes_are_located_not_shown():
+    """A code outside its attribute's domain names the attribute and the record, not the code (nor
+    the column's minimum and maximum, which the message used to print)."""
+    dom = Domain(["a", "b"], [2, 3])
+    X = np.array([[0, 1], [1, 2], [0, 977], [1, 0]])
+    with pytest.raises(InputBoundError, match="record 2") as info:
+        release_marginals(X, dom, [("a",)], 0.5)
+    assert "977" not in str(info.value) and "'b'" in str(info.value)

@@ -138,3 +138,18 @@ def test_bad_input_is_refused_before_anything_is_spent():
     assert acc.spent == 0 and not acc.ledger
     release_kron(x, K, epsilon=0.5, accountant=acc)
     assert acc.spent == pytest.approx(0.5) and len(acc.ledger) == 1
+
+
+def test_the_max_total_error_names_the_bound_not_the_sum():
+    """The refusal above ``max_total`` used to print ``sum(x) = 2.02012e+07``: a total of the
+    private data, published without noise by whoever sees the error."""
+    from sparsedp.errors import InputBoundError
+
+    K = KronOperator([np.eye(3), np.eye(2)])
+    x = np.full((3, 2), 3367.0)  # sum 20202
+    acc = Accountant(epsilon=1.0)
+    with pytest.raises(InputBoundError, match="max_total=100") as info:
+        release_kron(x, K, epsilon=0.5, accountant=acc, max_total=100)
+    msg = str(info.value)
+    assert "20202" not in msg and "2.02" not in msg and "3367" not in msg
+    assert acc.ledger == ()

@@ -97,7 +97,7 @@ def _bad_cases(sales):
     return {
         "missing column": (good.drop(columns="wings"), "no column 'wings'|wings"),
         "non-numeric": (text, "not numeric"),
-        "NaN": (nan, "NaN|not numeric: ''"),  # CSV writes NaN as an empty cell
+        "NaN": (nan, "NaN|not numeric"),  # CSV writes NaN as an empty cell
         "negative": (neg, "negative"),
         "non-integer": (frac, "not whole numbers"),
         "too large": (huge, "2\\^50"),

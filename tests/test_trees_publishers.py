@@ -180,3 +180,15 @@ def test_example_script_runs():
     out = subprocess.run([sys.executable, str(root / "examples" / "tree_histogram.py")], capture_output=True,
                          text=True, env=env, check=True, timeout=120).stdout
     assert "spends 0.500000" in out and "refused" in out
+
+
+def test_node_counts_total_error_names_the_bound_not_the_total():
+    """A histogram whose total exceeds 2^50 is refused without printing that total."""
+    from sparsedp.errors import InputBoundError
+    from sparsedp.trees.publishers import node_counts
+
+    x = np.array([2.0**49, 2.0**49, 12345.0, 0.0])
+    with pytest.raises(InputBoundError, match="2\\^50") as info:
+        node_counts(kary_tree(4, 2), x)
+    msg = str(info.value)
+    assert "1.1259" not in msg and str(2**50 + 12345) not in msg and str(2**50)[:10] not in msg

@@ -260,29 +260,29 @@ def _orders_of(table: np.ndarray, name: str = "sales", first_day: int = 0) -> np
     bad = ~np.isfinite(table)
     if bad.any():
         t, i = np.argwhere(bad)[0]
-        raise NonFiniteInputError(f"{name}: {int(bad.sum())} sale(s) are missing, NaN or infinite "
-                                  f"(first: day {first_day + t}, {ITEMS[i]})")
+        raise NonFiniteInputError(f"{name}: sales are missing, NaN or infinite (the first: day {first_day + t}, "
+                                  f"{ITEMS[i]})")
     for mask, what in ((table < 0, "negative"), (table != np.floor(table), "not whole numbers"),
                        (table > MAX_MAGNITUDE, f"above 2^50 ({MAX_MAGNITUDE})")):
         if mask.any():
             t, i = np.argwhere(mask)[0]
-            raise SparseDPError(f"{name}: {int(mask.sum())} sale(s) are {what} (first: day {first_day + t}, "
-                                f"{ITEMS[i]} = {table[t, i]!r}); sales are counts of items sold")
+            raise SparseDPError(f"{name}: sales are {what} (the first: day {first_day + t}, {ITEMS[i]}); sales are "
+                                "counts of items sold")  # where, never the value: the data are private
     sales = table.astype(np.int64)
     orders = sales[:, _BASIS] @ _BASIS_INV  # exact: |entries| <= 2^50 times small integers
     off = np.any(orders @ COMBOS != sales, axis=1)
     if off.any():
         t = int(np.flatnonzero(off)[0])
         raise SparseDPError(
-            f"{name}: the sales of day {first_day + t} ({dict(zip(ITEMS, sales[t].tolist()))}) are not a combination "
-            f"of the combos {COMBOS.tolist()} ({int(off.sum())} such day(s)); the release protects one order of one "
-            "combo, so items sold outside the combos cannot be released")
+            f"{name}: the sales of day {first_day + t} (the first such day) are not a combination of the combos "
+            f"{COMBOS.tolist()}; the release protects one order of one combo, so items sold outside the combos cannot "
+            "be released")
     neg = np.any(orders < 0, axis=1)
     if neg.any():
         t = int(np.flatnonzero(neg)[0])
         raise SparseDPError(
-            f"{name}: the sales of day {first_day + t} ({dict(zip(ITEMS, sales[t].tolist()))}) would need a negative "
-            f"number of orders of a combo ({orders[t].tolist()}); no orders of the combos {COMBOS.tolist()} produce them")
+            f"{name}: the sales of day {first_day + t} (the first such day) would need a negative number of orders "
+            f"of a combo; no orders of the combos {COMBOS.tolist()} produce them")
     return orders
 
 

@@ -94,15 +94,15 @@ def load_trips(path: str | Path, road: RoadNetwork, trip: str = "trip", node: st
         a = cols[name]
         bad = np.flatnonzero(~np.isfinite(a))
         if bad.size:
-            raise NonFiniteInputError(f"{p.name}: {bad.size} value(s) of {name!r} are missing, NaN or infinite "
-                                      f"(first: row {int(bad[0]) + 1})")
+            raise NonFiniteInputError(f"{p.name}: values of {name!r} are missing, NaN or infinite "
+                                      f"(the first: row {int(bad[0]) + 1})")
         bad = np.flatnonzero(a != np.floor(a))
         if bad.size:
-            raise ShapeError(f"{p.name}: {name!r} must hold integer ids; row {int(bad[0]) + 1} has {a[bad[0]]!r}")
+            raise ShapeError(f"{p.name}: {name!r} must hold integer ids; row {int(bad[0]) + 1} does not")
     ids, nodes = cols[trip], cols[node]
     bad = np.flatnonzero((nodes < 0) | (nodes >= road.nodes))
     if bad.size:
-        raise ShapeError(f"{p.name}: row {int(bad[0]) + 1}: node {nodes[bad[0]]:g} is not an intersection of the city "
+        raise ShapeError(f"{p.name}: row {int(bad[0]) + 1}: the node is not an intersection of the city "
                          f"(ids 0..{road.nodes - 1})")
     nodes = nodes.astype(np.int64)
     starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])  # first row of every trip
@@ -110,7 +110,7 @@ def load_trips(path: str | Path, road: RoadNetwork, trip: str = "trip", node: st
     if np.unique(run_ids).size != run_ids.size:
         order = np.argsort(run_ids, kind="stable")
         again = order[1:][np.diff(run_ids[order]) == 0][0]
-        raise ShapeError(f"{p.name}: the rows of trip {run_ids[again]:g} are not together (it starts again at row "
+        raise ShapeError(f"{p.name}: the rows of a trip are not together (it starts again at row "
                          f"{int(starts[again]) + 1}); give each trip's nodes in consecutive rows, in driving order")
     last = np.r_[starts[1:], ids.size] - 1
     step = np.ones(ids.size, dtype=bool)
@@ -121,8 +121,8 @@ def load_trips(path: str | Path, road: RoadNetwork, trip: str = "trip", node: st
     found = np.asarray(adjacency[u, v]).ravel() != 0 if j.size else np.zeros(0, dtype=bool)
     if not np.all(found):
         k = int(j[np.flatnonzero(~found)[0]])
-        raise ShapeError(f"{p.name}: trip {ids[k]:g} is not a walk on the city: no street segment from node {nodes[k]} "
-                         f"to node {nodes[k + 1]} (rows {k + 1} and {k + 2})")
+        raise ShapeError(f"{p.name}: a trip is not a walk on the city: no street segment from the node of row {k + 1} "
+                         f"to the node of row {k + 2}")
     edge_ids = road.edge_ids(u, v)
     ptr = np.r_[0, np.cumsum(last - starts)].astype(np.int64)
     units = None if unit is None else _trip_units(p, unit, ids, starts, j)
@@ -142,7 +142,7 @@ def _trip_units(p: Path, column: str, trip_ids: np.ndarray, starts: np.ndarray, 
     differ = keys[steps] != keys[steps + 1]
     if np.any(differ):
         k = int(steps[np.flatnonzero(differ)[0]])
-        raise ShapeError(f"{p.name}: trip {trip_ids[k]:g} names two units in {column!r} (rows {k + 1} and {k + 2}); "
+        raise ShapeError(f"{p.name}: a trip names two units in {column!r} (rows {k + 1} and {k + 2}); "
                          "every row of a trip carries the id of the one unit that drove it")
     return values[starts]
 

@@ -107,7 +107,8 @@ def _index_array(values: Any, name: str, upper: int) -> np.ndarray:
     if np.issubdtype(arr.dtype, np.floating) and not (np.all(np.isfinite(arr)) and np.all(arr == np.round(arr))):
         raise ShapeError(f"trips.{name} must hold finite integers")
     if arr.size and (arr.min() < 0 or arr.max() >= upper):
-        raise ShapeError(f"trips.{name} must lie in [0, {upper}), got values in [{arr.min()}, {arr.max()}]")
+        bad = int(np.flatnonzero((arr < 0) | (arr >= upper))[0])  # where, never the value: the data are private
+        raise ShapeError(f"trips.{name} must lie in [0, {upper}) (entry {bad} does not)")
     return arr.astype(np.int64)
 
 
@@ -147,7 +148,7 @@ def check_trips(road: RoadNetwork, trips: Trips) -> Trips:
     if np.any(road.heads[ids[j]] != road.tails[ids[j + 1]]):
         at = int(j[np.flatnonzero(road.heads[ids[j]] != road.tails[ids[j + 1]])[0]])
         trip = int(np.searchsorted(ptr, at, side="right") - 1)
-        raise ShapeError(f"trip {trip} is not a walk: edge {ids[at]} does not lead to edge {ids[at + 1]}")
+        raise ShapeError(f"trip {trip} is not a walk: its edge at position {at} of edge_ids does not lead to the next")
     units = None
     if trips.units is not None:
         units = np.asarray(trips.units)

@@ -165,8 +165,9 @@ def _as_codes(cols: Any, dom: Domain) -> np.ndarray:
         bad = [i for i in range(arr.shape[1]) if lo[i] < 0 or hi[i] >= dom.sizes[i]]
         if bad:
             i = bad[0]
-            raise InputBoundError(
-                f"attribute {dom.names[i]!r} has codes in [{lo[i]}, {hi[i]}], outside 0..{dom.sizes[i] - 1}")
+            row = int(np.flatnonzero((arr[:, i] < 0) | (arr[:, i] >= dom.sizes[i]))[0])
+            raise InputBoundError(f"attribute {dom.names[i]!r} has a code outside 0..{dom.sizes[i] - 1} "
+                                  f"(the first in record {row})")
     dt = _dtype(dom.sizes)
     return arr if arr.dtype == dt else arr.astype(dt)
 
@@ -180,7 +181,8 @@ def _check_column(c: np.ndarray, name: str, size: int) -> np.ndarray:
     elif c.dtype.kind not in "iub":
         raise SparseDPError(f"column {name!r} must hold integer codes (or be a pandas Categorical), got {c.dtype}")
     if c.size and (c.min() < 0 or c.max() >= size):
-        raise InputBoundError(f"column {name!r} has codes in [{c.min()}, {c.max()}], outside 0..{size - 1}")
+        row = int(np.flatnonzero((c < 0) | (c >= size))[0])
+        raise InputBoundError(f"column {name!r} has a code outside 0..{size - 1} (the first in record {row})")
     return c
 
 

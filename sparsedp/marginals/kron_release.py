@@ -272,7 +272,8 @@ def release_kron(
     plan = plan_measurement(K, epsilon=epsilon, rho=rho, noise=noise, secure=secure, grid=g)
     flat = arr.reshape(-1)
     if arr.dtype.kind in "fiu" and np.all(np.isfinite(flat)) and float(np.sum(flat)) > max_total:
-        raise InputBoundError(f"sum(x) = {float(np.sum(flat)):g} above max_total={max_total} (the grid's bound)")
+        raise InputBoundError(f"sum(x) is above max_total={max_total} (the grid's bound; raise it to a public "
+                              "bound on the number of records)")
     t1 = time.perf_counter()
     m = plan.measure(flat, accountant=accountant, rng=rng, label=label)  # validate, charge, draw
     t2 = time.perf_counter()

@@ -446,7 +446,8 @@ def release_marginals(
         raise InvalidPrivacyParameterError(f"accountant must be an Accountant, got {type(accountant).__name__}")
     X, hist, n_records = _records_or_counts(records, counts, domain)
     if n_records > int(max_records):
-        raise InputBoundError(f"{n_records} records, above max_records={int(max_records)} (the grid's bound)")
+        raise InputBoundError(f"more records than max_records={int(max_records)} (the grid's bound; raise it to a "
+                              "public bound on the number of records)")
     seeded = rng is not None and not (isinstance(rng, SecureRandomBits) and rng.secure)
     gen = rng if rng is None or isinstance(rng, SecureRandomBits) else as_generator(rng)
     sel = select_residuals(domain, marginals, r, weights=weights, objective=objective)

@@ -68,6 +68,16 @@ def _check_columns(p: Path, names: list[str], columns: list[str]) -> None:
         raise ShapeError(f"{p} has no column(s) {', '.join(map(repr, missing))}; columns: {', '.join(names)}")
 
 
+def _text_column(df: Any, columns: list[str]) -> str:
+    """The first of ``columns`` that does not read as numbers (its name only: no value is shown)."""
+    for c in columns:
+        try:
+            df[c].astype(float)
+        except ValueError:
+            return c
+    return columns[0]  # pragma: no cover - called only when one of them failed
+
+
 def encode_records(df: Any, columns: list[str], sizes: list[int] | None, categories: dict | None
                    ) -> tuple[Domain, np.ndarray]:
     """``(domain, codes)``: the records' ``columns`` as integer codes on the public domain
@@ -82,14 +92,16 @@ def encode_records(df: Any, columns: list[str], sizes: list[int] | None, categor
                 raise NonFiniteInputError(f"column {c!r} has missing values")
             lookup = {v: k for k, v in enumerate(cs)}
             codes = col.astype(str).map(lookup)
-            if codes.isna().any():
-                bad = col[codes.isna()].iloc[0]
-                raise InputBoundError(f"column {c!r} has the value {bad!r}, not among its {len(cs)} categories")
+            missing = codes.isna().to_numpy()
+            if missing.any():  # the record's position, never its value: the data are private
+                raise InputBoundError(f"column {c!r}: record {int(np.flatnonzero(missing)[0])} holds a value not "
+                                      f"among its {len(cs)} categories")
             X[:, j] = codes.to_numpy(dtype=np.int64)
         return dom, X
     dom = Domain(columns, sizes)
     try:
         X = df[columns].astype(float).to_numpy()
-    except ValueError as exc:
-        raise ShapeError(f"--sizes needs integer codes in the columns; a value is non-numeric ({exc})") from exc
+    except ValueError:
+        raise ShapeError(f"sizes need integer codes in the columns; column {_text_column(df, columns)!r} is not numeric: "
+                         "text where numbers are expected") from None
     return dom, dom.encode(X)  # NaN, fractional or out-of-domain codes: refused here, before any release

@@ -763,7 +763,7 @@ def release_lue(
         totals = [int(r[0]) for r in prep]
         grand = sum(totals)
         if grand > MAX_MAGNITUDE:
-            raise InputBoundError(f"the histogram's total {grand} (the root count) exceeds the supported bound 2^50")
+            raise InputBoundError("the histogram's total (the root count) exceeds the supported bound 2^50")
         nodes = int(top.inner.size + sum(int(r[3]) for r in prep))
         levels = int(max(int(depth[i]) + int(r[4]) for i, r in zip(roots_idx, prep)))
         margin = 2.0**-40 + float(nodes) * float(levels) * 2.0**-58

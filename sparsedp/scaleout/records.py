@@ -152,8 +152,8 @@ def _csv_values(path: str, column: str, batch: Any, first_row: int) -> np.ndarra
         try:
             float(text)
         except (TypeError, ValueError):
-            raise SparseDPError(f"{path}: row {first_row + int(i) + 2} of column {column!r} is not numeric: "
-                                f"{text!r}") from None
+            raise SparseDPError(f"{path}: row {first_row + int(i) + 2} of column {column!r} is not numeric: text "
+                                "where numbers are expected") from None  # its position, never its value
     return values
 
 
@@ -272,7 +272,8 @@ def bin_to_histogram(
         his = [min((q + 1) * c, n) for q in range(m)]
         totals = _run(ex, assemble_chunk, [los, his, pieces, [histogram] * m], m, "assemble", progress)
         if sum(totals) != records:
-            raise SparseDPError(f"binned {records} records but the histogram holds {sum(totals)}")
+            raise SparseDPError("the assembled histogram does not hold every binned record once (a chunk was lost or "
+                                "written twice)")
         return {"bin": t1 - t0, "assemble": time.perf_counter() - t1, "records": float(records)}
     finally:
         shutil.rmtree(work, ignore_errors=True)

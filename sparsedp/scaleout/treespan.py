@@ -153,10 +153,12 @@ def _item_totals(sales: np.ndarray, name: str) -> tuple[int, ...]:
     """Exact per-item totals of checked sales (each at most ``2^50``: a chunk root's value)."""
     f = sales.sum(axis=0, dtype=np.float64)
     if np.any(f > 2.0 * MAX_MAGNITUDE):
-        raise InputBoundError(f"{name}: an item total {float(f.max()):.6g} exceeds the supported bound 2^50")
+        raise InputBoundError(f"{name}: the total of item {ITEMS[int(np.argmax(f > 2.0 * MAX_MAGNITUDE))]!r} exceeds "
+                              "the supported bound 2^50")
     t = sales.sum(axis=0, dtype=np.int64)
     if np.any(t > MAX_MAGNITUDE):
-        raise InputBoundError(f"{name}: an item total {int(t.max())} exceeds the supported bound 2^50")
+        raise InputBoundError(f"{name}: the total of item {ITEMS[int(np.argmax(t > MAX_MAGNITUDE))]!r} exceeds the "
+                              "supported bound 2^50")
     return tuple(int(v) for v in t)
 
 
@@ -428,7 +430,8 @@ def release_restaurant(
         totals = _run(ex, validate_sales_chunk, [readers], m, "validate", progress)
         grand = np.sum(np.array(totals, dtype=np.float64), axis=0)
         if np.any(grand > MAX_MAGNITUDE):
-            raise InputBoundError(f"an item's total {float(grand.max()):.6g} (a root count) exceeds the supported bound 2^50")
+            raise InputBoundError(f"the total of item {ITEMS[int(np.argmax(grand > MAX_MAGNITUDE))]!r} (a root count) "
+                                  "exceeds the supported bound 2^50")
         timings["validate"] = time.perf_counter() - t0
 
         # 3. charge once
