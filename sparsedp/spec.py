@@ -313,9 +313,9 @@ def rebuild_report(release: str | Path, out: str | Path | None = None) -> dict[s
     if not isinstance(names, dict):
         raise SparseDPError(f"{p}: its record of the spec's outputs is not a table")
     directory = Path(out) if out is not None else p.parent
-    wanted = {"report": directory / Path(str(names.get("report") or f"{p.stem}.md")).name}
+    wanted = {"report": directory / _file_name(names.get("report"), f"{p.stem}.md")}
     if "plot" in names:
-        wanted["plot"] = directory / Path(str(names["plot"])).name
+        wanted["plot"] = directory / _file_name(names["plot"], f"{p.stem}.png")
     check_output_paths([OutputFile(key, path) for key, path in wanted.items()], [p])
     if "plot" in wanted:
         matplotlib_pyplot()  # a missing extra is reported before any file is written
@@ -324,3 +324,10 @@ def rebuild_report(release: str | Path, out: str | Path | None = None) -> dict[s
     if "plot" in wanted:
         files["plot"] = plot(wanted["plot"], rel)
     return files
+
+
+def _file_name(recorded: Any, default: str) -> str:
+    """The bare file name a release records for an output (any directory part dropped: the files
+    go to the chosen directory only), or ``default`` when it records none usable."""
+    name = Path(str(recorded)).name if isinstance(recorded, str) else ""
+    return name if name not in ("", ".", "..") else default

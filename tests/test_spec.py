@@ -237,3 +237,22 @@ def test_a_report_failure_without_a_release_file_rescues_the_release(tmp_path, m
     assert len(load_release(rescued).ledger) == 1
     monkeypatch.undo()
     assert main(["report", str(rescued)]) == 0 and (tmp_path / "out.md").exists()
+
+
+def test_report_writes_only_in_the_chosen_directory(tmp_path):
+    """The names a release records are bare file names: a directory part (``../``) is dropped, an
+    empty name falls back to the release's own name."""
+    from dataclasses import replace
+
+    from sparsedp import load_release
+    from sparsedp.spec import rebuild_report
+
+    spec, _ = _write(tmp_path)
+    res = run_spec(spec, rng=1)
+    rel = load_release(res.files["release"])
+    (tmp_path / "sub").mkdir()
+    odd = replace(rel, description={**rel.description, "outputs": {"report": "../../evil.md", "plot": ""}})
+    path = odd.save(tmp_path / "sub" / "odd.npz")
+    files = rebuild_report(path)
+    assert files == {"report": tmp_path / "sub" / "evil.md", "plot": tmp_path / "sub" / "odd.png"}
+    assert not (tmp_path.parent / "evil.md").exists()
