@@ -22,6 +22,7 @@ from sparsedp.audit import audit, plan_release
 from sparsedp.errors import (
     BudgetExceededError,
     InfeasibleConstraintsError,
+    FractionalCountError,
     NegativeCountError,
     NonFiniteInputError,
     ShapeError,
@@ -187,7 +188,7 @@ def test_read_table_csv_and_parquet(tmp_path):
 @pytest.mark.parametrize("edit, error", [
     (lambda f: f.__setitem__("vap_a", f["vap_a"].astype(float).where(f.index != 2, np.nan)), NonFiniteInputError),
     (lambda f: f.__setitem__("vap_b", f["vap_b"].where(f.index != 1, -1)), NegativeCountError),
-    (lambda f: f.__setitem__("vap_b", f["vap_b"].astype(float).where(f.index != 1, 1.5)), NegativeCountError),
+    (lambda f: f.__setitem__("vap_b", f["vap_b"].astype(float).where(f.index != 1, 1.5)), FractionalCountError),
     (lambda f: f.__setitem__("vap_b", f["vap_b"].astype(str)), ShapeError),
 ])
 def test_bad_counts_are_refused(edit, error):

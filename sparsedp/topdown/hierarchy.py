@@ -37,7 +37,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import InputBoundError, NegativeCountError, NonFiniteInputError, ShapeError, SparseDPError
+from ..errors import FractionalCountError, InputBoundError, NegativeCountError, NonFiniteInputError, ShapeError, SparseDPError
 from ..privacy_unit import PrivacyUnit, truncate, warn_if_id_like
 from ..validation import MAX_MAGNITUDE
 
@@ -424,7 +424,8 @@ def _check_count_matrix(values: Any, names: Sequence[str]) -> np.ndarray:
             bad = np.argwhere(~np.isfinite(arr))[0]
             raise NonFiniteInputError(f"count column {names[bad[1]]!r} has a NaN or infinite value (row {bad[0]})")
         if np.any(arr != np.round(arr)):
-            raise NegativeCountError("counts must be integers")
+            bad = np.argwhere(arr != np.round(arr))[0]
+            raise FractionalCountError(f"count column {names[bad[1]]!r} has a count that is not an integer (row {bad[0]})")
     if arr.size and arr.min() < 0:
         bad = np.argwhere(arr < 0)[0]
         raise NegativeCountError(f"count column {names[bad[1]]!r} has a negative count (row {bad[0]})")
