@@ -87,21 +87,26 @@ def choose_max_rows(
     rng: Any = None,
     max_bound: int = 2**16,
     drop_missing: bool = False,
+    rows_per_unit: Any = None,
 ) -> BoundChoice:
     """A private ``quantile`` of the rows per unit as ``max_rows`` (module doc).
 
     ``units``: the unit id of every row.  The budget (``epsilon``: exact discrete Laplace;
     ``rho``: exact discrete Gaussian) is what this choice spends -- a small share of the release's
     budget -- and is charged to ``accountant``.  Rows without an id raise unless
-    ``drop_missing``."""
+    ``drop_missing``.  ``rows_per_unit`` (instead of ``units``, which is then ignored): the number of
+    rows of every unit, counted where the records are (e.g. on workers after a shuffle by unit)."""
     if not 0.0 < float(quantile) < 1.0:
         raise SparseDPError(f"quantile must lie in (0, 1), got {quantile!r}")
     if (epsilon is None) == (rho is None):
         raise SparseDPError("give the budget of the choice: epsilon (Laplace) or rho (Gaussian)")
     from .privacy_unit import _codes  # the unit ids' codes, missing ids handled as truncate does
 
-    codes, _ = _codes(np.asarray(units), "the privacy unit column", drop_missing)
-    per_unit = np.bincount(codes) if codes.size else np.zeros(0, dtype=np.int64)
+    if rows_per_unit is not None:
+        per_unit = np.asarray(rows_per_unit, dtype=np.int64)
+    else:
+        codes, _ = _codes(np.asarray(units), "the privacy unit column", drop_missing)
+        per_unit = np.bincount(codes) if codes.size else np.zeros(0, dtype=np.int64)
     grid = candidate_bounds(max_bound)
     buckets = np.minimum(np.searchsorted(grid, per_unit, side="left"), grid.size - 1)
     hist = np.bincount(buckets, minlength=grid.size).astype(np.float64)
@@ -130,10 +135,12 @@ def resolve_unit(
     accountant: Accountant | None = None,
     rng: Any = None,
     drop_missing: bool = False,
+    rows_per_unit: Any = None,
 ) -> tuple[Any, BoundChoice | None, float]:
     """``(concrete unit, choice, budget left for the release)``.  A unit with ``max_rows="auto"``
     spends ``unit.auto_share`` of the budget (``epsilon`` or ``rho``) on :func:`choose_max_rows`
-    and gets the chosen bound; any other unit is returned as is with the whole budget."""
+    and gets the chosen bound; any other unit is returned as is with the whole budget.
+    ``rows_per_unit``: as in :func:`choose_max_rows`."""
     from .privacy_unit import PrivacyUnit
 
     if not isinstance(unit, PrivacyUnit):
@@ -145,7 +152,7 @@ def resolve_unit(
         return unit, None, float(budget)
     share = float(budget) * unit.auto_share
     choice = choose_max_rows(units, quantile=unit.auto_quantile, accountant=accountant, rng=rng,
-                             drop_missing=drop_missing,
+                             drop_missing=drop_missing, rows_per_unit=rows_per_unit,
                              **({"epsilon": share} if epsilon is not None else {"rho": share}))
     concrete = PrivacyUnit(unit.column, max_rows=choice.bound, max_groups=unit.max_groups,
                            max_rows_per_group=unit.max_rows_per_group)

@@ -38,7 +38,7 @@ import scipy.sparse as sp
 from .errors import InputBoundError, NonFiniteInputError, ShapeError, SparseDPError
 from .validation import check_counts
 
-__all__ = ["Bins", "load_npy", "read_values", "read_columns", "load_histogram", "load_entries", "bin_records", "bin_indices"]
+__all__ = ["Bins", "load_npy", "read_values", "read_columns", "read_id_column", "table_columns", "id_text", "load_histogram", "load_entries", "bin_records", "bin_indices"]
 
 #: Largest number of bins of a public domain (:class:`Bins`).  A histogram of ``2^31`` bins already
 #: takes 16 GiB of float64; a larger count (``--bins 0 1e13 1``) is a mistake, refused with
@@ -252,6 +252,67 @@ def read_columns(path: str | Path, columns: Sequence[str]) -> dict[str, np.ndarr
     if out[cols[0]].size == 0:
         raise SparseDPError(f"{p} holds no values")
     return out
+
+
+def table_columns(path: str | Path) -> list[str]:
+    """The column names of a CSV header or a Parquet schema (nothing else is read): to warn when an
+    identifier-like column is present and no privacy unit is declared."""
+    p = Path(path)
+    if p.suffix.lower() in (".parquet", ".pq"):
+        try:
+            import pyarrow.parquet as pq
+
+            return list(pq.ParquetFile(str(p)).schema_arrow.names)
+        except Exception:  # noqa: BLE001 - the reader reports a bad file itself
+            return []
+    if p.suffix.lower() == ".csv" and p.is_file():
+        with open(p, newline="") as fh:
+            return list(next(csv.reader(fh), None) or [])
+    return []
+
+
+def id_text(values: Any) -> np.ndarray:
+    """Unit ids as text (an object array of ``str``; a missing id -- empty text, ``None``, ``NaN``
+    -- is ``None``): the same id reads the same from CSV text and from a typed Parquet column, so
+    that every path truncates the same rows."""
+    import pandas as pd
+
+    s = pd.Series(np.asarray(values, dtype=object) if not isinstance(values, pd.Series) else values)
+    missing = s.isna().to_numpy() | (s.astype(str) == "").to_numpy()
+    if pd.api.types.is_float_dtype(s.dtype):  # 7.0 (a float column with gaps) reads as 7, as in CSV text
+        whole = ~missing & (np.floor(s.fillna(0).to_numpy()) == s.fillna(0).to_numpy())
+        text = np.where(whole, s.fillna(0).astype(np.int64).astype(str).to_numpy(), s.astype(str).to_numpy())
+    else:
+        text = s.astype(str).to_numpy()
+    out = text.astype(object)
+    out[missing] = None
+    return out
+
+
+def read_id_column(path: str | Path, column: str) -> np.ndarray:
+    """Every row's privacy-unit id from a CSV / Parquet file, as text (:func:`id_text`; a missing
+    id is ``None``).  A missing file or column raises :class:`~sparsedp.errors.SparseDPError`
+    naming it (never a value)."""
+    p = Path(path)
+    if not p.exists():
+        raise SparseDPError(f"no such file: {p}")
+    if not isinstance(column, str) or not column:
+        raise SparseDPError(f"the privacy unit's column must be a column name, got {column!r}")
+    names = table_columns(p)
+    if p.suffix.lower() not in (".csv", ".parquet", ".pq"):
+        raise SparseDPError(f"unsupported table {p.name}: the privacy unit's column is read from .csv or .parquet")
+    if column not in names:
+        raise SparseDPError(f"{p} has no column {column!r} (the privacy unit); columns: {', '.join(names)}")
+    import pandas as pd
+
+    try:
+        if p.suffix.lower() == ".csv":
+            series = pd.read_csv(p, usecols=[column], dtype=str, keep_default_na=False)[column]
+        else:
+            series = pd.read_parquet(p, columns=[column])[column]
+    except Exception as exc:  # noqa: BLE001 - any reader failure is the user's file
+        raise SparseDPError(f"cannot read the privacy unit's column {column!r} of {p}") from exc
+    return id_text(series)
 
 
 def load_histogram(path: str | Path, column: str | None = None, bins: Bins | None = None,

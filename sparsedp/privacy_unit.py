@@ -153,7 +153,12 @@ class PrivacyUnit:
         at most ``||d||_1`` (or ``m^2``) times its loss for one row.  Rounded down."""
         m = self.multiplier(noise, disjoint_columns)
         out = budget / m if noise == "laplace" else budget / (m * m)
-        return out if out * (m if noise == "laplace" else m * m) <= budget else math.nextafter(out, 0.0)
+        from fractions import Fraction
+
+        f = Fraction(m) if noise == "laplace" else Fraction(m) ** 2
+        while out > 0.0 and Fraction(out) * f > Fraction(budget):  # exact: the per-unit cost never exceeds budget
+            out = math.nextafter(out, 0.0)
+        return out
 
     def describe(self) -> dict[str, Any]:
         """What the ledger and a release file record: the unit and its bounds."""
@@ -250,7 +255,7 @@ def _rank_within(keys: np.ndarray, prio: np.ndarray) -> np.ndarray:
 
 
 def truncate(units: Any, unit: PrivacyUnit, groups: Any = None, *, rng: Any = None,
-             drop_missing: bool = False) -> np.ndarray:
+             drop_missing: bool = False, priorities: Any = None) -> np.ndarray:
     """The rows to keep (a boolean mask) so that every unit obeys ``unit``'s bounds (module doc).
 
     ``units``: the unit id of every row.  ``groups``: the cell of every row (any hashable codes,
@@ -259,7 +264,13 @@ def truncate(units: Any, unit: PrivacyUnit, groups: Any = None, *, rng: Any = No
     highest-priority cells (a cell's priority is its best row's), in each at most
     ``max_rows_per_group`` rows, and at most ``max_rows`` rows in all, by priority.  Rows without a
     unit id raise :class:`~sparsedp.errors.SparseDPError` unless ``drop_missing``.  ``O(rows log
-    rows)``, vectorised; nothing of what is dropped is returned but the mask."""
+    rows)``, vectorised; nothing of what is dropped is returned but the mask.
+
+    ``priorities`` (one int64 per row, instead of drawing them from ``rng``): given priorities that
+    are a function of a row's own content and a secret key (:func:`sparsedp.unit_records.cell_priorities`)
+    make the kept rows the same however the table is split into parts, so a release truncated part by
+    part on workers equals the one truncated in one process.  They keep the stability above as long as
+    a row's priority does not depend on other units' rows."""
     if not isinstance(unit, PrivacyUnit):
         raise SparseDPError(f"unit must be a PrivacyUnit, got {type(unit).__name__}")
     ids = np.asarray(units)
@@ -269,7 +280,13 @@ def truncate(units: Any, unit: PrivacyUnit, groups: Any = None, *, rng: Any = No
     ucode, present = _codes(ids, f"the privacy unit column {unit.column!r}", drop_missing)
     keep = np.zeros(ids.shape[0], dtype=bool)
     rows = np.flatnonzero(present)
-    prio = _priorities(rows.size, rng)
+    if priorities is None:
+        prio = _priorities(rows.size, rng)
+    else:
+        given = np.asarray(priorities)
+        if given.shape != ids.shape or given.dtype.kind not in "iu":
+            raise SparseDPError("priorities must be one integer per row")
+        prio = given[rows].astype(np.int64)
     ok = np.ones(rows.size, dtype=bool)
     if unit.grouped:
         if groups is None:

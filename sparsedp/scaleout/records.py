@@ -48,7 +48,8 @@ from ..validation import check_epsilon
 from .release import ScaleoutRelease, _run, make_scratch, release_hierarchical
 from .tree import ChunkedTree, default_chunk
 
-__all__ = ["RecordPart", "PartCounts", "record_parts", "bin_part", "assemble_chunk", "bin_to_histogram", "release_records"]
+__all__ = ["RecordPart", "PartCounts", "record_parts", "bin_part", "assemble_chunk", "bin_to_histogram", "release_records",
+           "unit_histogram_records"]
 
 #: rows per batch when a task streams a CSV file
 CSV_BATCH = 2**20
@@ -281,12 +282,135 @@ def bin_to_histogram(
             ex.close()
 
 
+def _check_unit_column(parts: list[RecordPart], unit_column: str) -> None:
+    """Every file of ``parts`` has the privacy unit's column (header / schema only)."""
+    from ..io import table_columns
+
+    for f in dict.fromkeys(part.path for part in parts):
+        names = table_columns(f)
+        if unit_column not in names:
+            raise SparseDPError(f"{f} has no column {unit_column!r} (the privacy unit); columns: {', '.join(names)}")
+
+
+def _records_frame(parts: list[RecordPart], column: str, unit_column: str) -> Any:
+    """A dask DataFrame of the value and unit-id columns of every part (Parquet, or CSV as text)."""
+    import dask.dataframe as dd
+
+    files = list(dict.fromkeys(part.path for part in parts))
+    frames = []
+    pq_files = [f for f in files if Path(f).suffix.lower() in _PARQUET]
+    csv_files = [f for f in files if Path(f).suffix.lower() == ".csv"]
+    if pq_files:
+        frames.append(dd.read_parquet(pq_files, columns=[column, unit_column], split_row_groups=True))
+    if csv_files:
+        frames.append(dd.read_csv(csv_files, usecols=[column, unit_column], dtype={unit_column: str, column: str},
+                                  keep_default_na=False, blocksize="64MB"))
+    return frames[0] if len(frames) == 1 else dd.concat(frames)
+
+
+def _bin_ids(df: Any, column: str, unit_column: str, bins: Bins, clip: bool) -> Any:
+    """One partition of records: checked and binned (``cell``), the unit ids as text (``uid``)."""
+    import pandas as pd
+
+    from ..io import id_text
+
+    v = df[column]
+    values = v.to_numpy(dtype=np.float64, na_value=np.nan) if pd.api.types.is_numeric_dtype(v.dtype) and not \
+        pd.api.types.is_bool_dtype(v.dtype) else pd.to_numeric(v, errors="coerce").to_numpy(dtype=np.float64)
+    try:
+        cells = bin_indices(values, bins, clip)
+    except SparseDPError as exc:
+        raise type(exc)(f"column {column!r}: {exc} (a record's number within its part)") from None
+    return pd.DataFrame({"cell": cells, "uid": pd.Series(id_text(df[unit_column]), dtype=object)})
+
+
+def _truncate_part(df: Any, unit: Any, key: str, drop_missing: bool) -> Any:
+    """One partition after the shuffle by unit (every unit's rows in it): the compact histogram
+    (``cell``, ``count``) of the rows :func:`~sparsedp.unit_records.truncated_histogram` keeps."""
+    import pandas as pd
+
+    from ..unit_records import kept_rows
+
+    if len(df) == 0:
+        return pd.DataFrame({"cell": np.zeros(0, np.int64), "count": np.zeros(0, np.int64)})
+    cells = df["cell"].to_numpy(dtype=np.int64)
+    keep = kept_rows(cells, df["uid"].to_numpy(dtype=object), unit, key, drop_missing)
+    u, cnt = np.unique(cells[keep], return_counts=True)
+    return pd.DataFrame({"cell": u.astype(np.int64), "count": cnt.astype(np.int64)})
+
+
+def _compute(ex: Any, obj: Any) -> Any:
+    """Compute a dask collection on the executor: its Dask client, threads, or this thread."""
+    from ..executors import DaskExecutor, ThreadExecutor
+
+    if isinstance(ex, DaskExecutor):
+        return ex.client.compute(obj, sync=True)
+    if isinstance(ex, ThreadExecutor):
+        return obj.compute(scheduler="threads")
+    return obj.compute(scheduler="sync")
+
+
+def unit_histogram_records(
+    source: str | Path,
+    column: str,
+    bins: Bins,
+    privacy_unit: Any,
+    *,
+    clip: bool = False,
+    drop_missing_units: bool = False,
+    key: str,
+    executor: Any = None,
+    epsilon: float | None = None,
+    accountant: Any = None,
+    rng: Any = None,
+    _parts: list[RecordPart] | None = None,
+) -> tuple[np.ndarray, Any, Any, float | None]:
+    """``(histogram, concrete unit, bound choice, epsilon left)``: the int64 histogram of the
+    records of ``source`` truncated to ``privacy_unit`` (the bins as groups), computed on
+    ``executor`` with dask.dataframe: read and bin each part (every check), shuffle by the unit id
+    (a unit's rows in one partition), truncate each partition with the partition-independent
+    priorities of :func:`~sparsedp.unit_records.cell_priorities` (keyed by ``key``: the same rows
+    as in one process), and add the compact counts.  ``max_rows="auto"`` first counts every unit's
+    rows on the workers and spends ``auto_share`` of ``epsilon`` on the bound (charged to
+    ``accountant``, after every check).  No loop over units in Python; the driver holds the
+    histogram and (for ``auto``) one count per unit."""
+    from ..contribution_bound import resolve_unit
+
+    parts = record_parts(source, column) if _parts is None else _parts
+    _check_unit_column(parts, privacy_unit.column)
+    ex = get_executor(executor)
+    binned = _records_frame(parts, column, privacy_unit.column).map_partitions(
+        _bin_ids, column, privacy_unit.column, bins, bool(clip),
+        meta={"cell": np.int64, "uid": object})
+    shuffled = binned.shuffle(on="uid")
+    choice, rest = None, epsilon
+    unit = privacy_unit
+    if unit.is_auto:  # every record checked while counting; then the (charged) choice
+        if not drop_missing_units:
+            missing = _compute(ex, binned["uid"].isna().any())
+            if bool(missing):
+                raise SparseDPError(f"the privacy unit column {unit.column!r}: some rows have no value; pass "
+                                    "drop_missing=True to drop them (how many is not published)")
+        per_unit = _compute(ex, binned.dropna(subset=["uid"]).groupby("uid").size())
+        unit, choice, rest = resolve_unit(unit, None, epsilon=epsilon, accountant=accountant, rng=rng,
+                                          drop_missing=drop_missing_units,
+                                          rows_per_unit=np.asarray(per_unit, dtype=np.int64))
+    counts = shuffled.map_partitions(_truncate_part, unit, key, bool(drop_missing_units),
+                                     meta={"cell": np.int64, "count": np.int64})
+    total = _compute(ex, counts.groupby("cell")["count"].sum())
+    hist = np.zeros(bins.count, dtype=np.int64)
+    hist[np.asarray(total.index, dtype=np.int64)] = np.asarray(total.to_numpy(), dtype=np.int64)
+    return hist, unit, choice, rest
+
+
 def release_records(
     source: str | Path,
     column: str,
     bins: Bins,
     epsilon: float,
     *,
+    privacy_unit: Any = None,
+    drop_missing_units: bool = False,
     clip: bool = False,
     k: int = 16,
     chunk: int | None = None,
@@ -308,6 +432,13 @@ def release_records(
     ``secure``, ``level_weights``) are as in ``release_hierarchical``; ``scratch`` holds the compact
     counts and the leaf histogram (default: a temporary directory next to ``out``), removed at the
     end.  ``timings`` gains ``"bin"`` and ``"assemble"``.
+
+    ``privacy_unit`` (a :class:`~sparsedp.privacy_unit.PrivacyUnit` naming a column of the records)
+    makes ``epsilon`` the budget per unit: the records are truncated to the unit's bounds on the
+    executor (:func:`unit_histogram_records`: a shuffle by unit, no loop over units), then released
+    at ``privacy_unit.row_budget("laplace", epsilon)``; ``drop_missing_units`` drops rows without
+    an id (else refused).  With the same ``rng`` seed the truncation and the noise are those of
+    ``sparsedp histogram`` in one process.  The release's :meth:`to_release` records the unit.
     """
     t0 = time.perf_counter()
     check_epsilon(epsilon, "epsilon")
@@ -321,6 +452,9 @@ def release_records(
     c = default_chunk(n, int(k)) if chunk is None else _positive_int(chunk, "chunk")
     ChunkedTree(n, int(k), c)  # a power of k in [1, n], or a clear error
     parts = record_parts(source, column)  # the headers / schemas, before any work
+    if privacy_unit is not None and not privacy_unit.is_row:
+        return _release_unit_records(source, column, bins, epsilon, parts, privacy_unit, drop_missing_units, clip,
+                                     int(k), c, executor, scratch, out, progress, release, t0)
 
     ex = get_executor(executor)
     owns = isinstance(executor, str)
@@ -338,4 +472,40 @@ def release_records(
         if owns:
             ex.close()
     r.timings.update({"bin": timings["bin"], "assemble": timings["assemble"], "total": time.perf_counter() - t0})
+    return r
+
+
+def _release_unit_records(source: Any, column: str, bins: Bins, epsilon: float, parts: list[RecordPart], unit: Any,
+                          drop: bool, clip: bool, k: int, c: int, executor: Any, scratch: Any, out: Any,
+                          progress: Any, release: dict, t0: float) -> ScaleoutRelease:
+    """:func:`release_records` with a privacy unit: truncate on the executor, write the histogram,
+    release it at the per-row budget, and mark the release with the unit (and the bound's choice)."""
+    import dataclasses
+
+    from ..unit_records import unit_key
+
+    rng = release.get("rng")
+    if rng is not None and not isinstance(rng, (int, np.integer)):
+        raise SparseDPError("with a privacy unit, rng is an integer seed (the truncation key is derived from it) "
+                            "or None (secure)")
+    ex = get_executor(executor)
+    owns = isinstance(executor, str)
+    work = make_scratch(scratch, None if out is None else str(out), "sparsedp-records-")
+    try:
+        t1 = time.perf_counter()
+        hist, concrete, choice, rest = unit_histogram_records(
+            source, column, bins, unit, clip=clip, drop_missing_units=drop, key=unit_key(rng), executor=ex,
+            epsilon=epsilon, accountant=release.get("accountant"),
+            rng=None if rng is None else np.random.default_rng([int(rng), 1]), _parts=parts)
+        histogram = os.path.join(work, "histogram.npy")
+        np.save(histogram, hist)
+        t2 = time.perf_counter()
+        r = release_hierarchical(histogram, concrete.row_budget("laplace", rest), k=k, chunk=c, executor=ex, out=out,
+                                 scratch=work, progress=progress, **release)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if owns:
+            ex.close()
+    r = dataclasses.replace(r, privacy_unit=concrete, bound_choice=choice)
+    r.timings.update({"truncate": t2 - t1, "total": time.perf_counter() - t0})
     return r

@@ -91,6 +91,10 @@ class ScaleoutRelease(ReleaseMethods):
     timings: dict = field(default_factory=dict, compare=False)
     leaf_variances: np.ndarray | None = field(default=None, repr=False, compare=False)
     budget_rule: str = "uniform"
+    #: records released per unit (:func:`~sparsedp.scaleout.records.release_records` with
+    #: ``privacy_unit``): the unit, and the private choice of its bound for ``max_rows="auto"``
+    privacy_unit: Any = field(default=None, compare=False)
+    bound_choice: Any = field(default=None, repr=False, compare=False)
 
     @property
     def method(self) -> str:
@@ -135,11 +139,16 @@ class ScaleoutRelease(ReleaseMethods):
         else:
             how = "bound"
             var = np.broadcast_to(np.float64(self.level_variances[-1]), (self.n,))
-        return ReleaseResult(
+        result = ReleaseResult(
             kind="histogram", answers=answers, labels=axis_labels((self.n,), ["bin"]), variances=var,
             variance_method=how, noise="laplace", secure=bool(self.secure), strategy=self.strategy(),
             ledger=[self.ledger], private=bool(self.private) if private is None else private, description=desc,
             arrays=arrays, source=self, path=self.out)
+        if self.privacy_unit is None:
+            return result
+        from ..unit_records import per_unit_release  # the ledger and description of a per-unit release
+
+        return per_unit_release(result, self.privacy_unit, self.bound_choice)
 
 
 def chunk_seeds(rng: Any, count: int) -> list[Any]:

@@ -39,11 +39,13 @@ import csv
 import dataclasses
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 
 from ..io import Bins, load_histogram
+from ..privacy_unit_cli import add_unit_arguments, id_warnings_on_stderr, unit_from_args
 from .publishers import PUBLISHERS
 
 __all__ = ["register"]
@@ -60,6 +62,53 @@ def _scaleout_executor(args: argparse.Namespace):
         return DaskExecutor.connect(args.scheduler)
     return DaskExecutor.local(n_workers=args.workers or 2, threads_per_worker=1, processes=True,
                               memory_limit=args.worker_memory)
+
+
+def _records_histogram(args: argparse.Namespace, bins: Bins | None) -> tuple[np.ndarray, Any, Any, float]:
+    """``(histogram, privacy unit, bound choice, epsilon the publisher runs at)`` in this process.
+    Without ``--privacy-unit``: the histogram as read (warning on stderr when the table has an
+    identifier-like column) at ``--epsilon``.  With it: the records binned (every check), the unit
+    ids read as text, ``--max-rows auto`` chosen (charged, after the checks), each unit's rows
+    truncated (:func:`sparsedp.unit_records.truncated_histogram`, the bins as groups), and the
+    publisher run at the unit's per-row budget, so that the release costs ``--epsilon`` per unit."""
+    from ..contribution_bound import resolve_unit
+    from ..errors import SparseDPError
+    from ..io import bin_indices, read_id_column, read_values, table_columns
+    from ..privacy_unit import _codes, warn_if_id_like
+    from ..unit_records import truncated_histogram, unit_key
+
+    unit, drop = unit_from_args(args)
+    if unit.is_row:
+        with id_warnings_on_stderr():
+            warn_if_id_like(table_columns(args.data), unit)
+        return load_histogram(args.data, args.column, bins, clip=args.clip), unit, None, args.epsilon
+    if bins is None or args.column is None:
+        raise SparseDPError("--privacy-unit applies to records: give --column and --bins START STOP WIDTH (a table of "
+                            "counts has no rows per unit)")
+    cells = bin_indices(read_values(args.data, args.column), bins, args.clip)
+    ids = read_id_column(args.data, unit.column)
+    _codes(ids, f"the privacy unit column {unit.column!r}", drop)  # missing ids refused before any charge
+    concrete, choice, rest = resolve_unit(unit, ids, epsilon=args.epsilon, rng=_choice_rng(args.seed),
+                                          drop_missing=drop)
+    x = truncated_histogram(cells, bins.count, ids, concrete, unit_key(args.seed), drop)
+    return x, concrete, choice, concrete.row_budget("laplace", rest)
+
+
+def _choice_rng(seed: int | None) -> Any:
+    """The generator of ``--max-rows auto``'s noise: secure without ``--seed``, else a stream of
+    its own derived from it (the same on every path)."""
+    return None if seed is None else np.random.default_rng([int(seed), 1])
+
+
+def _unit_text(unit: Any, choice: Any, epsilon: float) -> str:
+    """``epsilon 1 per CustomerID (max_rows 50)``, and how an ``auto`` bound was chosen."""
+    from ..unit_records import unit_summary
+
+    text = unit_summary(unit, epsilon)
+    if choice is not None:
+        spent = ", ".join(f"{k} {v:g}" for k, v in choice.describe()["spent"].items())
+        text += f" (max_rows chosen privately with {spent} of it)"
+    return text
 
 
 #: The methods published chunk by chunk (the same function in process and on every executor).
@@ -102,16 +151,27 @@ def _histogram_chunked(args: argparse.Namespace, method: str) -> int:
         if Path(args.out).suffix not in (".npy", ".zarr"):
             raise SparseDPError(f"--out must be a .npy or .zarr path with --executor, got {args.out}")
     source: object = args.data
+    unit, drop = unit_from_args(args)
+    choice, epsilon = None, args.epsilon
     if inproc:  # .npy, CSV or Parquet (records binned here), checked as the in-process publishers check it
         bins = None if args.bins is None else Bins(*args.bins)
-        source = load_histogram(args.data, args.column, bins, clip=args.clip)
+        source, unit, choice, epsilon = _records_histogram(args, bins)
+    else:
+        if not unit.is_row and not records:
+            raise SparseDPError("--privacy-unit applies to records: give --column and --bins START STOP WIDTH")
+        if unit.is_row:
+            from ..io import table_columns
+            from ..privacy_unit import warn_if_id_like
+
+            with id_warnings_on_stderr():
+                warn_if_id_like(table_columns(args.data), unit)
     out = None if inproc else args.out
     common = dict(chunk=args.chunk, rng=args.seed, out=out, secure=not args.float_noise, progress=None,
                   variances=inproc)
     ex = InProcessExecutor() if inproc else _scaleout_executor(args)
     try:
         if method == "lue":
-            r = release_lue(source, args.epsilon, tree=args.tree, k=args.k, upper=args.upper, executor=ex, **common)
+            r = release_lue(source, epsilon, tree=args.tree, k=args.k, upper=args.upper, executor=ex, **common)
         else:
             kw = dict(k=args.k or BOOST_K, level_weights="boost-un" if method == "boost-un" else None, **common)
             if records and not inproc:
@@ -120,9 +180,10 @@ def _histogram_chunked(args: argparse.Namespace, method: str) -> int:
                 start, stop, width = args.bins
                 kw.pop("variances")
                 r = release_records(args.data, args.column, Bins(start, stop, width), args.epsilon, clip=args.clip,
-                                    executor=ex, **kw)
+                                    executor=ex, privacy_unit=unit, drop_missing_units=drop, **kw)
+                unit, choice = r.privacy_unit or unit, r.bound_choice
             else:
-                r = release_hierarchical(source, args.epsilon, executor=ex, **kw)
+                r = release_hierarchical(source, epsilon, executor=ex, **kw)
     finally:
         ex.close()
     if method == "lue":
@@ -136,17 +197,20 @@ def _histogram_chunked(args: argparse.Namespace, method: str) -> int:
                 "epsilon": r.epsilon, "certified_loss": r.loss, "level_scales": r.level_scales.tolist(),
                 "level_variances": r.level_variances.tolist()}
         shape = f"{r.chunks} chunks of {r.chunk} leaves, k = {r.k}"
-    meta.update(secure=r.secure, executor=r.executor)
+    meta.update(secure=r.secure, executor=r.executor, privacy_unit=unit.describe())
     if records:
         meta.update(column=args.column, bins=dict(zip(("start", "stop", "width"), args.bins)), clip=bool(args.clip))
     noise = "exact discrete Laplace" if r.secure else "float Laplace (--float-noise)"
     if inproc:
-        r.to_release(description=meta).save(args.out, overwrite=bool(getattr(args, "force", False)))
+        from ..unit_records import per_unit_release
+
+        per_unit_release(r.to_release(description=meta), unit, choice).save(
+            args.out, overwrite=bool(getattr(args, "force", False)))
         where, side = "in process", ""
     else:
         meta.update(estimate=str(args.out), private=r.private, ledger=[r.ledger.as_dict()])
         where, side = f"on {r.executor}", f" (ledger: {_write_record(r, meta, args.out, bool(getattr(args, 'force', False)))})"
-    print(f"{method}: published {r.n} bins at epsilon {r.epsilon} {where} ({shape}), {noise} noise -> "
+    print(f"{method}: published {r.n} bins at {_unit_text(unit, choice, args.epsilon)} {where} ({shape}), {noise} noise -> "
           f"{args.out}{side}")
     if args.seed is not None:
         print("WARNING: NOT private: --seed makes the noise reproducible (the file records private=False); "
@@ -187,16 +251,19 @@ def _histogram(args: argparse.Namespace) -> int:
     if args.bins is not None:
         start, stop, width = args.bins
         bins = Bins(start, stop, width)
-    x = load_histogram(args.data, args.column, bins, clip=args.clip)  # .npy, CSV or Parquet
-    pub = PUBLISHERS[method](args.epsilon, secure=not args.float_noise)
+    x, unit, choice, epsilon = _records_histogram(args, bins)  # .npy, CSV or Parquet; truncated per unit
+    pub = PUBLISHERS[method](epsilon, secure=not args.float_noise)
     pub.fit(x, rng=args.seed)  # None: OS entropy
     release = pub.release_
     assert release is not None
     if args.seed is not None:
         release = dataclasses.replace(release, private=False)
-    release.save(args.out, overwrite=bool(getattr(args, "force", False)))
+    from ..unit_records import per_unit_release
+
+    per_unit_release(release.to_release(), unit, choice).save(args.out, overwrite=bool(getattr(args, "force", False)))
     noise = "exact discrete Laplace" if release.secure else "float Laplace (--float-noise)"
-    print(f"{method}: published {release.n} bins at epsilon {args.epsilon}, {noise} noise -> {args.out}")
+    print(f"{method}: published {release.n} bins at {_unit_text(unit, choice, args.epsilon)}, {noise} noise -> "
+          f"{args.out}")
     if args.seed is not None:
         print("WARNING: NOT private: --seed makes the noise reproducible (the file records private=False); "
               "omit it for a real release.")
@@ -301,6 +368,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="leaves per task, in this process too (it decides which noise stream draws which node): "
                    "boost / boost-un a power of --k (default: the largest power of k up to 2^20); lue the largest "
                    "chunk, whose roots are the maximal tree nodes of at most that many leaves (default 2^20)")
+    add_unit_arguments(h)
     h.set_defaults(func=_histogram)
     q = subparsers.add_parser(
         "query",
