@@ -19,6 +19,10 @@
     [privacy]
     epsilon = 1.0                # pure DP (Laplace); or noise = "gaussian" with rho = ...
     secure = true                # exact noise (default)
+    unit = "CustomerID"          # records: whom the release protects (default: one row), with
+    max_rows = 50                # its bounds: rows per unit, or "auto" (a share of the budget
+                                 # chooses it privately); max_groups / max_rows_per_group (bins);
+                                 # drop_missing_units = true drops rows without an id
 
     [consistency]
     nonnegative = true           # non-negative estimate
@@ -60,9 +64,12 @@ import numpy as np
 from . import strategies as st
 from . import workloads as wl
 from .errors import InfeasibleConstraintsError, InputBoundError, SparseDPError
-from .io import as_bins, load_histogram
+from .io import as_bins, load_histogram, table_columns
 from .mechanism import MatrixMechanism
 from .privacy import Accountant
+from .privacy_unit import warn_if_id_like
+from .privacy_unit_cli import unit_from_spec
+from .unit_records import read_unit_histogram
 from ._cli_util import OutputFile, check_output_paths
 from .releases import ReleaseResult, load_release, workload_labels
 from .spec_file import (
@@ -174,7 +181,8 @@ def run_spec(path: str | Path, *, rng: Any = None, accountant: Accountant | None
         res, rel, acc, files = run_marginal_spec(spec, path, rng=rng, accountant=accountant, force=force)
         return SpecResult(np.asarray(res.answers), None, rel, acc, files, res)
     refuse_keys(spec, MARGINAL_ONLY, "histogram (data.column)")
-    refuse_keys(spec, TOPDOWN_ONLY, "histogram (data.column)")
+    # a histogram spec reads records per privacy unit: only the TopDown table's own keys are refused
+    refuse_keys(spec, {k: v for k, v in TOPDOWN_ONLY.items() if k != "privacy"}, "histogram (data.column)")
     base: Path = spec["_base"]
     data = spec["data"]
     if "path" not in data:
@@ -189,9 +197,14 @@ def run_spec(path: str | Path, *, rng: Any = None, accountant: Accountant | None
     priv = spec["privacy"]
     secure = flag(priv, "secure", "privacy", default=True)
     files_out = outputs(spec, Path(path), base / data["path"], force)
-    x = load_histogram(base / data["path"], data.get("column"), as_bins(data.get("bins")),
-                       flag(data, "clip", "data"))
-    n = x.size
+    unit, drop = unit_from_spec(priv)
+    bins = as_bins(data.get("bins"))
+    if unit.is_row:
+        warn_if_id_like(table_columns(base / data["path"]), unit)
+        x = load_histogram(base / data["path"], data.get("column"), bins, flag(data, "clip", "data"))
+    elif bins is None or not data.get("column"):
+        raise SparseDPError("privacy.unit applies to records: give data.column and data.bins")
+    n = x.size if unit.is_row else bins.count
     W = _workload(spec.get("workload", {}), n)
     M = _strategy(spec.get("strategy", {}), n)
     noise = priv.get("noise", "laplace")
@@ -200,6 +213,15 @@ def run_spec(path: str | Path, *, rng: Any = None, accountant: Accountant | None
         accountant = Accountant(epsilon=budget["epsilon"])
     elif accountant is None and "rho" in budget:
         accountant = Accountant(rho=budget["rho"])
+    choice = None
+    if not unit.is_row:  # records read and checked, then an auto bound charged, then truncated per unit
+        if "delta" in budget:
+            raise SparseDPError("privacy.unit: give epsilon (Laplace) or rho (Gaussian), not delta")
+        key = "epsilon" if "epsilon" in budget else "rho"
+        x, unit, choice, budget[key] = read_unit_histogram(
+            base / data["path"], data["column"], bins, unit, clip=flag(data, "clip", "data"), drop_missing=drop,
+            accountant=accountant, rng=rng, **{key: budget[key]})
+        budget["privacy_unit"] = unit
     options = None
     if isinstance(M, str):  # "optimized"; seeded random starts: the same spec gives the same strategy
         options = {"rng": 0, "time_limit": spec.get("strategy", {}).get("time_limit")}
@@ -211,12 +233,15 @@ def run_spec(path: str | Path, *, rng: Any = None, accountant: Accountant | None
     report = mech.error_report()  # exact variances of the GLS answers (before any consistency step)
     processed = nonneg or total is not None
     description = {**spec_record(path, files_out), "workload": W.name, "strategy": mech.M.name, "bins": n,
-                   "nonnegative": nonneg, "public_total": total,
+                   "nonnegative": nonneg, "public_total": total, "privacy_unit": unit.describe(),
+                   **({"privacy_unit_bound": choice.describe()} if choice is not None else {}),
                    "expected_error_per_query": report.per_query,
                    "variances": ("of the least-squares answers before the consistency step (non-negativity / "
                                  "public total), which moves the answers: intervals are indicative") if processed
                    else "exact, of the released least-squares answers"}
     entries = [release.measurement.entry] if release.measurement.entry else []
+    if choice is not None and choice.measurement.entry is not None:  # the bound's charge first
+        entries.insert(0, choice.measurement.entry)
     result = ReleaseResult(kind="spec", answers=answers, labels=workload_labels(W), variances=report.variances,
                            noise=release.measurement.noise, secure=release.measurement.secure,
                            strategy=mech.M.name, ledger=entries, private=release.private, description=description,

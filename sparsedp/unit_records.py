@@ -33,7 +33,7 @@ import numpy as np
 from .errors import SparseDPError
 from .privacy_unit import PrivacyUnit, _rank_within, truncate
 
-__all__ = ["unit_key", "cell_priorities", "kept_rows", "truncated_histogram", "per_unit_release", "unit_summary"]
+__all__ = ["unit_key", "choice_rng", "read_unit_histogram", "cell_priorities", "kept_rows", "truncated_histogram", "per_unit_release", "unit_summary"]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
@@ -49,6 +49,8 @@ def unit_key(rng: Any = None) -> str:
     elif isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
         seq = np.random.SeedSequence([int(rng), 0x5EED_0F_7E])  # a stream of its own, apart from the noise's
         raw = seq.generate_state(2, dtype=np.uint32).tobytes()
+    elif isinstance(rng, np.random.Generator):
+        raw = rng.integers(0, 2**32, size=2, dtype=np.uint32).tobytes()
     else:
         raise SparseDPError(f"the truncation key is derived from an integer seed or drawn securely (None), got "
                             f"{type(rng).__name__}")
@@ -96,6 +98,40 @@ def cell_priorities(ids: Any, cells: Any, key: str) -> np.ndarray:
         p = _mix(h ^ inner)
     out[present] = (p >> np.uint64(1)).astype(np.int64)
     return out
+
+
+def choice_rng(rng: Any) -> Any:
+    """The generator of ``max_rows="auto"``'s noise: secure without ``rng``; from an integer seed a
+    stream of its own (the same on every path); a Generator as given."""
+    if rng is None or isinstance(rng, np.random.Generator):
+        return rng
+    return np.random.default_rng([int(rng), 1])
+
+
+def read_unit_histogram(path: Any, column: str, bins: Any, unit: PrivacyUnit, *, clip: bool = False,
+                        drop_missing: bool = False, epsilon: float | None = None, rho: float | None = None,
+                        accountant: Any = None, rng: Any = None) -> tuple[np.ndarray, PrivacyUnit, Any, float]:
+    """``(histogram, concrete unit, bound choice, budget left)`` of the records of a CSV / Parquet
+    file in one process: column ``column`` binned on the public ``bins`` (every check), the unit ids
+    read as text, a missing id refused unless ``drop_missing`` -- all before any charge -- then
+    ``max_rows="auto"`` chosen (``auto_share`` of ``epsilon`` / ``rho`` charged to ``accountant``,
+    :func:`~sparsedp.contribution_bound.resolve_unit`) and each unit's rows truncated
+    (:func:`truncated_histogram`, keyed by :func:`unit_key` of ``rng``)."""
+    from .contribution_bound import resolve_unit
+    from .io import bin_indices, read_id_column, read_values
+    from .privacy_unit import _codes
+
+    if unit.is_row:
+        raise SparseDPError("read_unit_histogram needs a declared privacy unit (a column and its bounds)")
+    cells = bin_indices(read_values(path, column), bins, clip)
+    ids = read_id_column(path, unit.column)
+    if ids.shape != cells.shape:
+        raise SparseDPError(f"{path}: the value and unit columns have different lengths")
+    _codes(ids, f"the privacy unit column {unit.column!r}", drop_missing)  # a missing id, before any charge
+    key = unit_key(rng)
+    concrete, choice, rest = resolve_unit(unit, ids, epsilon=epsilon, rho=rho, accountant=accountant,
+                                          rng=choice_rng(rng), drop_missing=drop_missing)
+    return truncated_histogram(cells, bins.count, ids, concrete, key, drop_missing), concrete, choice, rest
 
 
 def kept_rows(cells: Any, ids: Any, unit: PrivacyUnit, key: str, drop_missing: bool = False) -> np.ndarray:

@@ -256,3 +256,33 @@ def test_report_writes_only_in_the_chosen_directory(tmp_path):
     files = rebuild_report(path)
     assert files == {"report": tmp_path / "sub" / "evil.md", "plot": tmp_path / "sub" / "odd.png"}
     assert not (tmp_path.parent / "evil.md").exists()
+
+
+def test_histogram_spec_per_privacy_unit(tmp_path):
+    """[privacy] unit / max_rows: records truncated per unit, the noise per unit, the auto bound's
+    charge first in the ledger, both within epsilon; a bad declaration refused before any output."""
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 50, 2000)
+    rows = "\n".join(f"{v},{u}" for v, u in zip(rng.integers(0, 10, 2000), ids))
+    (tmp_path / "r.csv").write_text("age,CustomerID\n" + rows + "\n")
+    head = ('[data]\npath = "r.csv"\ncolumn = "age"\nbins = { start = 0, stop = 10, width = 1 }\n'
+            '[output]\nrelease = "rel.npz"\n[privacy]\nepsilon = 1.0\nunit = "CustomerID"\n')
+    path = tmp_path / "u.toml"
+    path.write_text(head + "max_rows = 5\n")
+    res = run_spec(path, rng=1)
+    assert res.result.description["privacy_unit"] == {"privacy_unit": "CustomerID", "max_rows": 5}
+    (entry,) = res.result.ledger
+    assert entry["privacy_unit"] == "CustomerID (max_rows 5)" and entry["sensitivity"] >= 5
+    (tmp_path / "rel.npz").unlink()
+    path.write_text(head + 'max_rows = "auto"\n')
+    with pytest.warns(Warning):  # few units: the private bound is flagged unreliable
+        res = run_spec(path, rng=1)
+    ledger = load_release_file(tmp_path / "rel.npz").ledger
+    assert len(ledger) == 2 and ledger[0]["label"].startswith("privacy unit: bound")
+    assert sum(e["epsilon"] for e in ledger) <= 1.0
+    assert "privacy_unit_bound" in res.result.description
+    (tmp_path / "rel.npz").unlink()
+    path.write_text(head + 'max_rows = "many"\n')
+    with pytest.raises(SparseDPError, match="max_rows"):
+        run_spec(path)
+    assert not (tmp_path / "rel.npz").exists()

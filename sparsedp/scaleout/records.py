@@ -482,7 +482,7 @@ def _release_unit_records(source: Any, column: str, bins: Bins, epsilon: float, 
     release it at the per-row budget, and mark the release with the unit (and the bound's choice)."""
     import dataclasses
 
-    from ..unit_records import unit_key
+    from ..unit_records import choice_rng, unit_key
 
     rng = release.get("rng")
     if rng is not None and not isinstance(rng, (int, np.integer)):
@@ -496,7 +496,7 @@ def _release_unit_records(source: Any, column: str, bins: Bins, epsilon: float, 
         hist, concrete, choice, rest = unit_histogram_records(
             source, column, bins, unit, clip=clip, drop_missing_units=drop, key=unit_key(rng), executor=ex,
             epsilon=epsilon, accountant=release.get("accountant"),
-            rng=None if rng is None else np.random.default_rng([int(rng), 1]), _parts=parts)
+            rng=choice_rng(rng), _parts=parts)
         histogram = os.path.join(work, "histogram.npy")
         np.save(histogram, hist)
         t2 = time.perf_counter()

@@ -71,11 +71,10 @@ def _records_histogram(args: argparse.Namespace, bins: Bins | None) -> tuple[np.
     ids read as text, ``--max-rows auto`` chosen (charged, after the checks), each unit's rows
     truncated (:func:`sparsedp.unit_records.truncated_histogram`, the bins as groups), and the
     publisher run at the unit's per-row budget, so that the release costs ``--epsilon`` per unit."""
-    from ..contribution_bound import resolve_unit
     from ..errors import SparseDPError
-    from ..io import bin_indices, read_id_column, read_values, table_columns
-    from ..privacy_unit import _codes, warn_if_id_like
-    from ..unit_records import truncated_histogram, unit_key
+    from ..io import table_columns
+    from ..privacy_unit import warn_if_id_like
+    from ..unit_records import read_unit_histogram
 
     unit, drop = unit_from_args(args)
     if unit.is_row:
@@ -85,19 +84,9 @@ def _records_histogram(args: argparse.Namespace, bins: Bins | None) -> tuple[np.
     if bins is None or args.column is None:
         raise SparseDPError("--privacy-unit applies to records: give --column and --bins START STOP WIDTH (a table of "
                             "counts has no rows per unit)")
-    cells = bin_indices(read_values(args.data, args.column), bins, args.clip)
-    ids = read_id_column(args.data, unit.column)
-    _codes(ids, f"the privacy unit column {unit.column!r}", drop)  # missing ids refused before any charge
-    concrete, choice, rest = resolve_unit(unit, ids, epsilon=args.epsilon, rng=_choice_rng(args.seed),
-                                          drop_missing=drop)
-    x = truncated_histogram(cells, bins.count, ids, concrete, unit_key(args.seed), drop)
+    x, concrete, choice, rest = read_unit_histogram(args.data, args.column, bins, unit, clip=args.clip,
+                                                    drop_missing=drop, epsilon=args.epsilon, rng=args.seed)
     return x, concrete, choice, concrete.row_budget("laplace", rest)
-
-
-def _choice_rng(seed: int | None) -> Any:
-    """The generator of ``--max-rows auto``'s noise: secure without ``--seed``, else a stream of
-    its own derived from it (the same on every path)."""
-    return None if seed is None else np.random.default_rng([int(seed), 1])
 
 
 def _unit_text(unit: Any, choice: Any, epsilon: float) -> str:
