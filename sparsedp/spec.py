@@ -177,7 +177,8 @@ def run_spec(path: str | Path, *, rng: Any = None, accountant: Accountant | None
         res, rel, acc, files = run_topdown_spec(spec, path, rng=rng, accountant=accountant, force=force)
         return SpecResult(np.asarray(res.answers), None, rel, acc, files, res)
     if is_marginal_spec(spec):
-        refuse_keys(spec, TOPDOWN_ONLY, "marginal (data.columns)")
+        # a marginal spec reads records per privacy unit: only the TopDown table's own keys are refused
+        refuse_keys(spec, {k: v for k, v in TOPDOWN_ONLY.items() if k != "privacy"}, "marginal (data.columns)")
         res, rel, acc, files = run_marginal_spec(spec, path, rng=rng, accountant=accountant, force=force)
         return SpecResult(np.asarray(res.answers), None, rel, acc, files, res)
     refuse_keys(spec, MARGINAL_ONLY, "histogram (data.column)")

@@ -51,10 +51,11 @@ from .marginals.domain import Domain
 from .marginals.nonneg import nonnegative_marginals
 from .marginals.pure import optimize_marginals_laplace
 from .marginals.pure_release import release_marginals_laplace
-from .marginals.release import label_column, marginals_result, release_marginals
+from .marginals.release import label_column, release_marginals
 from .marginals.select import marginals_up_to
-from .marginals.table import encode_records, read_records
+from .marginals.table import encode_records, read_unit_records
 from .privacy import Accountant
+from .privacy_unit_cli import unit_from_spec
 from .releases import ReleaseResult
 from .spec_file import (
     flag,
@@ -103,6 +104,8 @@ class MarginalSpec:
     budget: float
     secure: bool
     nonnegative: bool
+    unit: Any = None  # the declared PrivacyUnit (None: one record)
+    drop_missing_units: bool = False
 
     def workload(self, domain: Domain) -> list[tuple[str, ...]]:
         """The marginals to release, as tuples of column names."""
@@ -191,7 +194,11 @@ def marginal_spec(spec: dict[str, Any]) -> MarginalSpec:
     nonneg = flag(spec.get("consistency", {}), "nonnegative", "consistency")
     if nonneg and noise == "laplace":
         raise SparseDPError("consistency.nonnegative is available for zCDP marginals (privacy.rho)")
-    return MarginalSpec(cols, sizes, cats, marginals, k, lower, noise, budget, secure, nonneg)
+    unit, drop = unit_from_spec(spec["privacy"])
+    if not unit.is_row and Path(str(data.get("path", ""))).suffix.lower() == ".npy":
+        raise SparseDPError("privacy.unit names a column: give a CSV or Parquet file (an .npy array holds codes only)")
+    return MarginalSpec(cols, sizes, cats, marginals, k, lower, noise, budget, secure, nonneg,
+                        None if unit.is_row else unit, drop)
 
 
 def run_marginal_spec(spec: dict[str, Any], path: str | Path, *, rng: Any = None,
@@ -205,27 +212,24 @@ def run_marginal_spec(spec: dict[str, Any], path: str | Path, *, rng: Any = None
     if not isinstance(data.get("path"), str) or not data["path"]:
         raise SparseDPError(f"data.path must be a file name, got {data.get('path')!r}")
     files_out = outputs(spec, Path(path), base / data["path"], force)
-    df = read_records(base / data["path"], ms.columns)
+    df, ids = read_unit_records(base / data["path"], ms.columns, ms.unit)
     dom, X = encode_records(df, ms.columns, ms.sizes, ms.categories)
     del df
     work = ms.workload(dom)
     desc: dict[str, Any] = {**spec_record(path, files_out), "columns": ms.columns,
                             "marginals": [",".join(m) for m in work], "nonnegative": ms.nonnegative}
+    unit_kw: dict[str, Any] = {"privacy_unit": ms.unit, "unit_ids": ids, "drop_missing_units": ms.drop_missing_units}
     if ms.noise == "gaussian":
         accountant = accountant if accountant is not None else Accountant(rho=ms.budget)
-        rel: Any = release_marginals(X, dom, work, ms.budget, accountant=accountant, rng=rng, secure=ms.secure)
+        rel: Any = release_marginals(X, dom, work, ms.budget, accountant=accountant, rng=rng, secure=ms.secure,
+                                     **unit_kw)
         result = rel.to_release(description=desc, categories=ms.categories)
         if ms.nonnegative:  # post-processing of the released marginals; variances of those before it
-            nn = nonnegative_marginals(rel)
-            result = marginals_result(dom.names, dom.sizes, [(k, nn.marginals[k], rel.variances[k]) for k in nn.marginals],
-                                      noise=result.noise, secure=result.secure, ledger=list(result.ledger),
-                                      private=result.private, description=dict(result.description),
-                                      strategy=result.strategy + ", then consistent non-negative marginals",
-                                      variance_method="gls-before-consistency")
+            result = nonnegative_marginals(rel).to_release(description=desc, categories=ms.categories)
     else:
         accountant = accountant if accountant is not None else Accountant(epsilon=ms.budget)
         strategy = optimize_marginals_laplace(dom, work, ms.budget, rng=0)  # seeded: the same spec, the same plan
-        rel = release_marginals_laplace(X, strategy, accountant=accountant, rng=rng, secure=ms.secure)
+        rel = release_marginals_laplace(X, strategy, accountant=accountant, rng=rng, secure=ms.secure, **unit_kw)
         if ms.categories is not None:
             desc["categories"] = ms.categories
         result = rel.to_release(description=desc)

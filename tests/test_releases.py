@@ -115,6 +115,10 @@ def _build(d: Path) -> dict[str, tuple[ReleaseResult | None, Path]]:
     dom = Domain(["a", "b", "c"], [3, 2, 4])
     recs = np.column_stack([rng.integers(0, s, 200) for s in dom.sizes])
     lib("marginals", release_marginals(recs, dom, [("a", "b"), ("c",)], 1.0, rng=1))
+    from sparsedp.marginals import nonnegative_marginals
+
+    # consistent non-negative marginals (a small rho: some cells are lifted), in the order asked for
+    lib("marginals-nonneg", nonnegative_marginals(release_marginals(recs, dom, [("c",), ("b", "a")], 0.01, rng=1)))
     with np.errstate(all="ignore"):
         strategy = optimize_marginals_laplace(dom, [("a", "b"), ("c",)], 1.0, restarts=1)
     lib("marginals-laplace", release_marginals_laplace(recs, strategy, rng=1))
@@ -149,7 +153,7 @@ def kinds(tmp_path_factory):
 KINDS = ["matrix-mechanism", "matrix-mechanism-nnls", "scaleout-matrix", "histogram-lue", "histogram-raw",
          "histogram-privelet", "histogram-dwork", "histogram-cli", "histogram-chunked-npy", "histogram-chunked-zarr",
          "histogram-chunked-lue", "restaurant", "restaurant-cli", "restaurant-chunked-npy", "restaurant-chunked-zarr",
-         "restaurant-chunked-json", "flows", "flows-cli", "marginals", "marginals-laplace", "marginals-json",
+         "restaurant-chunked-json", "flows", "flows-cli", "marginals", "marginals-nonneg", "marginals-laplace", "marginals-json",
          "marginals-npz", "kron", "continual", "completion", "spec"]
 
 
@@ -217,6 +221,7 @@ def _release_classes():
     from sparsedp.continual._stream import StreamingCounter
     from sparsedp.flows.release import FlowRelease
     from sparsedp.marginals.kron_release import KronRelease
+    from sparsedp.marginals.nonneg import NonNegativeMarginals
     from sparsedp.marginals.pure_release import PureMarginalRelease
     from sparsedp.marginals.release import MarginalRelease
     from sparsedp.mechanism import Release
@@ -227,7 +232,7 @@ def _release_classes():
     from sparsedp.trees.publishers import HistogramRelease, TreePublisher
 
     return [Release, HistogramRelease, TreePublisher, RestaurantRelease, FlowRelease, MarginalRelease,
-            PureMarginalRelease, KronRelease, ScaleoutRelease, LUEScaleoutRelease, ScaleoutMatrixRelease,
+            NonNegativeMarginals, PureMarginalRelease, KronRelease, ScaleoutRelease, LUEScaleoutRelease, ScaleoutMatrixRelease,
             ScaleoutRestaurantRelease, StreamingCounter, ReleaseResult]
 
 

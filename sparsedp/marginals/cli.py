@@ -34,7 +34,8 @@ from ..release_file import FORMAT
 from .domain import Domain
 from .release import release_marginals
 from .select import marginals_up_to
-from .table import encode_records, read_records
+from ..privacy_unit_cli import add_unit_arguments, id_warnings_on_stderr, unit_from_args
+from .table import encode_records, read_unit_records
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -60,13 +61,15 @@ def _run(args: argparse.Namespace) -> int:
             raise ShapeError(f"--categories lacks the column(s) {missing}")
     if sizes is None and Path(args.data).suffix.lower() == ".npy":
         raise SparseDPError("a .npy array holds codes: give the public domain with --sizes")
+    unit, drop = unit_from_args(args)  # checked before anything is read
     private = warn_not_private(args.seed, False)
     # a bar of the command's stages, drawn only on a terminal inside the sparsedp command (loop_disable);
     # it shows neither the number of records nor times (reading and encoding take data-dependent time)
     with progress_bar(total=4, desc="marginals", unit="stage", disable=loop_disable(),
                       bar_format="{desc}: {n_fmt}/{total_fmt} stages |{bar}| {postfix}") as bar:
         bar.set_postfix_str(f"reading {Path(args.data).name}")
-        df = read_records(args.data, columns)
+        with id_warnings_on_stderr():
+            df, ids = read_unit_records(args.data, columns, unit)
         bar.update(1)
         bar.set_postfix_str("encoding the records")  # not how many: the record count is private (issue 26)
         dom, X = encode_records(df, columns, sizes, categories)
@@ -74,12 +77,14 @@ def _run(args: argparse.Namespace) -> int:
         bar.update(1)
         bar.set_postfix_str("selecting, measuring, reconstructing")
         work = marginals_up_to(dom, args.k, exact=not args.lower)
-        rel = release_marginals(X, dom, work, args.rho, rng=args.seed, objective=args.objective)
+        rel = release_marginals(X, dom, work, args.rho, rng=args.seed, objective=args.objective,
+                                privacy_unit=None if unit.is_row else unit, unit_ids=ids, drop_missing_units=drop)
         bar.update(1)
         bar.set_postfix_str(f"writing {args.out}")
         _write(args, rel, dom, columns, categories, private)
         bar.update(1)
     print(f"released {len(rel.marginals)} marginals of {len(columns)} columns at rho={args.rho:g} "
+          f"per {'record' if unit.is_row else unit.column} "
           f"(sum of variances {rel.sum_of_variances():.6g}) to {args.out}", file=sys.stderr)
     return 0
 
@@ -91,23 +96,29 @@ def _write(args: argparse.Namespace, rel, dom: Domain, columns: list[str], categ
         rel.to_release(description={"objective": args.objective}, categories=cats,
                        private=private and rel.private).save(args.out, overwrite=bool(getattr(args, "force", False)))
         return
-    # the ledger entry without its time: the JSON is the same for neighbouring data sets (issue 26)
-    entry = {k: v for k, v in rel.entry.as_dict().items() if k != "time"}
-    if not (private and rel.private):
-        entry["private"] = False
+    record = rel.to_release()  # the unit, the bound's choice and the ledger as every release records them
+    # the ledger entries without their time: the JSON is the same for neighbouring data sets (issue 26)
+    entries = ([rel.bound_choice.measurement.entry] if rel.bound_choice is not None else []) + [rel.entry]
+    ledger = [{k: v for k, v in e.as_dict().items() if k != "time"} for e in entries]
+    for entry in ledger:
+        if not (private and rel.private):
+            entry["private"] = False
+    unit_keys = {k: record.description[k] for k in ("privacy_unit", "privacy_unit_bound") if k in record.description}
     out = {
         "format": FORMAT,
         "kind": "marginals",
         "private": private and rel.private,
-        "ledger": [entry],
+        "ledger": ledger,
         "domain": {"names": list(dom.names), "sizes": list(dom.sizes)},
         "categories": cats,
-        "privacy": {"rho": rel.cost.rho, "certified_rho": rel.loss, "noise": "gaussian", "secure": rel.secure,
-                    "private": private and rel.private, "neighbours": "add or remove one record"},
+        "privacy": {"rho": record.description["rho"], "certified_rho": rel.loss, "noise": "gaussian",
+                    "secure": rel.secure, "private": private and rel.private,
+                    "neighbours": record.description.get("neighbours", "add or remove one record")},
+        **unit_keys,
         "objective": args.objective,
         "sum_of_variances": rel.sum_of_variances(),
         "marginals": [{"attributes": list(k), "counts": np.asarray(v).tolist(), "cell_variance": rel.variances[k]}
-                      for k, v in rel.marginals.items()],
+                      for k, v in rel.marginals.items()],  # in the order of the workload
     }
     Path(args.out).write_text(json.dumps(out) + "\n")
 
@@ -130,6 +141,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     m.add_argument("--objective", choices=("sum", "max"), default="sum",
                    help="minimise the sum of the cells' variances or the largest (default %(default)s)")
     m.add_argument("--seed", type=int, default=None, help="reproducible, NOT private noise (tests only)")
+    add_unit_arguments(m)
     m.add_argument("--out", required=True, help="output JSON (marginals, variances, privacy, ledger; never records), "
                    "or an .npz release file")
     m.set_defaults(func=_run)

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import InputBoundError, NonFiniteInputError, ShapeError, SparseDPError
 
-__all__ = ["Domain"]
+__all__ = ["Domain", "requested_names"]
 
 
 @dataclass(frozen=True)
@@ -189,3 +189,18 @@ def _check_column(c: np.ndarray, name: str, size: int) -> np.ndarray:
 def _dtype(sizes: Sequence[int]) -> np.dtype:
     m = max(sizes) if sizes else 1
     return np.dtype(np.uint8 if m <= 256 else np.uint16 if m <= 65536 else np.int64)
+
+
+def requested_names(domain: Domain, marginals: Any) -> tuple[tuple[str, ...], ...]:
+    """The marginals as the user named them: attribute names in the order given, marginals in the
+    order given (checked by :meth:`Domain.axes`); ``()`` for what is not a list of marginals
+    (the caller's own check refuses it).  Give a list, not a one-shot iterator."""
+    if isinstance(marginals, (str, bytes)) or not hasattr(marginals, "__iter__"):
+        return ()
+    out = []
+    for m in marginals:
+        domain.axes(m)  # unknown names and duplicates raise
+        items = (m,) if isinstance(m, (str, int, np.integer)) else tuple(m)
+        out.append(tuple(domain.names[int(a)] if isinstance(a, (int, np.integer)) and not isinstance(a, bool)
+                         else str(a) for a in items))
+    return tuple(out)

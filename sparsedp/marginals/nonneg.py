@@ -31,27 +31,53 @@ uniform table of the same total, ``(1 - theta) r + theta T e_()`` with the small
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import combinations
+from typing import Any
 
 import numpy as np
 
+from ..errors import SparseDPError
+from ..releases import ReleaseMethods, ReleaseResult
 from .kron import apply_factors
-from .release import MarginalRelease, _extended_basis, _reconstruct_batch
+from .release import MarginalRelease, _extended_basis, _reconstruct_batch, marginals_result, requested_tables
 
 __all__ = ["NonNegativeMarginals", "nonnegative_marginals"]
 
 
 @dataclass(frozen=True)
-class NonNegativeMarginals:
-    """Consistent marginals, every cell ``>= 0``."""
+class NonNegativeMarginals(ReleaseMethods):
+    """Consistent marginals, every cell ``>= 0``: a release like the one it came from
+    (:meth:`to_release`; ``save``, ``to_pandas`` and ``confidence_intervals`` through it)."""
 
-    marginals: dict  # {attribute names: table}
+    marginals: dict  # {attribute names (domain order): table}, in the order of the workload
     iterations: int
     max_violation: float  # largest negative cell the iterations left, before the exact fix-up (0 when none)
     seconds: float
     metric: str = "workload"  # "workload" or "gls" (see module doc)
     mix: float = 0.0  # theta of the exact fix-up (weight of the uniform table)
+    source: Any = field(default=None, repr=False, compare=False)  # the MarginalRelease projected
+
+    def to_release(self, *, description: dict | None = None, categories: dict | None = None,
+                   private: bool | None = None) -> ReleaseResult:
+        """Every cell of the workload's marginals, non-negative, in the order the workload was given
+        (as :meth:`MarginalRelease.to_release <sparsedp.marginals.MarginalRelease.to_release>`),
+        with the ledger and description of the release it came from.  The variances are those of
+        the marginals *before* this step (``variance_method="gls-before-consistency"``: the
+        projection never increases the workload's squared error, but a cell's own variance is not
+        known exactly), so the intervals are indicative."""
+        rel = self.source
+        if rel is None:
+            raise SparseDPError("these non-negative marginals do not know the release they came from: make them "
+                                "with nonnegative_marginals(release)")
+        base = rel.to_release(description={"nonnegative": True, "nonnegative_metric": self.metric,
+                                           **(description or {})}, categories=categories, private=private)
+        return marginals_result(rel.domain.names, rel.domain.sizes,
+                                requested_tables(rel.domain, rel.requested, self.marginals, rel.variances),
+                                noise=base.noise, secure=base.secure, ledger=list(base.ledger), private=base.private,
+                                description=dict(base.description),
+                                strategy=base.strategy + ", then consistent non-negative marginals",
+                                variance_method="gls-before-consistency", source=self)
 
 
 def _groups(rel: MarginalRelease) -> dict:
@@ -139,7 +165,8 @@ def nonnegative_marginals(rel: MarginalRelease, *, iters: int = 300, tol: float 
     keys = {S: tuple(rel.domain.names[i] for i in S) for S in rel.selection.marginals}
     t_hat = _forward(rel, groups, rhat)
     if _min_cell(t_hat) >= 0:
-        return NonNegativeMarginals({keys[S]: t for S, t in t_hat.items()}, 0, 0.0, time.perf_counter() - t0, metric)
+        return NonNegativeMarginals({keys[S]: t_hat[S] for S in keys}, 0, 0.0, time.perf_counter() - t0, metric,
+                                    source=rel)
     if metric == "gls":
         var = dict(rel.residual_variances)
     else:
@@ -172,5 +199,5 @@ def nonnegative_marginals(rel: MarginalRelease, *, iters: int = 300, tol: float 
     r = {A: rhat[A] + var[A] * kt[A] for A in rhat}
     viol = max(0.0, -_min_cell(_forward(rel, groups, r)))
     t, theta = _exact_nonnegative(rel, groups, r)
-    out = {keys[S]: x for S, x in t.items()}
-    return NonNegativeMarginals(out, it, viol, time.perf_counter() - t0, metric, theta)
+    out = {keys[S]: t[S] for S in keys}  # in the order of the workload
+    return NonNegativeMarginals(out, it, viol, time.perf_counter() - t0, metric, theta, source=rel)

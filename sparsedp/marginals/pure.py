@@ -31,7 +31,7 @@ import numpy as np
 
 from ..noise import as_generator
 from ..validation import check_epsilon
-from .domain import Domain
+from .domain import Domain, requested_names
 from .select import _normalise, closure
 
 __all__ = ["FULL_MAX_D", "MarginalsStrategy", "optimize_marginals_laplace"]
@@ -52,6 +52,9 @@ class MarginalsStrategy:
     epsilon: float
     total_error: float  # expected total squared error of the workload's answers at epsilon
     seconds: float
+    #: the marginals as the user named them (order of marginals and of their attributes): the
+    #: release answers in this order (:func:`~sparsedp.marginals.release.requested_names`)
+    requested: tuple = ()
 
     def at(self, epsilon: float) -> "MarginalsStrategy":
         """The same weights at another ``epsilon`` (the error scales as ``1 / epsilon^2``): what
@@ -130,6 +133,8 @@ def optimize_marginals_laplace(domain: Domain, marginals: Any, epsilon: float, *
 
     t0 = time.perf_counter()
     eps = check_epsilon(epsilon)
+    if not isinstance(marginals, (str, bytes)) and hasattr(marginals, "__iter__"):
+        marginals = list(marginals)  # read twice below: an iterator once
     ms = _normalise(domain, marginals)
     subsets, E, c = _setup(domain, ms) if len(domain) <= FULL_MAX_D else _setup_closure(domain, ms)
     gen = as_generator(rng)
@@ -155,4 +160,5 @@ def optimize_marginals_laplace(domain: Domain, marginals: Any, epsilon: float, *
     keep = theta > 1e-12
     return MarginalsStrategy(domain=domain, marginals=tuple(ms),
                              measured=tuple(S for S, k in zip(subsets, keep) if k), weights=theta[keep],
-                             epsilon=eps, total_error=2.0 * f / eps**2, seconds=time.perf_counter() - t0)
+                             epsilon=eps, total_error=2.0 * f / eps**2, seconds=time.perf_counter() - t0,
+                             requested=requested_names(domain, marginals))

@@ -28,7 +28,7 @@ from typing import Any, Iterator
 import numpy as np
 import scipy.sparse as sp
 
-from ..errors import InputBoundError, InvalidPrivacyParameterError, ShapeError
+from ..errors import InputBoundError, InvalidPrivacyParameterError, ShapeError, SparseDPError
 from ..measure import MeasurementPlan, plan_measurement
 from ..noise import SecureRandomBits, as_generator
 from ..operators import SparseOperator
@@ -38,7 +38,8 @@ from ..validation import budget_fraction, check_epsilon
 from .domain import Domain
 from .pure import MarginalsStrategy
 from .release import (_cell_variance, _reconstruct_batch, _records_or_counts, marginal_tables, marginals_result,
-                      tables_from_counts)
+                      requested_tables, tables_from_counts)
+from .units import declared_unit, prepare_unit, unit_entry, unit_ids_from, unit_loss, unit_record
 from .residual import residual_operator
 
 __all__ = ["PureMarginalRelease", "release_marginals_laplace"]
@@ -62,6 +63,8 @@ class PureMarginalRelease(ReleaseMethods):
     secure: bool
     private: bool
     seconds: float
+    privacy_unit: Any = None  # the concrete PrivacyUnit (None: one record)
+    bound_choice: Any = None  # the BoundChoice of max_rows="auto" (charged before the release)
 
     def sum_of_variances(self) -> float:
         """Expected total squared error over the workload."""
@@ -74,10 +77,11 @@ class PureMarginalRelease(ReleaseMethods):
         desc = {"domain": {"names": list(self.domain.names), "sizes": list(self.domain.sizes)},
                 "epsilon": self.cost.epsilon, "certified_epsilon": self.loss,
                 "sum_of_variances": self.sum_of_variances()}
+        desc, ledger = unit_record(desc, self.entry, self.privacy_unit, self.bound_choice, "epsilon")
         desc.update(description or {})
         return marginals_result(self.domain.names, self.domain.sizes,
-                                [(k, t, self.variances[k]) for k, t in self.marginals.items()],
-                                noise="laplace", secure=bool(self.secure), ledger=[self.entry],
+                                requested_tables(self.domain, self.strategy.requested, self.marginals, self.variances),
+                                noise="laplace", secure=bool(self.secure), ledger=ledger,
                                 private=bool(self.private), description=desc,
                                 strategy=f"weighted marginals: {len(self.measurements)} tables measured with Laplace "
                                 "noise, marginals by GLS", source=self)
@@ -126,17 +130,27 @@ def fit_table_plans(strategy: MarginalsStrategy, epsilon: float, secure: bool
 
 def release_marginals_laplace(records: Any, strategy: MarginalsStrategy, *, accountant: Accountant | None = None,
                               rng: Any = None, secure: bool = True, label: str = "marginals (laplace)",
-                              counts: Any = None) -> PureMarginalRelease:
+                              counts: Any = None, privacy_unit: Any = None, unit_ids: Any = None,
+                              drop_missing_units: bool = False) -> PureMarginalRelease:
     """Measure ``strategy`` (from :func:`~sparsedp.marginals.optimize_marginals_laplace`) on
     ``records`` at its ``epsilon`` and reconstruct its workload (see the module doc); ``counts``
-    (with ``records=None``): the data as a histogram over the whole domain (C order)."""
+    (with ``records=None``): the data as a histogram over the whole domain (C order).  The
+    marginals come back in the order the strategy's workload named them.
+
+    ``privacy_unit`` / ``unit_ids`` / ``drop_missing_units``: as in
+    :func:`~sparsedp.marginals.release_marginals`; the tables are measured at ``epsilon / L`` so
+    that one whole unit costs at most the strategy's ``epsilon`` (:mod:`sparsedp.marginals.units`)."""
 
     t0 = time.perf_counter()
     domain = strategy.domain
     eps = check_epsilon(strategy.epsilon)
     if accountant is not None and not isinstance(accountant, Accountant):
         raise InvalidPrivacyParameterError(f"accountant must be an Accountant, got {type(accountant).__name__}")
+    unit = declared_unit(privacy_unit, drop_missing_units)
+    if unit is not None and counts is not None:
+        raise SparseDPError("a privacy unit needs the records (with their unit ids), not counts=")
     X, hist, n_records = _records_or_counts(records, counts, domain)
+    ids = unit_ids_from(records, unit_ids, unit, n_records) if counts is None else None
     if n_records > 2**50:
         raise InputBoundError("too many records")
     seeded = rng is not None and not (isinstance(rng, SecureRandomBits) and rng.secure)
@@ -144,15 +158,22 @@ def release_marginals_laplace(records: Any, strategy: MarginalsStrategy, *, acco
     theta = np.asarray(strategy.weights, dtype=np.float64)
     if np.any(theta <= 0) or abs(float(theta.sum()) - 1.0) > 1e-9:
         raise ShapeError("strategy weights must be > 0 and sum to 1")
+    up, eps_fit = None, eps
+    if unit is not None:  # every check above: now the truncation (and the bound's choice, charged)
+        up = prepare_unit(X, domain, ids, unit, noise="laplace", budget=eps, accountant=accountant, rng=gen,
+                          drop_missing=bool(drop_missing_units))
+        X, eps = up.X, up.budget
+        eps_fit = up.unit.row_budget("laplace", eps)  # epsilon / L per record: epsilon per unit
     measured = list(strategy.measured)
     tables = marginal_tables(X, domain, measured) if hist is None else tables_from_counts(hist, domain, measured)
-    plans, total = fit_table_plans(strategy, eps, bool(secure))
+    plans, total = fit_table_plans(strategy, eps_fit, bool(secure))
     cost = PrivacyCost(epsilon=eps)
-    entry = LedgerEntry(label=label, cost=cost, rows=int(sum(p.rows for p, _ in plans)),
-                        columns=int(sum(t.size for t in tables.values())), noise="laplace", secure=bool(secure),
-                        private=not seeded, sensitivity=float(len(measured)),
-                        scale_min=float(min(p.scales.min() for p, _ in plans)),
-                        scale_max=float(max(p.scales.max() for p, _ in plans)), time=ledger_time())
+    entry = unit_entry(LedgerEntry(label=label, cost=cost, rows=int(sum(p.rows for p, _ in plans)),
+                                   columns=int(sum(t.size for t in tables.values())), noise="laplace",
+                                   secure=bool(secure), private=not seeded, sensitivity=float(len(measured)),
+                                   scale_min=float(min(p.scales.min() for p, _ in plans)),
+                                   scale_max=float(max(p.scales.max() for p, _ in plans)), time=ledger_time()),
+                       up.unit if up else None)
     if accountant is not None:
         accountant.spend(cost, label=label, entry=entry)
     noisy: dict[tuple[int, ...], tuple[np.ndarray, float]] = {}
@@ -184,9 +205,11 @@ def release_marginals_laplace(records: Any, strategy: MarginalsStrategy, *, acco
         by_shape.setdefault(domain.shape(S), []).append(S)
     for group in by_shape.values():
         for S, tab in zip(group, _reconstruct_batch(domain, group, y)):
-            key = tuple(domain.names[i] for i in S)
-            out[key] = tab
-            variances[key] = _cell_variance(domain, S, var)
+            out[S] = tab
+    out = {tuple(domain.names[i] for i in S): out[S] for S in strategy.marginals}  # in the workload's order
+    variances = {tuple(domain.names[i] for i in S): _cell_variance(domain, S, var) for S in strategy.marginals}
     return PureMarginalRelease(domain=domain, strategy=strategy, marginals=out, variances=variances,
-                               residual_variances=var, measurements=noisy, cost=cost, loss=float(total), entry=entry,
-                               secure=bool(secure), private=not seeded, seconds=time.perf_counter() - t0)
+                               residual_variances=var, measurements=noisy, cost=cost,
+                               loss=unit_loss(total, up.unit if up else None, "laplace"), entry=entry,
+                               secure=bool(secure), private=not seeded, seconds=time.perf_counter() - t0,
+                               privacy_unit=up.unit if up else None, bound_choice=up.choice if up else None)

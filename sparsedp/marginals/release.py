@@ -59,10 +59,11 @@ from ..operators import SparseOperator
 from ..privacy import Accountant, LedgerEntry, PrivacyCost, ledger_time
 from ..releases import ReleaseMethods, ReleaseResult, register_reader
 from ..validation import check_counts, check_rho
-from .domain import Domain
+from .domain import Domain, requested_names
 from .kron import KronOperator, apply_factors
 from .residual import cell_variance_factor, contrast_basis, residual_operator
 from .select import ResidualSelection, select_residuals
+from .units import declared_unit, prepare_unit, unit_entry, unit_ids_from, unit_loss, unit_record
 
 __all__ = ["MarginalRelease", "release_marginals", "marginal_tables", "marginals_result"]
 
@@ -87,6 +88,11 @@ class MarginalRelease(ReleaseMethods):
     secure: bool
     private: bool
     seconds: dict = field(default_factory=dict)  # select / tables / plan / measure / reconstruct
+    #: the marginals as the user named them, in the order given (attribute names in the order given):
+    #: :meth:`to_release` answers in this order, each table's axes in this order
+    requested: tuple = ()
+    privacy_unit: Any = None  # the concrete PrivacyUnit (None: one record)
+    bound_choice: Any = None  # the BoundChoice of max_rows="auto" (charged before the release)
 
     def marginal(self, attrs: Any) -> np.ndarray:
         """Any marginal whose every subset was measured (the workload's and their sub-marginals),
@@ -117,10 +123,11 @@ class MarginalRelease(ReleaseMethods):
                 "rho": self.cost.rho, "certified_rho": self.loss, "sum_of_variances": self.sum_of_variances()}
         if categories is not None:
             desc["categories"] = categories
+        desc, ledger = unit_record(desc, self.entry, self.privacy_unit, self.bound_choice, "rho")
         desc.update(description or {})
         return marginals_result(self.domain.names, self.domain.sizes,
-                                [(k, t, self.variances[k]) for k, t in self.marginals.items()],
-                                noise="gaussian", secure=bool(self.secure), ledger=[self.entry],
+                                requested_tables(self.domain, self.requested, self.marginals, self.variances),
+                                noise="gaussian", secure=bool(self.secure), ledger=ledger,
                                 private=bool(self.private) if private is None else private, description=desc,
                                 strategy=f"ResidualPlanner: {len(self.residuals)} residuals measured with "
                                 "Gaussian noise, marginals by GLS", source=self)
@@ -135,6 +142,20 @@ def label_column(attribute: str) -> str:
     """The label of an attribute's codes in a marginal release (:func:`marginals_result`): its name,
     or ``attribute_NAME`` for a name the release's table uses itself (``marginal``, ``lower``, ...)."""
     return f"attribute_{attribute}" if attribute in RESERVED_LABELS else attribute
+
+
+def requested_tables(domain: Domain, requested: Any, tables: dict, variances: dict) -> list:
+    """``[(attribute names, table, per-cell variance)]`` in the order the user asked for them, each
+    table's axes in the order of its names (``tables`` are keyed by names in the domain's order);
+    without ``requested``, ``tables`` as they are."""
+    if not requested:
+        return [(k, t, variances[k]) for k, t in tables.items()]
+    out = []
+    for names in requested:
+        key = tuple(sorted(names, key=domain.names.index))
+        perm = [key.index(a) for a in names]
+        out.append((tuple(names), np.transpose(np.asarray(tables[key]), perm), variances[key]))
+    return out
 
 
 def marginals_result(names: Any, sizes: Any, tables: Any, **fields: Any) -> ReleaseResult:
@@ -178,8 +199,11 @@ def marginals_from_json(meta: dict, path: str | None = None) -> ReleaseResult:
         ledger = [{"label": "marginals", "rho": priv["rho"], "epsilon": 0.0, "noise": priv.get("noise"),
                    "secure": priv.get("secure"), "private": priv.get("private")}]
     # no measurement recorded (and none to read from a privacy block): an empty ledger, not private
-    desc = {k: meta[k] for k in ("domain", "categories", "objective", "sum_of_variances") if k in meta}
+    desc = {k: meta[k] for k in ("domain", "categories", "objective", "sum_of_variances", "privacy_unit",
+                                 "privacy_unit_bound") if k in meta}
     desc.update(rho=priv.get("rho"), certified_rho=priv.get("certified_rho"))
+    if "neighbours" in priv:
+        desc["neighbours"] = priv["neighbours"]
     return marginals_result(dom["names"], dom["sizes"],
                             [(m["attributes"], m["counts"], m["cell_variance"]) for m in meta["marginals"]],
                             noise=priv.get("noise", "gaussian"), secure=bool(priv.get("secure", True)), ledger=ledger,
@@ -429,6 +453,9 @@ def release_marginals(
     max_records: int = 2**24,
     label: str = "marginals",
     counts: Any = None,
+    privacy_unit: Any = None,
+    unit_ids: Any = None,
+    drop_missing_units: bool = False,
 ) -> MarginalRelease:
     """Release ``marginals`` of ``records`` on ``domain`` under ``rho``-zCDP (see the module doc).
 
@@ -439,17 +466,35 @@ def release_marginals(
     ``max_records``: a public bound on ``n`` that fixes the exact sampler's grid; more records raise
     :class:`InputBoundError` before anything is spent.  ``counts`` (with ``records=None``): the data
     as a histogram over the whole domain instead (C order, length ``prod(sizes)``: what
-    ``MatrixMechanism`` measures)."""
+    ``MatrixMechanism`` measures).
+
+    The marginals come back in the order given (:attr:`MarginalRelease.marginals` is keyed by the
+    attribute names in the domain's order; :meth:`MarginalRelease.to_release` answers marginal by
+    marginal in the order given, each table's cells in C order over its attributes *as named*).
+
+    ``privacy_unit`` (default: one record): a :class:`~sparsedp.privacy_unit.PrivacyUnit` whose
+    ids are the DataFrame's ``privacy_unit.column`` or ``unit_ids`` (one per record); each unit
+    keeps at most ``max_rows`` records (or ``max_groups`` cells of the full domain with
+    ``max_rows_per_group`` in each), and the release runs at ``rho / L^2`` so that one whole unit
+    costs at most ``rho`` (:mod:`sparsedp.marginals.units`); ``max_rows="auto"`` spends a share of
+    ``rho`` on the bound first.  ``drop_missing_units``: drop records without an id (else refused)."""
     t0 = time.perf_counter()
     r = check_rho(rho, "rho")
     if accountant is not None and not isinstance(accountant, Accountant):
         raise InvalidPrivacyParameterError(f"accountant must be an Accountant, got {type(accountant).__name__}")
+    unit = declared_unit(privacy_unit, drop_missing_units)
+    if unit is not None and counts is not None:
+        raise SparseDPError("a privacy unit needs the records (with their unit ids), not counts=")
     X, hist, n_records = _records_or_counts(records, counts, domain)
+    ids = unit_ids_from(records, unit_ids, unit, n_records) if counts is None else None
     if n_records > int(max_records):
         raise InputBoundError(f"more records than max_records={int(max_records)} (the grid's bound; raise it to a "
                               "public bound on the number of records)")
     seeded = rng is not None and not (isinstance(rng, SecureRandomBits) and rng.secure)
     gen = rng if rng is None or isinstance(rng, SecureRandomBits) else as_generator(rng)
+    if not isinstance(marginals, (str, bytes)) and hasattr(marginals, "__iter__"):
+        marginals = list(marginals)  # read twice below: an iterator once
+    requested = requested_names(domain, marginals)
     sel = select_residuals(domain, marginals, r, weights=weights, objective=objective)
     measured = set(sel.residuals)
     for S in sel.marginals:  # every marginal must be answerable (a zero weight drops residuals)
@@ -458,6 +503,13 @@ def release_marginals(
                 if A not in measured and all(domain.sizes[i] > 1 for i in A):
                     raise InvalidPrivacyParameterError(
                         f"marginal {S} needs residual {A}, which no positive weight asks for: give it a weight > 0")
+    up, r_fit = None, r
+    if unit is not None:  # every check above: now the truncation (and the bound's choice, charged)
+        up = prepare_unit(X, domain, ids, unit, noise="gaussian", budget=r, accountant=accountant, rng=gen,
+                          drop_missing=bool(drop_missing_units))
+        X, n_records, r = up.X, int(up.X.shape[0]), up.budget
+        r_fit = up.unit.row_budget("gaussian", r)  # rho / L^2 per record: rho per unit
+        sel = select_residuals(domain, marginals, r_fit, weights=weights, objective=objective)
     t1 = time.perf_counter()
     # blocks of at most ~n/8 cells (2^10 .. 2^17): a block's table must not cost more than its records
     if hist is None:
@@ -466,15 +518,16 @@ def release_marginals(
     else:
         tables = tables_from_counts(hist, domain, list(sel.residuals))
     t2 = time.perf_counter()
-    plans, total, sigma2 = fit_residual_plans(sel, r, bool(secure), max_records)
+    plans, total, sigma2 = fit_residual_plans(sel, r_fit, bool(secure), max_records)
     t3 = time.perf_counter()
-    cost = PrivacyCost(rho=r)
+    cost = PrivacyCost(rho=r)  # per unit: the plans' per-record total times L^2 is at most r
     rows = int(sum(p.rows for p, _ in plans))
     scales = np.sqrt(sigma2)
-    entry = LedgerEntry(label=label, cost=cost, rows=rows, columns=int(sum(t.size for t in tables.values())),
-                        noise="gaussian", secure=bool(secure), private=not seeded,
-                        sensitivity=float(math.sqrt(float(np.sum(sel.p)))), scale_min=float(scales.min()),
-                        scale_max=float(scales.max()), time=ledger_time())
+    entry = unit_entry(LedgerEntry(label=label, cost=cost, rows=rows,
+                                   columns=int(sum(t.size for t in tables.values())), noise="gaussian",
+                                   secure=bool(secure), private=not seeded,
+                                   sensitivity=float(math.sqrt(float(np.sum(sel.p)))), scale_min=float(scales.min()),
+                                   scale_max=float(scales.max()), time=ledger_time()), up.unit if up else None)
     if accountant is not None:
         accountant.spend(cost, label=label, entry=entry)  # once, before any noise
     y: dict[tuple[int, ...], np.ndarray] = {}
@@ -495,14 +548,16 @@ def release_marginals(
     for shape, group in by_shape.items():  # one batched Kronecker transform per table shape
         tabs = _reconstruct_batch(domain, group, y)
         for S, tab in zip(group, tabs):
-            key = tuple(domain.names[i] for i in S)
-            out[key] = tab
-            variances[key] = _cell_variance(domain, S, var)
+            out[S] = tab
+    out = {tuple(domain.names[i] for i in S): out[S] for S in sel.marginals}  # in the workload's order
+    variances = {tuple(domain.names[i] for i in S): _cell_variance(domain, S, var) for S in sel.marginals}
     t5 = time.perf_counter()
     return MarginalRelease(
         domain=domain, selection=sel, marginals=out, variances=variances, residuals=y, residual_variances=var,
-        cost=cost, loss=float(total), entry=entry, secure=bool(secure), private=not seeded,
+        cost=cost, loss=unit_loss(total, up.unit if up else None, "gaussian"), entry=entry, secure=bool(secure),
+        private=not seeded,
         seconds={"select": t1 - t0, "tables": t2 - t1, "plan": t3 - t2, "measure": t4 - t3, "reconstruct": t5 - t4},
+        requested=requested, privacy_unit=up.unit if up else None, bound_choice=up.choice if up else None,
     )
 
 
