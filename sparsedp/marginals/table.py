@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputBoundError, NonFiniteInputError, ShapeError, SparseDPError
-from ..io import load_npy_table
+from ..io import id_text, load_npy_table, table_columns
 from .domain import Domain
 
-__all__ = ["encode_records", "read_records", "read_unit_records", "table_columns"]
+__all__ = ["encode_records", "read_records", "read_unit_records"]
 
 
 def read_records(path: str | Path, columns: list[str]) -> Any:
@@ -62,26 +62,9 @@ def read_records(path: str | Path, columns: list[str]) -> Any:
     return df
 
 
-def table_columns(path: str | Path) -> list[str]:
-    """The column names of a CSV / Parquet file (its header only; ``[]`` for an ``.npy`` array or
-    a file that cannot be read: :func:`read_records` reports that)."""
-    p = Path(path)
-    try:
-        if p.suffix.lower() == ".csv":
-            with open(p, newline="") as fh:
-                return list(next(csv.reader(fh), None) or [])
-        if p.suffix.lower() in (".parquet", ".pq"):
-            import pyarrow.parquet as pq
-
-            return list(pq.read_schema(p).names)
-    except Exception:  # noqa: BLE001 - read_records names the problem
-        return []
-    return []
-
-
 def read_unit_records(path: str | Path, columns: list[str], unit: Any) -> tuple[Any, Any]:
     """``(records, unit ids)``: :func:`read_records` of ``columns`` and, with a declared
-    :class:`~sparsedp.privacy_unit.PrivacyUnit`, its column (``None`` without one; an ``.npy``
+    :class:`~sparsedp.privacy_unit.PrivacyUnit`, its column as text (``None`` without one; an ``.npy``
     array has no id column and is refused then).  Without a unit, a file with an identifier-like
     column draws an :class:`~sparsedp.privacy_unit.IdColumnWarning`."""
     from ..privacy_unit import warn_if_id_like
@@ -95,7 +78,7 @@ def read_unit_records(path: str | Path, columns: list[str], unit: Any) -> tuple[
                             f"privacy unit's column {unit.column!r}")
     extra = [] if unit.column in columns else [unit.column]
     df = read_records(path, columns + extra)
-    return df, df[unit.column].to_numpy()
+    return df, id_text(df[unit.column])  # as text: the same ids from CSV and Parquet, as every record path
 
 
 def _check_columns(p: Path, names: list[str], columns: list[str]) -> None:
