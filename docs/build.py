@@ -52,6 +52,7 @@ GALLERY: dict[str, tuple[list[str], list[str]]] = {
     "optimize_custom_workload": ([], []),
     "marginals_release": (["--plot", "{tmp}/marginals.png"], ["marginals.png"]),
     "topdown_release": (["--out", "{tmp}/topdown_release.npz"], []),
+    "retail_customer_marginals": ([], []),
 }
 RELEASE_SPEC = "release_spec"  # examples/release_spec/: make_ages.py, then `sparsedp release ages.toml`
 
