@@ -131,3 +131,24 @@ def test_bad_declarations_are_refused_before_any_output(tmp_path):
     with pytest.raises(SparseDPError, match="no value"):
         unit_histogram_records(data, "v", BINS, PrivacyUnit("CustomerID", max_rows=3), key=unit_key(1),
                                executor="inprocess")
+
+
+def test_auto_bound_on_threads_equals_in_process(tmp_path):
+    """max_rows="auto": the workers count each unit's rows, the same private choice and release as
+    in one process with one seed; the choice's charge first, the total within epsilon."""
+    from sparsedp.scaleout import release_hierarchical
+    from sparsedp.unit_records import read_unit_histogram
+
+    data = tmp_path / "t.csv"
+    _table(np.random.default_rng(8), rows=6000, units=200).to_csv(data, index=False)
+    unit = PrivacyUnit("CustomerID", max_rows="auto")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        x, concrete, choice, rest = read_unit_histogram(data, "v", BINS, unit, epsilon=1.0, rng=4)
+        ref = release_hierarchical(x, concrete.row_budget("laplace", rest), k=4, rng=4)
+        r = release_records(data, "v", BINS, 1.0, privacy_unit=unit, executor="threads", rng=4, k=4)
+    assert r.privacy_unit == concrete and r.bound_choice.bound == choice.bound
+    assert np.array_equal(np.asarray(r.to_release().answers), np.asarray(ref.to_release().answers))
+    rel = r.to_release()
+    assert rel.ledger[0]["label"].startswith("privacy unit: bound") and rel.epsilon <= 1.0
+    assert rel.description["privacy_unit_bound"]["max_rows"] == concrete.max_rows

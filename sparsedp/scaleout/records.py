@@ -309,7 +309,10 @@ def _records_frame(parts: list[RecordPart], column: str, unit_column: str) -> An
 
 
 def _bin_ids(df: Any, column: str, unit_column: str, bins: Bins, clip: bool) -> Any:
-    """One partition of records: checked and binned (``cell``), the unit ids as text (``uid``)."""
+    """One partition of records: checked and binned (``cell``), the unit ids as read (``uid``) and
+    ``part``, a hash of their text (:func:`~sparsedp.io.id_text`) to shuffle on: the same text, the
+    same partition, whatever the column's type in each file; the ids travel in their own compact
+    type, not as Python strings."""
     import pandas as pd
 
     from ..io import id_text
@@ -321,12 +324,34 @@ def _bin_ids(df: Any, column: str, unit_column: str, bins: Bins, clip: bool) -> 
         cells = bin_indices(values, bins, clip)
     except SparseDPError as exc:
         raise type(exc)(f"column {column!r}: {exc} (a record's number within its part)") from None
-    return pd.DataFrame({"cell": cells, "uid": pd.Series(id_text(df[unit_column]), dtype=object)})
+    part = pd.util.hash_array(id_text(df[unit_column]), categorize=True)
+    return pd.DataFrame({"cell": cells, "uid": df[unit_column].to_numpy(), "part": part.astype(np.uint64)},
+                        index=df.index)
+
+
+def _unit_ids(df: Any, unit_column: Any, drop_missing: bool) -> np.ndarray:
+    """The text ids of one shuffled partition; a missing id refused unless ``drop_missing``."""
+    from ..io import id_text
+    from ..privacy_unit import _codes
+
+    ids = id_text(df["uid"])
+    _codes(ids, f"the privacy unit column {unit_column!r}", drop_missing)
+    return ids
+
+
+def _rows_per_unit(df: Any, unit_column: str, drop_missing: bool) -> Any:
+    """One shuffled partition (every unit's rows in it): the number of rows of each unit (no ids)."""
+    import pandas as pd
+
+    ids = _unit_ids(df, unit_column, drop_missing)
+    present = ids[~pd.isna(ids)].astype(str)
+    _, counts = np.unique(present, return_counts=True)
+    return pd.Series(counts.astype(np.int64))
 
 
 def _truncate_part(df: Any, unit: Any, key: str, drop_missing: bool) -> Any:
     """One partition after the shuffle by unit (every unit's rows in it): the compact histogram
-    (``cell``, ``count``) of the rows :func:`~sparsedp.unit_records.truncated_histogram` keeps."""
+    (``cell``, ``count``) of the rows :func:`~sparsedp.unit_records.kept_rows` keeps."""
     import pandas as pd
 
     from ..unit_records import kept_rows
@@ -334,7 +359,7 @@ def _truncate_part(df: Any, unit: Any, key: str, drop_missing: bool) -> Any:
     if len(df) == 0:
         return pd.DataFrame({"cell": np.zeros(0, np.int64), "count": np.zeros(0, np.int64)})
     cells = df["cell"].to_numpy(dtype=np.int64)
-    keep = kept_rows(cells, df["uid"].to_numpy(dtype=object), unit, key, drop_missing)
+    keep = kept_rows(cells, _unit_ids(df, unit.column, drop_missing), unit, key, drop_missing)
     u, cnt = np.unique(cells[keep], return_counts=True)
     return pd.DataFrame({"cell": u.astype(np.int64), "count": cnt.astype(np.int64)})
 
@@ -379,19 +404,18 @@ def unit_histogram_records(
     parts = record_parts(source, column) if _parts is None else _parts
     _check_unit_column(parts, privacy_unit.column)
     ex = get_executor(executor)
-    binned = _records_frame(parts, column, privacy_unit.column).map_partitions(
-        _bin_ids, column, privacy_unit.column, bins, bool(clip),
-        meta={"cell": np.int64, "uid": object})
-    shuffled = binned.shuffle(on="uid")
+    import pandas as pd
+
+    frame = _records_frame(parts, column, privacy_unit.column)
+    meta = pd.DataFrame({"cell": np.zeros(0, np.int64), "uid": frame._meta[privacy_unit.column].to_numpy(),
+                         "part": np.zeros(0, np.uint64)})
+    binned = frame.map_partitions(_bin_ids, column, privacy_unit.column, bins, bool(clip), meta=meta)
+    shuffled = binned.shuffle(on="part")
     choice, rest = None, epsilon
     unit = privacy_unit
     if unit.is_auto:  # every record checked while counting; then the (charged) choice
-        if not drop_missing_units:
-            missing = _compute(ex, binned["uid"].isna().any())
-            if bool(missing):
-                raise SparseDPError(f"the privacy unit column {unit.column!r}: some rows have no value; pass "
-                                    "drop_missing=True to drop them (how many is not published)")
-        per_unit = _compute(ex, binned.dropna(subset=["uid"]).groupby("uid").size())
+        per_unit = _compute(ex, shuffled.map_partitions(_rows_per_unit, unit.column, bool(drop_missing_units),
+                                                        meta=pd.Series(np.zeros(0, np.int64))))
         unit, choice, rest = resolve_unit(unit, None, epsilon=epsilon, accountant=accountant, rng=rng,
                                           drop_missing=drop_missing_units,
                                           rows_per_unit=np.asarray(per_unit, dtype=np.int64))
