@@ -280,8 +280,9 @@ def id_text(values: Any) -> np.ndarray:
     s = pd.Series(np.asarray(values, dtype=object) if not isinstance(values, pd.Series) else values)
     missing = s.isna().to_numpy() | (s.astype(str) == "").to_numpy()
     if pd.api.types.is_float_dtype(s.dtype):  # 7.0 (a float column with gaps) reads as 7, as in CSV text
-        whole = ~missing & (np.floor(s.fillna(0).to_numpy()) == s.fillna(0).to_numpy())
-        text = np.where(whole, s.fillna(0).astype(np.int64).astype(str).to_numpy(), s.astype(str).to_numpy())
+        v = s.fillna(0).to_numpy(dtype=np.float64)
+        whole = ~missing & (np.abs(v) < 2.0**53) & (np.floor(v) == v)  # exact integers only: no two ids merge
+        text = np.where(whole, np.where(whole, v, 0).astype(np.int64).astype(str), s.astype(str).to_numpy())
     else:
         text = s.astype(str).to_numpy()
     out = text.astype(object)

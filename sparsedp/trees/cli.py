@@ -30,6 +30,13 @@ which noise stream draws which node, so it is part of the release on every path.
 START STOP WIDTH`` (binned part by part on the workers, :func:`sparsedp.scaleout.release_records`;
 outside the domain refused unless ``--clip``).  ``privelet`` and ``dwork`` run in this process only
 (``--executor`` refuses them).  A progress bar counts chunks on a terminal.
+
+Records of many rows per person: ``--privacy-unit COLUMN --max-rows K|auto [--max-groups G
+--max-rows-per-group R] [--drop-missing-units]`` (with ``--column`` and ``--bins``) reads the unit's
+column as text, truncates each unit's rows (the bins as groups; priorities keyed on the row itself,
+so the same rows on every path) and runs the method at ``unit.row_budget("laplace", epsilon)``:
+``--epsilon`` per unit (``auto``: a share of it chooses the bound first, its own ledger entry).
+Without a unit, a table with an identifier-like column draws a one-line warning on stderr.
 """
 
 from __future__ import annotations
