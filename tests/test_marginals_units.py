@@ -305,3 +305,22 @@ def test_nonnegative_marginals_are_a_release(tmp_path):
     assert back.labels["marginal"].tolist() == res.labels["marginal"].tolist()
     lo, hi = nn.confidence_intervals(0.9)
     assert lo.shape == res.answers.shape and np.all(lo <= hi)
+
+
+def test_cli_reads_the_same_ids_from_csv_and_parquet_and_drops_missing_ones_when_asked(tmp_path):
+    pytest.importorskip("pyarrow")
+    X, ids = _table(6, rows=120, units=15)
+    df = pd.DataFrame(X, columns=DOM.names).assign(CustomerID=ids.astype(float))
+    df.loc[5, "CustomerID"] = np.nan  # a Parquet float column with a gap: 7.0 reads as "7", as in the CSV
+    df.to_parquet(tmp_path / "t.parquet")
+    df.to_csv(tmp_path / "t.csv", index=False)
+    got = []
+    for name in ("t.parquet", "t.csv"):
+        base = ["marginals", str(tmp_path / name), "--columns", "a,b,c", "--sizes", "3,2,4", "--rho", "1", "--seed",
+                "3", "--privacy-unit", "CustomerID", "--max-rows", "3", "--out", str(tmp_path / f"{name}.json")]
+        refused = _cli(*base)
+        assert refused.returncode == 2 and "no value" in refused.stderr
+        assert not (tmp_path / f"{name}.json").exists()
+        assert _cli(*base, "--drop-missing-units").returncode == 0
+        got.append(json.loads((tmp_path / f"{name}.json").read_text())["marginals"])
+    assert got[0] == got[1]
