@@ -186,6 +186,15 @@ def test_bad_declarations_are_refused_before_any_charge(case):
     assert acc.spent == spent and len(acc.ledger) == (1 if case == "auto over budget" else 0)
 
 
+def test_a_secure_generator_draws_the_priorities_the_bound_and_the_noise():
+    from sparsedp.noise import SecureRandomBits
+
+    X, ids = _table(2)
+    rel = release_marginals(pd.DataFrame(X, columns=DOM.names).assign(u=ids), DOM, WORK, 1.0,
+                            rng=SecureRandomBits(), privacy_unit=PrivacyUnit("u", max_rows=2))
+    assert rel.private and rel.entry.privacy_unit == "u (max_rows 2)"
+
+
 def test_missing_ids_dropped_when_asked():
     X, ids = _table(1)
     df = pd.DataFrame(X, columns=DOM.names).assign(u=ids.astype(object))

@@ -126,7 +126,11 @@ def prepare_unit(X: np.ndarray, domain: Domain, ids: Any, unit: PrivacyUnit, *, 
             accountant.check(PrivacyCost(epsilon=budget) if noise == "laplace" else PrivacyCost(rho=budget))
         kw = {"epsilon": budget} if noise == "laplace" else {"rho": budget}
         unit, choice, rest = resolve_unit(unit, ids, accountant=accountant, rng=rng, drop_missing=drop_missing, **kw)
-    keep = truncate(ids, unit, groups, rng=rng, drop_missing=drop_missing)
+    from ..noise import SecureRandomBits
+
+    # priorities: a seeded generator's (reproducible, not private), else the secure generator's
+    keep = truncate(ids, unit, groups, rng=None if isinstance(rng, SecureRandomBits) else rng,
+                    drop_missing=drop_missing)
     return UnitPlan(np.asarray(X)[keep], unit, choice, rest)
 
 
