@@ -23,6 +23,7 @@ from sparsedp.errors import (
     BudgetExceededError,
     InfeasibleConstraintsError,
     FractionalCountError,
+    InvalidPrivacyParameterError,
     NegativeCountError,
     NonFiniteInputError,
     ShapeError,
@@ -490,7 +491,11 @@ def test_the_certified_loss_of_all_levels_is_within_the_charge(cfg):
     """Brute force over the measured matrix of every level applied to the leaf cells (one person
     in a leaf cell changes that cell at every level by one): the exact loss of the worst leaf
     cell, in Fractions, is at most what the accountant was charged, which is within the budget."""
-    t = table(8)
+    _loss_within_charge(table(8), cfg)
+
+
+def _loss_within_charge(t, cfg):
+    """The brute-force check of the certified loss of ``topdown(t, **cfg)`` against its charge."""
     gauss = "rho" in cfg
     total = cfg.get("rho", cfg.get("epsilon"))
     acc = Accountant(rho=total) if gauss else Accountant(epsilon=total)
@@ -513,6 +518,76 @@ def test_the_certified_loss_of_all_levels_is_within_the_charge(cfg):
     with pytest.raises(BudgetExceededError):  # nothing left: refused before anything is drawn
         topdown(t, accountant=acc, rng=1, **cfg)
     assert acc.spent_exact == charged
+
+
+def single_state(seed=0):
+    """A file of one state read the natural way: root (1 unit) > state (1 unit, the same counts)
+    > county > district."""
+    frame = small_frame(seed, unbalanced=False)
+    frame = frame[frame["state"] == "01"].reset_index(drop=True)
+    return HierarchicalTable.from_counts(frame, ["state", "county", "vtd"], "vap_*,u18_*", attributes=("age", "race"),
+                                         root="nation")
+
+
+SKIPPING = [  # (table, cfg, the levels not measured)
+    (single_state, dict(rho=0.9), ["nation"]),
+    (single_state, dict(rho=0.9, invariants=["state:total"]), ["nation"]),
+    (single_state, dict(epsilon=1.1, split=[3, 1, 1, 2]), ["nation"]),
+    (single_state, dict(rho=0.8, split="optimal"), ["nation"]),
+    (single_state, dict(rho=0.7, invariants=["nation:total"], queries={"cells": 2, "total": 1}), ["state"]),
+    (table, dict(rho=0.9, invariants=["nation:cells"]), ["nation"]),  # every cell of the root published
+    (table, dict(epsilon=0.9, invariants=["nation:cells"]), ["nation"]),
+    (table, dict(rho=0.6, invariants=["state:age"], queries=[{"age": 1}, {"cells": 1}, None, None]), ["nation"]),
+    (table, dict(rho=0.9, invariants=["state:total"], split="optimal"), []),
+]
+
+
+@pytest.mark.parametrize("make, cfg, skipped", SKIPPING)
+def test_levels_without_information_are_not_paid_for(make, cfg, skipped):
+    """A level the invariants determine, or one whose units equal the next level's, is not
+    measured: the whole budget goes to the others (ledger = requested = description), the release
+    names it, and the counts are still valid."""
+    t = make(0)
+    key = "rho" if "rho" in cfg else "epsilon"
+    acc = Accountant(**{key: cfg[key]})
+    rel = topdown(t, accountant=acc, rng=2, **cfg)
+    assert [lp.name for lp in rel.design.levels if lp.skipped] == skipped
+    assert all(lp.plan is None and lp.budget == 0 for lp in rel.design.levels if lp.skipped)
+    assert float(acc.spent) == pytest.approx(cfg[key], rel=1e-12) and float(acc.spent) <= cfg[key]
+    assert rel.description[key] == cfg[key]
+    assert rel.description["spent"] == pytest.approx(float(acc.spent), rel=1e-15)
+    assert [s["level"] for s in rel.description["skipped"]] == skipped
+    notices = rel.design.notices()
+    assert len(notices) == len(skipped) and all(f"'{lv}'" in n for lv, n in zip(skipped, notices))
+    assert rel.check() == {"negative": 0, "non_integer": 0, "inconsistent": 0, "invariant_violations": 0}
+    truth = t.counts
+    for d in range(t.hierarchy.depth):  # the skipped level's counts are its neighbours' (one child each)
+        if t.hierarchy.sizes[d] == t.hierarchy.sizes[d + 1] and not t.hierarchy.leaves(d).any():
+            assert np.array_equal(rel.counts[d], rel.counts[d + 1]) and np.array_equal(truth[d], truth[d + 1])
+
+
+def test_a_redundant_level_costs_nothing():
+    """The natural call on a one-state file gives the same design below the state as the state
+    read as the root: the same budgets for county and district."""
+    a = plan_topdown(single_state().hierarchy, rho=1.0)
+    frame = small_frame(0, unbalanced=False)
+    frame = frame[frame["state"] == "01"].reset_index(drop=True)
+    b = plan_topdown(HierarchicalTable.from_counts(frame, ["county", "vtd"], "vap_*,u18_*", attributes=("age", "race"),
+                                                   root="state").hierarchy, rho=1.0)
+    assert a.split == (0.0,) + b.split
+    assert a.level_errors()[1:] == pytest.approx(b.level_errors(), rel=1e-9)
+
+
+def test_a_split_only_on_levels_without_information_is_refused_before_any_charge():
+    acc = Accountant(rho=1.0)
+    with pytest.raises(InvalidPrivacyParameterError, match="nation"):
+        topdown(single_state(), rho=1.0, split={"nation": 1}, accountant=acc, rng=1)
+    assert acc.spent == 0
+
+
+@pytest.mark.parametrize("make, cfg, skipped", SKIPPING[:-1])
+def test_the_certified_loss_of_designs_with_skipped_levels_is_within_the_charge(make, cfg, skipped):
+    _loss_within_charge(make(8), cfg)
 
 
 def test_audit_of_the_measurement_of_all_levels():

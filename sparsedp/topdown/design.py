@@ -21,7 +21,7 @@ a level-weighted error of the GLS estimate, computed exactly from the design's p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any, Callable, Mapping, Sequence
 
@@ -74,6 +74,8 @@ class LevelPlan:
     #: with ``contributions > 1``: the level's sensitivity to one person (``Delta_2``, or ``Delta_1``
     #: for Laplace, over its unweighted queries), which the scales are calibrated to
     person_sensitivity: float | None = None
+    #: why the level is not measured when it carries no information (``None``: it is not skipped)
+    skipped: str | None = None
 
     @property
     def label(self) -> str:
@@ -150,6 +152,18 @@ class TopDownDesign:
     def measured(self) -> tuple[LevelPlan, ...]:
         return tuple(lp for lp in self.levels if lp.plan is not None)
 
+    @property
+    def spent(self) -> float:
+        """The budget the measured levels charge in total (the requested ``total``, up to the
+        downward rounding of each share)."""
+        return float(sum(lp.budget for lp in self.measured))
+
+    def notices(self) -> list[str]:
+        """One line per level that is not measured because it carries no information (its budget
+        went to the other levels)."""
+        return [f"level {lp.name!r} is not measured ({lp.skipped}); its budget goes to the other levels"
+                for lp in self.levels if lp.skipped is not None]
+
     def cost(self) -> PrivacyCost:
         """What the release charges (sequential composition of the levels' plans)."""
         costs = [lp.plan.cost for lp in self.measured]
@@ -223,7 +237,8 @@ class TopDownDesign:
         unit = "rho" if self.noise == "gaussian" else "epsilon"
         extra = {} if self.split_choice is None else {"split_choice": self.split_choice.describe()}
         return {**extra,
-            "noise": self.noise, "secure": self.secure, unit: self.total,
+            "noise": self.noise, "secure": self.secure, unit: self.total, "spent": self.spent,
+            "skipped": [{"level": lp.name, "reason": lp.skipped} for lp in self.levels if lp.skipped is not None],
             "levels": [{"level": lp.name, unit: lp.budget, "measured": lp.plan is not None,
                         "queries": {b.name: b.budget for b in lp.blocks},
                         "scales": ([float(lp.plan.scales[b.start]) for b in lp.blocks] if lp.plan is not None else [])}
@@ -534,7 +549,7 @@ def _round_shares(x: np.ndarray, lower: np.ndarray, decimals: int) -> np.ndarray
 def optimal_split(h: Hierarchy, *, rho: float | None = None, epsilon: float | None = None, noise: str | None = None,
                   queries: Any = None, invariants: Sequence[Any] = (), secure: bool = True,
                   measure_invariants: bool | None = None, spec: OptimalSplit | str = "optimal",
-                  contributions_per_person: int = 1) -> SplitChoice:
+                  contributions_per_person: int = 1, shape: Sequence[tuple[int, int]] | None = None) -> SplitChoice:
     """The data-free split of :class:`OptimalSplit` ``spec`` for a release planned with these
     arguments (those of :func:`plan_topdown`).
 
@@ -557,7 +572,7 @@ def optimal_split(h: Hierarchy, *, rho: float | None = None, epsilon: float | No
     w = _check_spec(h, spec)
     ref = plan_topdown(h, rho=rho, epsilon=epsilon, noise=noise, split=None, queries=queries, invariants=invariants,
                        secure=secure, measure_invariants=measure_invariants,
-                       contributions_per_person=contributions_per_person)
+                       contributions_per_person=contributions_per_person, shape=shape)
     model = _LevelErrorModel(ref)
     D1 = h.depth + 1
     nb = len(model.blocks)
@@ -762,7 +777,7 @@ def _plan_level(h: Hierarchy, d: int, budget: float, queries: list[tuple[tuple[i
 def plan_topdown(h: Hierarchy, *, rho: float | None = None, epsilon: float | None = None, noise: str | None = None,
                  split: Any = None, queries: Any = None, invariants: Sequence[Any] = (),
                  secure: bool = True, measure_invariants: bool | None = None,
-                 contributions_per_person: int = 1) -> TopDownDesign:
+                 contributions_per_person: int = 1, shape: Sequence[tuple[int, int]] | None = None) -> TopDownDesign:
     """Plan a release (nothing is measured or charged): ``rho`` (zCDP, discrete Gaussian noise) or
     ``epsilon`` (pure DP, discrete Laplace noise) in total; ``split``: the levels' weights (a list,
     one per level, or ``{level: weight}``; default ``None`` or ``"equal"``: equal), each level's
@@ -778,7 +793,13 @@ def plan_topdown(h: Hierarchy, *, rho: float | None = None, epsilon: float | Non
     marginal of ``m`` cells; yes for Laplace, whose contrasts would cost more in L1);
     ``contributions_per_person``: how many cells of their unit one person may be counted in (1:
     the cells partition the people; more for overlapping count columns: every query's noise is
-    then calibrated to such a person, :func:`person_sensitivity`, within the same budget)."""
+    then calibrated to such a person, :func:`person_sensitivity`, within the same budget);
+    ``shape``: ``(units, leaf units)`` per level of the real hierarchy when ``h`` is a skeleton of
+    it (the chunked path), for :func:`uninformative_levels`.
+
+    A level that carries no information (:func:`uninformative_levels`) is not measured and its
+    weight goes to the other levels, so the whole budget is spent (``design.spent``);
+    ``design.notices()`` names it."""
     k = check_contributions(contributions_per_person)
     if noise is None:
         noise = "laplace" if epsilon is not None and rho is None else "gaussian"
@@ -797,30 +818,88 @@ def plan_topdown(h: Hierarchy, *, rho: float | None = None, epsilon: float | Non
     if opt is not None:
         choice = optimal_split(h, rho=rho, epsilon=epsilon, noise=noise, queries=queries, invariants=invariants,
                                secure=secure, measure_invariants=measure_invariants, spec=opt,
-                               contributions_per_person=k)
+                               contributions_per_person=k, shape=shape)
         split = list(choice.level_shares)
         given = _queries(h.cells, queries, h.depth + 1)
         queries = [{h.cells.axes(m): f for m, f in q.items()} if q else {ax: w for ax, w in given[d]}
                    for d, q in enumerate(choice.query_shares)]
     elif isinstance(split, str):  # "equal"
         split = None
-    weights = _level_weights(h, split)
-    budgets = _shares(weights, budget_fraction(total), "split")
-    qs = _queries(h.cells, queries, h.depth + 1)
-    for d in range(h.depth + 1):
-        if h.leaves(d).any() and budgets[d] == 0:
-            raise SparseDPError(f"level {h.levels[d]!r} has leaves but no budget: their counts would be undetermined")
     inv = []
     for spec in invariants:
         iv = Invariant.parse(spec)
         inv.append((h.level_index(iv.level), h.cells.axes(iv.marginal)))
     pins = _pinned(h, inv)
+    qs = _informative_queries(h, _queries(h.cells, queries, h.depth + 1), pins)
+    skipped = uninformative_levels(h, qs, pins, shape)
+    weights = [0 if d in skipped else w for d, w in enumerate(_level_weights(h, split))]
+    if all(_is_zero(w) for w in weights):
+        raise InvalidPrivacyParameterError(
+            "split: the levels with a budget carry no information (" + "; ".join(
+                f"{h.levels[d]}: {why}" for d, why in skipped.items()) + "): give a weight to another level")
+    budgets = _shares(weights, budget_fraction(total), "split")
+    for d in range(h.depth + 1):
+        if h.leaves(d).any() and budgets[d] == 0 and d not in skipped:
+            raise SparseDPError(f"level {h.levels[d]!r} has leaves but no budget: their counts would be undetermined")
     skip = (noise == "gaussian") if measure_invariants is None else not bool(measure_invariants)
-    levels = tuple(_plan_level(h, d, budgets[d], qs[d], noise, bool(secure), pins[d] if skip else None, k)
-                   for d in range(h.depth + 1))
+    levels = tuple(replace(_plan_level(h, d, budgets[d], qs[d], noise, bool(secure), pins[d] if skip else None, k),
+                           skipped=skipped.get(d)) for d in range(h.depth + 1))
     design = TopDownDesign(h, noise, bool(secure), total, levels, tuple(inv), h.cells.basis(), choice, k)
     _check_identifiable(design)
     return design
+
+
+def _is_zero(w: Any) -> bool:
+    try:
+        return float(w) == 0.0
+    except (TypeError, ValueError):
+        return False  # not a number: _shares refuses it with a clear message
+
+
+def _informative_queries(h: Hierarchy, qs: list[list[tuple[tuple[int, ...], Any]]],
+                         pins: Sequence[tuple[int, ...] | None]) -> list[list[tuple[tuple[int, ...], Any]]]:
+    """Per level, its queries without those the level's invariants determine (a marginal inside the
+    pinned one: measuring it would spend budget on values published exactly); the level's budget
+    is then shared among the others."""
+    out = []
+    for d, q in enumerate(qs):
+        pin = pins[d]
+        out.append([(ax, w) for ax, w in q if pin is None or not set(ax) <= set(pin)])
+    return out
+
+
+def uninformative_levels(h: Hierarchy, qs: Sequence[Sequence[tuple[tuple[int, ...], Any]]],
+                         pins: Sequence[tuple[int, ...] | None],
+                         shape: Sequence[tuple[int, int]] | None = None) -> dict[int, str]:
+    """The levels that carry no information, ``{depth: why}``, from the public design only (the
+    hierarchy's shape, the queries, the invariants' form; never the counts): a level whose every
+    query the invariants determine (``qs``: the queries left by :func:`_informative_queries`), and
+    one of two levels with the same units (every unit of the upper one has exactly one child, e.g.
+    a first geography column with a single unit under the root) -- the upper one when it has no
+    invariant of its own that the lower one lacks and the lower one measures its queries, else
+    the lower one when it has no leaves and the upper one measures its queries.  Such a level is
+    not measured and its budget goes to the others.  ``shape``: ``(units, leaf units)`` per level
+    (default: ``h``'s); every unit of a level has exactly one child when the level has no leaves
+    and as many units as the next."""
+    if shape is None:
+        shape = [(int(h.sizes[d]), int(h.leaves(d).sum())) for d in range(h.depth + 1)]
+    if len(shape) != h.depth + 1:
+        raise ShapeError(f"shape has {len(shape)} levels, the hierarchy {h.depth + 1}")
+    out: dict[int, str] = {}
+    for d in range(h.depth + 1):
+        if not qs[d]:
+            what = "every cell" if pins[d] == h.cells.axes("cells") else "every query it would measure"
+            out[d] = f"the invariants determine {what}"
+    for d in range(h.depth):
+        if d in out or d + 1 in out or shape[d][1] or shape[d][0] != shape[d + 1][0]:
+            continue
+        upper = {ax for ax, _ in qs[d]}
+        lower = {ax for ax, _ in qs[d + 1]}
+        if pins[d] == pins[d + 1] and upper <= lower:
+            out[d] = f"its units equal those of {h.levels[d + 1]!r}, which is measured"
+        elif not shape[d + 1][1] and {ax for ax in lower if pins[d] is None or not set(ax) <= set(pins[d])} <= upper:
+            out[d + 1] = f"its units equal those of {h.levels[d]!r}, which is measured"
+    return dict(sorted(out.items()))
 
 
 def pinned_axes(design: TopDownDesign) -> list[tuple[int, ...] | None]:

@@ -624,6 +624,15 @@ def _top_hierarchy(paths: list[tuple[str, ...]], levels: tuple[str, ...], cells:
     return Hierarchy(levels[:s + 1], tuple(parents), tuple(codes), cells)
 
 
+def _real_shape(top: Hierarchy, infos: list[RootInfo], levels: int) -> list[tuple[int, int]]:
+    """``(units, leaf units)`` per level of the real hierarchy (the public structure the skeleton
+    stands for): the top levels', then the subtrees' summed."""
+    s = top.depth
+    out = [(int(top.sizes[d]), int(top.leaves(d).sum())) for d in range(s)]
+    return out + [(sum(int(i.sizes[j]) for i in infos), sum(int(i.leaves[j]) for i in infos))
+                  for j in range(levels - s)]
+
+
 def _skeleton(top: Hierarchy, infos: list[RootInfo], levels: tuple[str, ...]) -> Hierarchy:
     """The top levels and, below them, a chain per subtree down to its deepest level plus one leaf
     at every level where the subtree has leaves: per-unit plans like the real levels', the same
@@ -808,7 +817,7 @@ def topdown_scaleout(data: Any, out: str | Path, *, rho: float | None = None, ep
         skel = _skeleton(top, infos, levels)
         design = plan_topdown(skel, rho=rho, epsilon=epsilon, noise=noise, split=split, queries=queries,
                               invariants=invariants, secure=secure, measure_invariants=measure_invariants,
-                              contributions_per_person=k)
+                              contributions_per_person=k, shape=_real_shape(top, infos, len(levels)))
         top_counts = [np.zeros((n, cells.size), dtype=np.int64) for n in skel.sizes]
         top_counts[s] = np.stack([i.counts for i in infos]).astype(np.int64)
         for d in range(s - 1, -1, -1):

@@ -1,0 +1,115 @@
+"""A single-state file released the natural way: does a level that carries no information cost budget?
+
+Data: one state's rows of ``../shared/datasets/census2020_vtd/us2020_vtd_race_eth_age.csv.gz``
+(default Wisconsin, ``55``: 72 counties, 7,059 voting districts, 16 cells), written to a CSV with
+its codes as text.  The natural call keeps the national file's geography columns,
+``--geo state_fips,county_fips,vtd_code``, so the hierarchy is root (1 unit) > state (1 unit, equal
+to the root) > county > district; the state total is invariant, ``rho = 1``, equal split (the
+default).  A second row reads the same file with the state as the root (``--geo
+county_fips,vtd_code --root state``): the hierarchy without the redundant level.  Per level: the
+mean absolute error per cell and per geography total (a unit's sum over its cells) over all units,
+mean (and standard error) over releases; the rho charged (ledger) against the rho requested.
+
+    python benchmarks/bench_topdown_single_state.py [--state 55] [--reps 50] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+if "SPARSEDP_SRC" in os.environ:  # measure another checkout (e.g. the code before a change)
+    sys.path.insert(0, os.environ["SPARSEDP_SRC"])
+else:
+    sys.path.insert(0, str(HERE.parent))
+
+from sparsedp.privacy import Accountant  # noqa: E402
+from sparsedp.topdown import read_table, topdown  # noqa: E402
+
+DATA = HERE.parent.parent / "shared" / "datasets" / "census2020_vtd" / "us2020_vtd_race_eth_age.csv.gz"
+COUNTS = "vap_*,u18_*"
+
+
+def state_csv(state: str, folder: str) -> Path:
+    """The rows of one state, as a CSV file (codes kept as written: text)."""
+    out = Path(folder) / f"state_{state}.csv"
+    with gzip.open(DATA, "rt") as src, open(out, "w") as dst:
+        header = src.readline()
+        dst.write(header)
+        for line in src:
+            if line.startswith(state + ","):
+                dst.write(line)
+    return out
+
+
+def summarise(rows: list[list[float]], levels: list[str]) -> dict[str, dict[str, float]]:
+    a = np.asarray(rows)
+    se = a.std(axis=0, ddof=1) / np.sqrt(a.shape[0])
+    return {lv: {"mean": float(a[:, i].mean()), "se": float(se[i])} for i, lv in enumerate(levels)}
+
+
+def run_row(path: Path, name: str, geo: str, root: str, reps: int, rho: float, invariant: str) -> dict[str, Any]:
+    table = read_table(path, geo, COUNTS, attributes=("age", "race"), root=root)
+    h = table.hierarchy
+    truth = table.counts
+    cell_err, total_err, spent, secs = [], [], [], []
+    rel = None
+    for r in range(reps):
+        acc = Accountant(rho=rho)
+        t0 = time.perf_counter()
+        rel = topdown(table, rho=rho, invariants=[invariant], accountant=acc, rng=np.random.default_rng([7, r]),
+                      keep_noisy=False)
+        secs.append(time.perf_counter() - t0)
+        spent.append(float(acc.spent))
+        cell_err.append([float(np.abs(c - t).mean()) for c, t in zip(rel.counts, truth)])
+        total_err.append([float(np.abs(c.sum(axis=1) - t.sum(axis=1)).mean()) for c, t in zip(rel.counts, truth)])
+        assert sum(rel.check().values()) == 0
+    levels = list(h.levels)
+    desc = rel.description
+    out = {"name": name, "geo": geo, "root": root, "releases": reps, "levels": levels, "units": list(h.sizes),
+           "rho_requested": rho, "rho_ledger": spent[0], "rho_description": desc.get("rho"),
+           "split": [lv.get("rho") for lv in desc.get("levels", [])],
+           "skipped": desc.get("skipped", []),
+           "cell_mae": summarise(cell_err, levels), "total_mae": summarise(total_err, levels),
+           "seconds_per_release": float(np.median(secs))}
+    print(f"{name}: {' > '.join(f'{lv} {n}' for lv, n in zip(levels, h.sizes))}; rho ledger {spent[0]:.4f} of "
+          f"{rho} (description {desc.get('rho')}); split {out['split']}; {reps} releases, "
+          f"{np.median(secs):.2f} s each", flush=True)
+    for lv in levels:
+        c, t = out["cell_mae"][lv], out["total_mae"][lv]
+        print(f"  {lv:10s} cell MAE {c['mean']:.3f} ({c['se']:.3f})   total MAE {t['mean']:.3f} ({t['se']:.3f})",
+              flush=True)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--state", default="55", help="the state's FIPS code (default %(default)s: Wisconsin)")
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--rho", type=float, default=1.0)
+    ap.add_argument("--out", default=None, help="write the results as JSON here")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = state_csv(args.state, tmp)
+        rows = [run_row(path, "natural call (--geo state_fips,county_fips,vtd_code)", "state_fips,county_fips,vtd_code",
+                        "root", args.reps, args.rho, "state_fips:total"),
+                run_row(path, "state as the root (--geo county_fips,vtd_code --root state)", "county_fips,vtd_code",
+                        "state", args.reps, args.rho, "state:total")]
+    if args.out:
+        Path(args.out).write_text(json.dumps({"state": args.state, "rows": rows}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
