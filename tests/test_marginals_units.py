@@ -297,6 +297,8 @@ def test_answers_come_in_the_order_of_the_workload_passed():
     assert rmse < 3 * math.sqrt(float(np.mean(res.variances)))
     assert list(dict.fromkeys(res.labels["marginal"].tolist())) == ["sex,age", "region", "age,region"]
     assert list(rel.marginals) == [("age", "sex"), ("region",), ("age", "region")]  # keyed in the domain's order
+    np.testing.assert_array_equal(rel.marginal(["sex", "age"]), rel.marginals[("age", "sex")].T)  # as named
+    np.testing.assert_array_equal(rel.marginal(("age", "sex")), rel.marginals[("age", "sex")])
     df = res.to_pandas()
     first = df[df.marginal == "sex,age"].iloc[1]  # C order over (sex, age): sex 0, age 1
     assert (first["sex"], first["age"], first["region"]) == (0, 1, -1)

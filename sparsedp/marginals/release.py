@@ -96,12 +96,13 @@ class MarginalRelease(ReleaseMethods):
 
     def marginal(self, attrs: Any) -> np.ndarray:
         """Any marginal whose every subset was measured (the workload's and their sub-marginals),
-        reconstructed from the noisy residuals (post-processing: no budget)."""
+        reconstructed from the noisy residuals (post-processing: no budget); its axes in the order
+        ``attrs`` names them (``marginal(["sex", "age"])`` is sex x age)."""
         S = self.domain.axes(attrs)
         key = tuple(self.domain.names[i] for i in S)
-        if key in self.marginals:
-            return self.marginals[key]
-        return _reconstruct(self.domain, S, self.residuals)
+        table = self.marginals[key] if key in self.marginals else _reconstruct(self.domain, S, self.residuals)
+        named = requested_names(self.domain, [attrs])[0]
+        return np.transpose(np.asarray(table), [key.index(a) for a in named]) if named != key else table
 
     def cell_variance(self, attrs: Any) -> float:
         """Exact per-cell variance of :meth:`marginal` ``(attrs)``."""
