@@ -20,6 +20,9 @@ combination of the named columns' values -- released with exact noise::
                                              # ResidualPlanner's optimum (sparsedp.marginals.release_marginals)
     # or epsilon = 1.0                       # pure DP: exact discrete Laplace on an optimised weighted-
                                              # marginals strategy (release_marginals_laplace; <= 16 columns)
+    # unit = "CustomerID"                    # protect each customer with all of their rows: each keeps at
+    # max_rows = 50                          # most max_rows (or "auto"; or max_groups + max_rows_per_group),
+                                             # the budget is per customer (sparsedp.marginals.units)
 
     [consistency]
     nonnegative = true                       # zCDP only: consistent non-negative marginals (post-processing)
@@ -29,7 +32,9 @@ combination of the named columns' values -- released with exact noise::
     report = "marginals.md"                  # a table per marginal: value, standard deviation, 95% interval
     plot = "marginals.png"                   # each marginal's cells with their 95% intervals
 
-Neighbours add or remove one record (one unit in one cell of every marginal).  Everything is
+Neighbours add or remove one record (one unit in one cell of every marginal), or, with
+``[privacy] unit``, one unit with all of its rows (kept rows only; drop_missing_units drops rows
+without an id, else they are refused).  Everything is
 checked before the budget is charged: the keys (a histogram spec's ``column``, ``bins``, ``clip``,
 ``ranges``, ``[strategy]`` and ``total`` are refused here), the domain, every record's values (a
 missing value or one outside its column's categories or size is refused), the marginals, the

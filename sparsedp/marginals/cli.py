@@ -16,6 +16,11 @@ or an ``(n, d)`` ``.npy`` array of integer codes whose columns ``--columns`` nam
 outside the domain are refused before anything is measured.  On a terminal a tqdm bar shows the
 command's stages (read, encode, release, write; :mod:`sparsedp.progress`); it is silent in pipes,
 logs and tests.
+
+``--privacy-unit COLUMN --max-rows K|auto`` (and ``--max-groups`` / ``--max-rows-per-group``,
+``--drop-missing-units``) protects each value of ``COLUMN`` with all of its rows
+(:mod:`sparsedp.marginals.units`): ``--rho`` is then the budget per unit, and the output records
+the unit.
 """
 
 from __future__ import annotations
