@@ -52,8 +52,9 @@ with tempfile.TemporaryDirectory() as tmp:
     state = Path(tmp) / "counter.json"
     for t, a in enumerate(admissions, start=1):
         if t == 61:  # the server restarts after five years: resume from the saved state
-            # fresh noise from here on; the parameters must be those of the saved run, else it is refused
-            counter = ContinualCounter.load(state, rng=2027, horizon=N, epsilon=EPS)
+            # the noise continues from the key saved in the state (a replayed month would repeat its
+            # published value); the parameters must be those of the saved run, else it is refused
+            counter = ContinualCounter.load(state, horizon=N, epsilon=EPS)
         published.append(counter.update(a))
         counter.save(state)
         if t <= 3 or t % 24 == 0:

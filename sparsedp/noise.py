@@ -75,6 +75,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+import hashlib
 from collections import OrderedDict
 from decimal import (
     MAX_EMAX,
@@ -98,6 +99,7 @@ from .validation import check_positive
 __all__ = [
     "as_generator",
     "SecureRandomBits",
+    "KeyedRandomBits",
     "laplace",
     "gaussian",
     "discrete_laplace",
@@ -262,6 +264,94 @@ class SecureRandomBits:
     def uint64(self, n: int) -> np.ndarray:
         """``n`` independent uniform integers in ``[0, 2^64)`` (read-only uint64 array)."""
         return np.frombuffer(self.bytes(8 * int(n)), dtype=np.uint64)
+
+
+class KeyedRandomBits(SecureRandomBits):
+    """Random bytes that are a deterministic function of a secret key and a stream index.
+
+    ``KeyedRandomBits(key, index)`` serves the exact samplers the bytes of SHAKE-256 (FIPS 202, an
+    extendable-output function) applied to ``key``, ``index`` and a request counter: request ``r``
+    of ``n`` bytes is ``SHAKE-256(domain || key || index || r)`` truncated to ``n`` bytes.  With a
+    256-bit ``key`` drawn from the operating system (:meth:`new`) and kept secret, these bytes are
+    computationally indistinguishable from uniform ones, like :class:`SecureRandomBits`' (SHAKE-256
+    keyed by a secret is a pseudo-random function, the construction of KMAC), and they are the
+    *same* every time the same ``(key, index)`` is read with the same requests.  That is what a
+    counter restored from a saved state needs: the noise of a row is a function of the key and the
+    row, so a replay of a published step reproduces the value already published instead of
+    releasing the step again with fresh noise.  :meth:`at` gives the stream of another index under
+    the same key.
+
+    ``secure=False`` marks a key derived from a user seed (:meth:`from_seed`): reproducible and NOT
+    private (:attr:`secure` is then false, as for ``SecureRandomBits(generator)``).
+    """
+
+    KEY_BYTES = 32
+    _DOMAIN = b"sparsedp keyed noise v1\0"
+
+    def __init__(self, key: bytes, index: int = 0, secure: bool = True) -> None:
+        super().__init__()
+        if not isinstance(key, (bytes, bytearray)) or len(key) != self.KEY_BYTES:
+            raise SparseDPError(f"a noise key must be {self.KEY_BYTES} bytes")
+        if isinstance(index, bool) or not 0 <= int(index) < 2**64:
+            raise SparseDPError(f"a noise stream index must be an integer in [0, 2^64), got {index!r}")
+        self._key, self._index, self._keyed_secure, self._requests = bytes(key), int(index), bool(secure), 0
+
+    @classmethod
+    def new(cls) -> "KeyedRandomBits":
+        """A fresh secret key: 256 bits from the operating system (:func:`os.urandom`)."""
+        return cls(_SOURCES["os"](cls.KEY_BYTES))
+
+    @classmethod
+    def from_seed(cls, seed: int | np.random.Generator) -> "KeyedRandomBits":
+        """A key derived from a user seed (an ``int``: :class:`numpy.random.SeedSequence` of it;
+        a Generator: 32 of its bytes): reproducible, so NOT private (``secure=False``)."""
+        if isinstance(seed, np.random.Generator):
+            return cls(seed.bytes(cls.KEY_BYTES), secure=False)
+        if not isinstance(seed, (int, np.integer)) or isinstance(seed, (bool, np.bool_)):
+            raise SparseDPError(f"a seed must be an int or a numpy Generator, got {type(seed).__name__}")
+        try:
+            words = np.random.SeedSequence(int(seed)).generate_state(cls.KEY_BYTES // 4, np.uint32)
+        except ValueError as exc:
+            raise SparseDPError(f"invalid seed {seed!r}: {exc}") from exc
+        return cls(words.astype("<u4").tobytes(), secure=False)
+
+    @property
+    def key(self) -> bytes:
+        """The secret key (whoever holds it can recompute every noise value drawn from it)."""
+        return self._key
+
+    @property
+    def secure(self) -> bool:
+        """True for a key from the operating system, False for one derived from a seed."""
+        return self._keyed_secure
+
+    @property
+    def source(self) -> str:
+        return "keyed" if self._keyed_secure else "numpy"
+
+    def __repr__(self) -> str:
+        return f"KeyedRandomBits(index={self._index}{'' if self._keyed_secure else ', seeded: NOT secure'})"
+
+    def at(self, index: int) -> "KeyedRandomBits":
+        """The byte stream of ``index`` under the same key (read from its first request)."""
+        return KeyedRandomBits(self._key, index, self._keyed_secure)
+
+    def generator(self) -> np.random.Generator:
+        """A numpy Generator determined by ``(key, index)``, for the float samplers (``secure=False``
+        noise is an opt-out that leaks through its low bits anyway)."""
+        seq = np.random.SeedSequence(int.from_bytes(self._key, "little"), spawn_key=(self._index,))
+        return np.random.Generator(np.random.PCG64(seq))
+
+    def bytes(self, n: int) -> bytes:
+        """The next ``n`` bytes of this ``(key, index)`` stream."""
+        n = int(n)
+        if n <= 0:
+            return b""
+        with self._lock:
+            r = self._requests
+            self._requests += 1
+        msg = self._DOMAIN + self._key + self._index.to_bytes(8, "little") + r.to_bytes(8, "little")
+        return hashlib.shake_256(msg).digest(n)
 
 
 _DEFAULT_BITS = SecureRandomBits()

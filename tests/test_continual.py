@@ -257,7 +257,7 @@ def test_save_restore_keeps_published_noise(tmp_path):
     path = tmp_path / "counter.json"
     c.save(path)
     assert json.loads(path.read_text())["t"] == 20
-    restored = ContinualCounter.load(path, rng=99)
+    restored = ContinualCounter.load(path)
     rest, z2 = run_counter(restored, x[20:])
     # the continuation is the batch formula with the published noise kept, fresh noise after
     M, B = fenwick_matrices(N)
@@ -265,10 +265,9 @@ def test_save_restore_keeps_published_noise(tmp_path):
     np.testing.assert_allclose(np.concatenate([first, rest]), B @ (M @ x + z), atol=1e-9)
     with pytest.raises(BudgetExceededError):
         restored.update(1.0)
-    # resuming with the first run's seed does not replay its noise on later steps
-    again = ContinualCounter.from_state(c.state(), rng=1)
-    again.update(0.0)
-    assert again.last_noise not in set(z1)
+    # a restored counter draws from the key saved in the state, never from a new generator
+    with pytest.raises(SparseDPError, match="key saved in its state"):
+        ContinualCounter.from_state(c.state(), rng=1)
     bad = c.state()
     bad["stack"] = []
     with pytest.raises(SparseDPError):
@@ -277,6 +276,73 @@ def test_save_restore_keeps_published_noise(tmp_path):
     (tmp_path / "junk.json").chmod(0o600)
     with pytest.raises(SparseDPError):
         ContinualCounter.load(tmp_path / "junk.json")
+
+
+RESUMABLE = [dict(epsilon=1.0), dict(rho=0.5), dict(epsilon=1.0, secure=False), dict(epsilon=1.0, weights="uniform"),
+             dict(epsilon=1.0, increments="unit"), dict(epsilon=1.0, weights=list(np.linspace(1.0, 0.2, 40)))]
+
+
+@pytest.mark.parametrize("kw", RESUMABLE)
+def test_loading_one_state_many_times_publishes_one_value_per_step(tmp_path, kw):
+    # the replay attack: load the same state again and again and average the next step's values
+    c = ContinualCounter(40, **kw)  # fresh operating-system entropy: a private run
+    c.run([1, 0, 1])
+    path = tmp_path / "state.json"
+    c.save(path)
+    published = c.update(1)  # step 4, published once
+    replays = {ContinualCounter.load(path).update(1) for _ in range(30)}
+    assert replays == {published}  # bit for bit: averaging the replays recovers nothing
+    # the noise is the step's, whatever the increment replayed: a changed increment moves the value by itself
+    other = ContinualCounter.load(path)
+    assert other.update(0) == pytest.approx(published - 1, abs=1e-9) and other.last_noise == c.last_noise
+    # and the steps after it continue the same release
+    again = ContinualCounter.load(path)
+    again.update(1)
+    assert again.run([0, 1, 1]).tolist() == c.run([0, 1, 1]).tolist()
+
+
+def test_a_resumed_run_equals_the_uninterrupted_run_across_noise_blocks():
+    # keyed blocks of 7 rows: a resume at any step (inside a block or at its edge) draws the same noise
+    N = 30
+    x = np.random.default_rng(3).integers(0, 4, N).astype(float)
+    c = ContinualCounter(N, epsilon=1.0, _noise_block=7)
+    states = [c.state()]
+    whole = []
+    for a in x:
+        whole.append(c.update(a))
+        states.append(c.state())
+    for t in (0, 1, 6, 7, 8, 13, 14, 29):
+        r = ContinualCounter.from_state(states[t])
+        assert r.run(x[t:]).tolist() == whole[t:], t
+    assert states[5]["noise_block"] == 7 and len(bytes.fromhex(states[5]["noise_key"])) == 32
+
+
+def test_noise_keys_are_secret_fresh_or_seeded():
+    a, b = ContinualCounter(20, epsilon=1.0), ContinualCounter(20, epsilon=1.0)
+    assert a.private and a.state()["private"] is True
+    assert a.state()["noise_key"] != b.state()["noise_key"]  # fresh 256-bit keys
+    seeded = ContinualCounter(20, epsilon=1.0, rng=5)
+    assert not seeded.private and seeded.state()["private"] is False
+    assert seeded.state()["noise_key"] == ContinualCounter(20, epsilon=1.0, rng=5).state()["noise_key"]
+    seeded.update(2)
+    restored = ContinualCounter.from_state(seeded.state())
+    assert not restored.private  # a seeded run stays marked not private after a resume
+    tampered = seeded.state()
+    tampered["noise_key"] = "00"
+    with pytest.raises(SparseDPError, match="noise_key"):
+        ContinualCounter.from_state(tampered)
+
+
+def test_a_state_without_a_key_resumes_with_a_warning():
+    c = ContinualCounter(20, epsilon=1.0, rng=0)
+    c.update(1)
+    old = c.state()
+    old["version"] = 3
+    for key in ("noise_key", "noise_block", "private"):
+        del old[key]
+    with pytest.warns(UserWarning, match="no noise key"):
+        r = ContinualCounter.from_state(old)
+    assert r.t == 1 and r.state()["version"] == 4 and "noise_key" in r.state()
 
 
 def test_dpcrpy_weights_agree_if_installed():

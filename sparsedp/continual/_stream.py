@@ -64,7 +64,7 @@ from ..calibration import round_up
 from ..errors import BudgetExceededError, InputBoundError, InvalidPrivacyParameterError, NonFiniteInputError, SparseDPError
 from ..intervals import IntervalRows
 from ..measure import MeasurementPlan, NoiseStream, plan_measurement
-from ..noise import MAX_DISCRETE_SCALE, discrete_gaussian_variance
+from ..noise import MAX_DISCRETE_SCALE, KeyedRandomBits, discrete_gaussian_variance
 from ..privacy import Accountant, PrivacyCost
 from ..validation import MAX_MAGNITUDE
 from .fenwick import check_horizon
@@ -245,12 +245,25 @@ class RowNoise:
     and are discarded with the object.  ``chunk``: ``_BATCH`` rows, or every row at once when the plan
     has more than ``_FEW_SCALES`` distinct sampler scales (the FDA weights: about 380 at
     ``N = 2^20`` after the plan's rounding; the exact sampler caches 32 tables, and per-batch draws
-    would rebuild them -- all at once costs 8 bytes per row)."""
+    would rebuild them -- all at once costs 8 bytes per row).
 
-    def __init__(self, stream: NoiseStream, chunk: int) -> None:
+    Keyed noise (``keys=``, a :class:`~sparsedp.noise.KeyedRandomBits`; the resumable
+    :class:`~sparsedp.continual.ContinualCounter`): the rows are cut into fixed blocks of ``chunk``
+    rows, and block ``b`` (rows ``[b chunk, (b + 1) chunk)``) is drawn by the same exact samplers from
+    the byte stream ``keys.at(b)`` alone.  The noise of every row is then a function of the key, the
+    block size and the row -- not of where the draws started -- so a counter rebuilt from a saved
+    state (key and block size included) draws, for a step it replays, the value already published.
+    A resume at row ``t`` redraws block ``t // chunk`` and drops its rows before ``t``: ``O(chunk)``
+    once, as before; each block is still drawn once per process.  ``keys`` may be a function that
+    makes the key: it is called at the first use, so a counter given a numpy Generator reads the key
+    from it only when it draws (or saves), never at creation."""
+
+    def __init__(self, stream: NoiseStream, chunk: int,
+                 keys: KeyedRandomBits | Callable[[], KeyedRandomBits] | None = None) -> None:
         self._stream = stream
         self.rows = stream.plan.rows
         self._chunk = max(1, int(chunk))
+        self._keys = keys
         self._vals: list[float] = []  # reversed: pop() returns row self._row
         self._row = 0
 
@@ -262,10 +275,28 @@ class RowNoise:
         return _BATCH
 
     @classmethod
-    def open(cls, plan: MeasurementPlan, accountant: Accountant | None, rng: Any, label: str) -> "RowNoise":
-        """Charge ``plan`` to ``accountant`` (with its ledger entry) and return its noise."""
-        chunk = cls.chunk_for(plan)
-        return cls(plan.noise_stream(accountant=accountant, rng=rng, label=label, chunk=chunk), chunk)
+    def open(cls, plan: MeasurementPlan, accountant: Accountant | None, rng: Any, label: str,
+             keys: KeyedRandomBits | Callable[[], KeyedRandomBits] | None = None,
+             block: int | None = None) -> "RowNoise":
+        """Charge ``plan`` to ``accountant`` (with its ledger entry; ``rng`` says whether it is seeded)
+        and return its noise.  With ``keys`` the noise is keyed (see the class docstring) in blocks of
+        ``block`` rows (default :meth:`chunk_for`)."""
+        chunk = cls.chunk_for(plan) if block is None else int(block)
+        if chunk < 1:
+            raise SparseDPError(f"the noise block must be a positive number of rows, got {block!r}")
+        return cls(plan.noise_stream(accountant=accountant, rng=rng, label=label, chunk=chunk), chunk, keys)
+
+    @property
+    def keys(self) -> KeyedRandomBits | None:
+        """The key of keyed noise (made now if it was given as a function), else ``None``."""
+        if callable(self._keys) and not isinstance(self._keys, KeyedRandomBits):
+            self._keys = self._keys()
+        return self._keys  # type: ignore[return-value]
+
+    @property
+    def block(self) -> int:
+        """Rows per batch (with keyed noise: per keyed block)."""
+        return self._chunk
 
     @property
     def private(self) -> bool:
@@ -279,10 +310,11 @@ class RowNoise:
     def draw(self) -> float:
         """The noise of the next row."""
         if not self._vals:
-            stop = min(self.rows, self._row + self._chunk)
+            end = (self._row // self._chunk + 1) * self._chunk if self._keys is not None else self._row + self._chunk
+            stop = min(self.rows, end)
             if stop <= self._row:
                 raise SparseDPError("every noise row of this counter has been used")
-            self._vals = self._stream.take(np.arange(self._row, stop))[::-1].tolist()
+            self._vals = self._take(self._row, stop)[::-1].tolist()
         self._row += 1
         return self._vals.pop()
 
@@ -306,9 +338,38 @@ class RowNoise:
 
     def all(self) -> np.ndarray:
         """The noise of every remaining row, as an array (counters that draw everything at once)."""
-        out = self._stream.take(np.arange(self._row, self.rows)) if self._row < self.rows else np.zeros(0)
+        out = self._take(self._row, self.rows) if self._row < self.rows else np.zeros(0)
         self._vals, self._row = [], self.rows
         return out
+
+    def _take(self, start: int, stop: int) -> np.ndarray:
+        """The noise of rows ``[start, stop)``: from the plan's stream, or from the keyed blocks."""
+        if self._keys is None:
+            return self._stream.take(np.arange(start, stop))
+        C = self._chunk
+        parts = []
+        for b in range(start // C, (stop - 1) // C + 1):
+            lo = b * C
+            z = self._keyed_block(b, lo, min(self.rows, lo + C))
+            parts.append(z[max(start, lo) - lo: min(stop, lo + C) - lo])
+        return np.concatenate(parts)
+
+    def _keyed_block(self, b: int, lo: int, hi: int) -> np.ndarray:
+        """Block ``b`` (rows ``[lo, hi)``), drawn by the plan's own noise stream from the bytes of
+        ``keys.at(b)`` only (float noise: the numpy generator of the same key and block)."""
+        plan = self._stream.plan
+        bits = self.keys.at(b)
+        gen = bits if plan.secure else bits.generator()
+        return _BlockStream(plan, gen, self._stream.private, lo, hi - lo).take(np.arange(lo, hi))
+
+class _BlockStream(NoiseStream):
+    """A plan's :class:`~sparsedp.measure.NoiseStream` that starts at row ``start`` (its first batch
+    is rows ``[start, start + chunk)``), so a keyed block is drawn alone, never from row 0."""
+
+    def __init__(self, plan: MeasurementPlan, gen: Any, private: bool, start: int, chunk: int) -> None:
+        super().__init__(plan, gen, private, chunk)
+        self._next = self._buf_start = int(start)
+
 
 class StreamingCounter:
     """Base of every online counter: ``update(a_t)`` -> noisy ``s_t``; refuses step ``horizon + 1``
@@ -375,11 +436,12 @@ class StreamingCounter:
             self.quantum = q
             return self.plan
 
-    def _open(self, accountant: Accountant | None, rng: Any) -> None:
+    def _open(self, accountant: Accountant | None, rng: Any,
+              keys: KeyedRandomBits | Callable[[], KeyedRandomBits] | None = None, block: int | None = None) -> None:
         """Charge the plan (once, with its ledger entry) and open its noise; call once, after every
-        check and before the first draw."""
+        check and before the first draw.  ``keys`` / ``block``: keyed noise (:class:`RowNoise`)."""
         assert self.plan is not None
-        self._noise = RowNoise.open(self.plan, accountant, rng, self.label)
+        self._noise = RowNoise.open(self.plan, accountant, rng, self.label, keys, block)
 
     def measured_strategy(self) -> sp.csr_matrix:
         """The strategy the counter measures (one row per noisy measurement, one column per step):

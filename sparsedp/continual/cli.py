@@ -221,7 +221,8 @@ def _stream(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: Tex
                                  increments=args.increments, secure=secure)
     elif state is not None and state.exists():
         # a resume must repeat every parameter of the run it continues (the file says which)
-        counter = ContinualCounter.load(state, rng=args.seed, horizon=args.horizon, epsilon=args.epsilon,
+        # the noise comes from the key saved in the state (a replayed step repeats its published value)
+        counter = ContinualCounter.load(state, horizon=args.horizon, epsilon=args.epsilon,
                                         rho=args.rho, weights=args.weights, increments=args.increments,
                                         secure=secure)
         _check_resume(state, _record_path(state), counter.t)  # before any step is drawn
@@ -233,7 +234,7 @@ def _stream(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: Tex
         stderr.write("sparsedp: warning: --float-noise uses textbook float64 noise, which can leak through its "
                      "low bits (Mironov 2012); the default exact discrete noise does not\n")
         stderr.flush()
-    if args.seed is not None:
+    if args.seed is not None or not counter.private:  # a resumed seeded state stays seeded
         stderr.write("sparsedp: warning: --seed makes the noise reproducible by anyone who knows the seed: "
                      "these outputs are NOT private (omit --seed for fresh operating-system entropy)\n")
         stderr.flush()
@@ -306,7 +307,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="pure DP budget of the whole run (Laplace noise; default 1.0)")
     p.add_argument("--rho", type=float, default=None, help="zCDP budget of the whole run (Gaussian noise instead)")
     p.add_argument("--seed", type=int, default=None,
-                   help="random seed: reproducible noise, and therefore NOT private (default: fresh OS entropy)")
+                   help="random seed: reproducible noise, and therefore NOT private (default: fresh OS entropy). "
+                   "A --state resume draws from the noise key saved in the state and does not use it")
     p.add_argument("--float-noise", action="store_true",
                    help="use float64 Laplace/Gaussian noise instead of the default exact discrete noise (an explicit "
                    "opt-out for experiments: float noise can leak through its low bits)")
@@ -327,8 +329,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "(a failed save stops the run with nothing of that step printed). It holds the exact running "
                    "sums, so it is secret: it is written atomically with mode 0600 (owner only). Beside it, "
                    "STATE.published records how many steps were published: a resume from an older copy of the "
-                   "state (or after the state was lost) is refused, since it would release published steps again "
-                   "with fresh noise; a resume re-prints the last saved step on stderr. A resume must "
+                   "state (or after the state was lost) is refused (the noise of every step is a function of a secret "
+                   "key kept in the state, so such a replay could only repeat the published values); a resume re-prints the last saved step on stderr. A resume must "
                    "give the same --horizon, --epsilon/--rho, --weights, --increments and --float-noise as the run "
                    "that wrote it, or it is refused")
     p.add_argument("--report", type=int, metavar="N", default=None,

@@ -74,6 +74,7 @@ import scipy.sparse as sp
 from ..errors import InputBoundError, SparseDPError
 from ..intervals import IntervalRows
 from ..measure import MeasurementPlan
+from ..noise import KeyedRandomBits, SecureRandomBits
 from ..privacy import Accountant
 from ..validation import MAX_MAGNITUDE, check_epsilon, check_rho, check_vector
 from ._stream import (
@@ -90,7 +91,7 @@ from .weights import FenwickWeights, certified_weights_sensitivity
 
 __all__ = ["ContinualCounter"]
 
-_STATE_VERSION = 3
+_STATE_VERSION = 4
 _EXACT = 2.0**52  # integers below this add exactly in float64
 #: The parameters a resumed state must share with the run that continues it.
 RESUME_PARAMETERS = ("horizon", "epsilon", "rho", "weights", "increments", "secure")
@@ -123,6 +124,7 @@ class ContinualCounter(StreamingCounter):
         increments: str = "counts",
         accountant: Accountant | None = None,
         secure: bool = True,
+        _noise_block: int | None = None,
     ) -> None:
         super().__init__(check_horizon(horizon), increments, secure)
         accountant = check_accountant(accountant)
@@ -177,7 +179,9 @@ class ContinualCounter(StreamingCounter):
         self._s = 0.0
         self._stack: list[tuple[int, float, float, float]] = []  # (node, exact s, noisy s, variance)
         self.last_noise = float("nan")
-        self._open(accountant, rng)  # charges, once; draws nothing yet
+        # charges, once; draws nothing yet.  The noise of each step is a function of a secret key and
+        # the step (made at the first draw: a Generator is read only then), so a replay repeats it.
+        self._open(accountant, rng, lambda: noise_keys(rng), _noise_block)
 
     @property
     def _uniform(self) -> bool:
@@ -257,7 +261,9 @@ class ContinualCounter(StreamingCounter):
 
     # ---- save / restore -------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
-        """JSON-able state (contains exact prefix sums: keep it as secret as the data)."""
+        """JSON-able state.  Secret: it holds the exact prefix sums and the noise key (whoever holds
+        the key can recompute every noise value and so subtract it from the published sums)."""
+        keys = self._noise.keys
         return {
             "version": _STATE_VERSION,
             "horizon": self.horizon,
@@ -271,25 +277,35 @@ class ContinualCounter(StreamingCounter):
             "s": self._s,
             "stack": [list(e) for e in self._stack],
             "last_variance": self.last_variance,
+            "noise_key": keys.key.hex(),
+            "noise_block": self._noise.block,
+            "private": bool(keys.secure),
         }
 
     @classmethod
     def from_state(cls, state: dict[str, Any], rng: Any = None, *, horizon: int | None = None,
                    epsilon: float | None = None, rho: float | None = None, weights: Any = None,
                    increments: str | None = None, secure: bool | None = None) -> "ContinualCounter":
-        """Rebuild a counter from :meth:`state`; future noise comes from ``rng`` (fresh by default).
+        """Rebuild a counter from :meth:`state`; its noise comes from the key saved in the state.
+
+        The noise of every step is a function of the saved key and the step, so rebuilding from the
+        same state twice (or from an older copy) and taking a step again releases the value already
+        published for it, bit for bit, never a second independent draw.  ``rng`` must therefore be
+        ``None`` for a current state (:class:`SparseDPError` otherwise: it would not be used).
 
         Every parameter given (not ``None``) must equal the state's, else :class:`SparseDPError`
         naming it and both values: a resume never silently changes the budget, the weights or the
         increment domain of the release it continues.  The stored sums must lie in the increment
         domain (:class:`InputBoundError` otherwise).  Nothing is charged.
 
-        An integer seed is combined with the saved step ``t`` (``default_rng([seed, t])``), so resuming
-        with the seed of the first run never replays that run's noise on other steps.
+        States written before the noise was keyed (versions 1 to 3) hold no key: they resume with a
+        new key (fresh, or from ``rng``: an integer seed combined with the saved step ``t``) and a
+        :class:`UserWarning`, since a replay of such a file cannot reproduce its published steps;
+        save the resumed counter at once so that later resumes read the key.
         """
         try:
             version = state["version"]
-            if version not in (1, 2, _STATE_VERSION):
+            if version not in (1, 2, 3, _STATE_VERSION):
                 raise SparseDPError(f"unknown counter state version {version!r}")
             stored = {key: state.get(key) for key in RESUME_PARAMETERS}
             stored["increments"] = state.get("increments", "counts")  # version 1: counts
@@ -297,12 +313,12 @@ class ContinualCounter(StreamingCounter):
             _check_resume(stored, dict(horizon=horizon, epsilon=epsilon, rho=rho, weights=weights,
                                        increments=increments, secure=secure))
             t = _as_int(state["t"], "t")
-            if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
-                rng = np.random.default_rng([int(rng), t])
+            keys, block = _saved_keys(state, version, rng, t)
             obj = cls(stored["horizon"], epsilon=stored["epsilon"], rho=stored["rho"], weights=stored["weights"],
-                      noise=state["noise"], rng=rng, increments=stored["increments"], secure=stored["secure"])
+                      noise=state["noise"], rng=keys, increments=stored["increments"], secure=stored["secure"],
+                      _noise_block=block)
             # versions 1 and 2 stored the variances in units of the (uniform) node noise variance
-            unit = 1.0 if version == _STATE_VERSION else obj.unit_variance
+            unit = 1.0 if version >= 3 else obj.unit_variance
             stack = [(_as_int(e[0], "node"), float(e[1]), float(e[2]), float(e[3]) * unit) for e in state["stack"]]
             s = float(state["s"])
             last_variance = float(state.get("last_variance", float("nan")))
@@ -345,6 +361,43 @@ class ContinualCounter(StreamingCounter):
         if not isinstance(state, dict):
             raise SparseDPError(f"counter state {path} is not a JSON object")
         return cls.from_state(state, rng, **expected)
+
+
+def noise_keys(rng: Any) -> KeyedRandomBits:
+    """The key of a counter's noise for the constructor's ``rng``: ``None`` (or a secure
+    :class:`~sparsedp.noise.SecureRandomBits`): 256 fresh bits from the operating system; an ``int``
+    seed or a numpy Generator (or a seeded ``SecureRandomBits``): derived from it, reproducible and
+    NOT private; a :class:`~sparsedp.noise.KeyedRandomBits` (a restored state's key): itself."""
+    if isinstance(rng, KeyedRandomBits):
+        return rng
+    if rng is None:
+        return KeyedRandomBits.new()
+    if isinstance(rng, SecureRandomBits):
+        return KeyedRandomBits(rng.bytes(KeyedRandomBits.KEY_BYTES), secure=rng.secure)
+    if isinstance(rng, (int, np.integer, np.random.Generator)):
+        return KeyedRandomBits.from_seed(rng)
+    raise SparseDPError(f"rng must be None, an int seed or a numpy Generator, got {type(rng).__name__}")
+
+
+def _saved_keys(state: dict[str, Any], version: int, rng: Any, t: int) -> tuple[KeyedRandomBits, int | None]:
+    """The noise key and block size a state resumes with (see :meth:`ContinualCounter.from_state`)."""
+    if version == _STATE_VERSION:
+        if rng is not None:
+            raise SparseDPError("a restored counter draws its noise from the key saved in its state (a replayed "
+                                "step then repeats its published value); rng= is not used, pass rng=None")
+        key, private = state["noise_key"], state["private"]
+        if not isinstance(key, str) or len(key) != 2 * KeyedRandomBits.KEY_BYTES or not isinstance(private, bool):
+            raise SparseDPError("malformed counter state: noise_key must be 64 hex digits and private a boolean")
+        block = _as_int(state["noise_block"], "noise_block")
+        if block < 1:
+            raise SparseDPError("malformed counter state: noise_block must be >= 1")
+        return KeyedRandomBits(bytes.fromhex(key), secure=private), block
+    warnings.warn(f"counter state version {version} holds no noise key: it resumes with a new key, so resuming "
+                  "this file again would draw its next step with independent noise; save the counter now and "
+                  "resume from the new file only", UserWarning, stacklevel=4)
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
+        rng = np.random.default_rng([int(rng), t])
+    return noise_keys(rng), None
 
 
 def write_private_atomic(path: Path, data: bytes) -> None:
