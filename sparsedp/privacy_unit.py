@@ -39,7 +39,7 @@ import scipy.sparse as sp
 
 from .errors import SparseDPError
 
-__all__ = ["PrivacyUnit", "ONE_ROW", "truncate", "unit_histogram", "disjoint_columns", "id_like_columns",
+__all__ = ["PrivacyUnit", "ONE_ROW", "declared", "truncate", "unit_histogram", "disjoint_columns", "id_like_columns",
            "warn_if_id_like", "IdColumnWarning"]
 
 
@@ -182,6 +182,22 @@ class PrivacyUnit:
 
 #: The default of every release: each row is protected on its own.
 ONE_ROW = PrivacyUnit()
+
+
+def declared(privacy_unit: Any, drop_missing_units: Any = False) -> PrivacyUnit | None:
+    """The unit a release was given, checked before anything is read or charged: ``None`` for
+    one row (nothing declared, or :data:`ONE_ROW`), else the :class:`PrivacyUnit`.  Anything else,
+    and ``drop_missing_units`` (which must be a bool) without a declared unit, raise
+    :class:`~sparsedp.errors.SparseDPError`."""
+    if not isinstance(drop_missing_units, (bool, np.bool_)):
+        raise SparseDPError(f"drop_missing_units must be True or False, got {drop_missing_units!r}")
+    if privacy_unit is not None and not isinstance(privacy_unit, PrivacyUnit):
+        raise SparseDPError(f"privacy_unit must be a PrivacyUnit, got {type(privacy_unit).__name__}")
+    if privacy_unit is None or privacy_unit.is_row:
+        if drop_missing_units:
+            raise SparseDPError("drop_missing_units goes with a declared privacy_unit")
+        return None
+    return privacy_unit
 
 
 def disjoint_columns(M: Any) -> bool:

@@ -55,7 +55,7 @@ from ..accuracy import ErrorReport
 from ..errors import SparseDPError
 from ..measure import MeasurementPlan, plan_measurement
 from ..privacy import Accountant, LedgerEntry, PrivacyCost
-from ..privacy_unit import IdColumnWarning, PrivacyUnit, truncate
+from ..privacy_unit import IdColumnWarning, PrivacyUnit, declared, truncate
 from ..releases import ReleaseResult, register_reader
 from ..range_variance import DEFAULT_MEMORY_LIMIT, check_memory
 from ..validation import check_epsilon, check_magnitude, check_positive
@@ -377,13 +377,8 @@ def _flow_unit(privacy_unit: Any, drop_missing_units: Any, trips: Any) -> Privac
     :class:`PrivacyUnit` bounded by ``max_rows`` (a trip has no natural cell, so ``max_groups`` /
     ``max_rows_per_group`` are refused) on trips that carry their units' ids.  Trips carrying ids
     with no declared unit get an :class:`~sparsedp.privacy_unit.IdColumnWarning`."""
-    if not isinstance(drop_missing_units, (bool, np.bool_)):
-        raise SparseDPError(f"drop_missing_units must be True or False, got {drop_missing_units!r}")
-    if privacy_unit is not None and not isinstance(privacy_unit, PrivacyUnit):
-        raise SparseDPError(f"privacy_unit must be a PrivacyUnit, got {type(privacy_unit).__name__}")
-    if privacy_unit is None or privacy_unit.is_row:
-        if drop_missing_units:
-            raise SparseDPError("drop_missing_units goes with a declared privacy_unit")
+    privacy_unit = declared(privacy_unit, drop_missing_units)
+    if privacy_unit is None:
         if getattr(trips, "units", None) is not None:
             warnings.warn("the trips carry unit ids (trips.units) but no privacy unit is declared: this release "
                           "protects one trip, not one vehicle; declare privacy_unit=PrivacyUnit(COLUMN, max_rows=K)",

@@ -41,23 +41,16 @@ import numpy as np
 
 from ..errors import SparseDPError
 from ..privacy import Accountant, LedgerEntry, PrivacyCost, sequential
-from ..privacy_unit import PrivacyUnit, truncate, warn_if_id_like
+from ..privacy_unit import PrivacyUnit, declared, truncate, warn_if_id_like
 from .domain import Domain
 
 __all__ = ["UnitPlan", "declared_unit", "prepare_unit", "unit_entry", "unit_loss", "unit_record", "unit_ids_from"]
 
 
 def declared_unit(privacy_unit: Any, drop_missing_units: Any) -> PrivacyUnit | None:
-    """The declared unit (``None``: one row), checked before anything is read or charged."""
-    if not isinstance(drop_missing_units, (bool, np.bool_)):
-        raise SparseDPError(f"drop_missing_units must be True or False, got {drop_missing_units!r}")
-    if privacy_unit is not None and not isinstance(privacy_unit, PrivacyUnit):
-        raise SparseDPError(f"privacy_unit must be a PrivacyUnit, got {type(privacy_unit).__name__}")
-    if privacy_unit is None or privacy_unit.is_row:
-        if drop_missing_units:
-            raise SparseDPError("drop_missing_units goes with a declared privacy_unit")
-        return None
-    return privacy_unit
+    """The declared unit (``None``: one row), checked before anything is read or charged
+    (:func:`sparsedp.privacy_unit.declared`)."""
+    return declared(privacy_unit, drop_missing_units)
 
 
 def unit_ids_from(records: Any, unit_ids: Any, unit: PrivacyUnit | None, n: int) -> Any:
