@@ -317,6 +317,17 @@ def test_a_resumed_run_equals_the_uninterrupted_run_across_noise_blocks():
     assert states[5]["noise_block"] == 7 and len(bytes.fromhex(states[5]["noise_key"])) == 32
 
 
+@pytest.mark.parametrize("kw", [dict(epsilon=0.5), dict(rho=0.1)])
+@pytest.mark.parametrize("block", [1, 64])
+def test_keyed_noise_has_the_plans_exact_variance(kw, block):
+    # the keyed rows (blocks of 1 and of 64 rows) are the plan's exact discrete noise: mean 0, variance exact
+    c = ContinualCounter(4095, weights="uniform", _noise_block=block, **kw)
+    z = c._noise.all()
+    var = c.plan.variances()
+    assert np.all(var == var[0]) and np.all(z == np.round(z))  # one scale; integers (grid 1)
+    assert abs(z.var() / var[0] - 1) < 0.15 and abs(z.mean()) < 5 * np.sqrt(var[0] / z.size)
+
+
 def test_noise_keys_are_secret_fresh_or_seeded():
     a, b = ContinualCounter(20, epsilon=1.0), ContinualCounter(20, epsilon=1.0)
     assert a.private and a.state()["private"] is True

@@ -231,6 +231,20 @@ def test_a_restored_older_state_is_refused_not_re_released(tmp_path, monkeypatch
     assert len(_published(_stdin_run(monkeypatch, capsys, argv, [1]))) == 1
 
 
+def test_a_state_and_record_restored_from_a_backup_replay_the_published_values(tmp_path, monkeypatch, capsys):
+    # the record check cannot see a backup of both files; the noise key in the state makes the replay harmless
+    state = tmp_path / "s.json"
+    record = tmp_path / "s.json.published"
+    argv = ["--horizon", "8", "--state", str(state)]
+    _stdin_run(monkeypatch, capsys, argv, [1, 1])
+    backup = state.read_bytes(), record.read_bytes()
+    published = _published(_stdin_run(monkeypatch, capsys, argv, [1, 0, 2]))  # steps 3..5
+    for values in ([1, 0, 2], [1, 0, 2], [1, 0]):
+        state.write_bytes(backup[0])
+        record.write_bytes(backup[1])
+        assert _published(_stdin_run(monkeypatch, capsys, argv, values)) == published[:len(values)]
+
+
 def test_a_resume_reprints_the_saved_step_instead_of_drawing_it_again(tmp_path, monkeypatch, capsys):
     state = tmp_path / "s.json"
     argv = ["--horizon", "8", "--state", str(state), "--std"]

@@ -319,6 +319,53 @@ class CountingBits(nz.SecureRandomBits):
         return super().bytes(n)
 
 
+def test_keyed_bits_are_a_function_of_key_index_and_requests():
+    key = bytes(range(32))
+    a, b = nz.KeyedRandomBits(key, 5), nz.KeyedRandomBits(key, 5)
+    first = [a.bytes(n) for n in (3, 100, 8)]
+    assert first == [b.bytes(n) for n in (3, 100, 8)]  # the same requests give the same bytes
+    assert a.at(5).bytes(3) == first[0] and a.at(6).bytes(3) != first[0]  # at(): the index's stream from its start
+    assert nz.KeyedRandomBits(bytes(32), 5).bytes(100) != first[1]
+    assert a.bytes(0) == b"" and len(a.bytes(1 << 20)) == 1 << 20
+    assert a.secure and a.source == "keyed"
+    fresh = nz.KeyedRandomBits.new()
+    assert fresh.secure and fresh.key != nz.KeyedRandomBits.new().key and len(fresh.key) == 32
+    seeded = nz.KeyedRandomBits.from_seed(7)
+    assert not seeded.secure and seeded.key == nz.KeyedRandomBits.from_seed(7).key != nz.KeyedRandomBits.from_seed(8).key
+    assert not nz.KeyedRandomBits.from_seed(np.random.default_rng(1)).secure
+    assert nz.discrete_laplace(4.0, 50, rng=a.at(9)).tolist() == nz.discrete_laplace(4.0, 50, rng=b.at(9)).tolist()
+    g1, g2 = a.at(3).generator(), b.at(3).generator()
+    assert g1.random(4).tolist() == g2.random(4).tolist()
+    for bad in (b"short", "a" * 32, None):
+        with pytest.raises(SparseDPError, match="32 bytes"):
+            nz.KeyedRandomBits(bad)
+    for bad in (-1, 2**64, True):
+        with pytest.raises(SparseDPError, match="index"):
+            nz.KeyedRandomBits(key, bad)
+    for bad in ("7", 1.5, -3):
+        with pytest.raises(SparseDPError):
+            nz.KeyedRandomBits.from_seed(bad)
+
+
+@pytest.mark.parametrize("kind", ["laplace", "gaussian"])
+def test_exact_samplers_on_keyed_bits_have_the_exact_law(kind):
+    # one value per index (a counter's keyed blocks of one row) and many values from one index
+    keys = nz.KeyedRandomBits.new()
+    scale = 3.0
+    one_each = np.array([nz.noise(kind, scale, 1, rng=keys.at(i), secure=True)[0] for i in range(4000)])
+    many = nz.noise(kind, scale, N, rng=keys.at(10**6), secure=True)
+    if kind == "laplace":
+        K = int(40 * scale + 50)
+        support = np.arange(-K, K + 1)
+        pmf, var = dlap_pmf(support, scale), nz.discrete_laplace_variance(scale)
+    else:
+        support, pmf = dgauss_pmf_table(scale)
+        var = nz.discrete_gaussian_variance(scale)
+    for x, tol in ((many, 0.03), (one_each, 0.15)):
+        assert chisquare_integer(x.astype(np.int64), support, pmf) > 1e-5  # unseeded: a false alarm 1 run in 10^5
+        assert abs(x.var() / var - 1) < tol
+
+
 @pytest.mark.parametrize("t", [3.0, 150.0, 1024.0])
 def test_discrete_laplace_from_csprng_exact_law_and_bytes(t):
     """The production path (OpenSSL bits, heavy plan) at the completion entry-level scale ~1024:
