@@ -578,6 +578,45 @@ def test_a_redundant_level_costs_nothing():
     assert a.level_errors()[1:] == pytest.approx(b.level_errors(), rel=1e-9)
 
 
+def test_command_line_prints_the_skipped_level_and_the_error_by_level_and_writes_codes_and_totals(tmp_path, capsys):
+    """The natural call on a one-state file: a note names the level not measured, the summary
+    prints the whole budget and per level the sd and 95% half-width of a cell and a total (the
+    design's, no data); the table output carries each unit's full code (text) and its total."""
+    from sparsedp.cli import main
+
+    frame = small_frame(0, unbalanced=False)
+    frame[frame["state"] == "01"].to_csv(tmp_path / "one.csv", index=False)
+    out = tmp_path / "units.csv"
+    assert main(["topdown", str(tmp_path / "one.csv"), "--geo", "state,county,vtd", "--counts", "vap_*,u18_*",
+                 "--attributes", "age,race", "--rho", "1", "--invariant", "state:total", "--seed", "3",
+                 "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "rho 1," in printed
+    assert "note: level 'root' is not measured" in printed
+    rows = [line.split() for line in printed.splitlines() if line.startswith("  vtd ")]
+    assert len(rows) == 1 and float(rows[0][3]) == pytest.approx(1.96 * float(rows[0][2]), abs=2e-3)
+    assert float(rows[0][4]) > float(rows[0][2]) > 0  # a total is noisier than a cell
+    table_out = pd.read_csv(out, dtype={"state": str, "county": str, "vtd": str, "code": str})
+    cells = [c for c in table_out.columns if c.startswith(("vap_", "u18_"))]
+    np.testing.assert_array_equal(table_out["total"], table_out[cells].sum(axis=1))
+    vtds = table_out[table_out["level"] == "vtd"]
+    assert (vtds["code"] == vtds["state"] + vtds["county"] + vtds["vtd"]).all() and vtds["code"].str.startswith("01").all()
+    assert load_release(out).answers.size == len(table_out) * len(cells)
+
+
+def test_the_error_summary_is_the_variance_of_the_estimate():
+    """sd of a unit's total from the design (no data) against 300 releases."""
+    t = table(0)
+    design = plan_topdown(t.hierarchy, rho=0.5, invariants=["state:total"])
+    draws = [[rel.estimate[d].sum(axis=1) - t.counts[d].sum(axis=1) for d in range(4)]
+             for rel in (topdown(t, design=design, rng=s) for s in range(300))]
+    for d, row in enumerate(design.error_summary()):
+        emp = np.sqrt(np.mean([np.var([x[d] for x in draws], axis=0)]))
+        assert emp == pytest.approx(row["sd_total"], rel=0.15, abs=1e-9)
+        assert row["half_width_total"] == pytest.approx(1.959964 * row["sd_total"])
+    assert design.error_summary()[1]["sd_total"] == 0.0  # the state totals are invariant
+
+
 def test_a_split_only_on_levels_without_information_is_refused_before_any_charge():
     acc = Accountant(rho=1.0)
     with pytest.raises(InvalidPrivacyParameterError, match="nation"):

@@ -100,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"released {sum(units) * cells} counts ({levels} x {cells} cells; {budget}, exact noise) on "
               f"{args.executor}, chunked by {crel.description['subtree_level']}; invariants: "
               f"{', '.join(args.invariant or ()) or 'none'}; violations: {crel.check()}")
+        _print_notices(crel.description)
         print(f"--out: {out}")
         return 0
     rho, eps, choice = args.rho, args.epsilon, None
@@ -114,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     if out.suffix.lower() == ".npz":
         rel.save(out, overwrite=bool(getattr(args, "force", False)))
     else:
-        frame = rel.to_pandas()
+        frame = rel.published_table()
         if out.suffix.lower() == ".csv":
             frame.to_csv(out, index=False)
         else:
@@ -129,8 +130,30 @@ def run(args: argparse.Namespace) -> int:
     levels = " > ".join(f"{n} {s}" for n, s in zip(h.levels, h.sizes))
     print(f"released {sum(c.size for c in rel.counts)} counts ({levels} x {h.cells.size} cells; {budget}, "
           f"exact noise); invariants: {', '.join(args.invariant or ()) or 'none'}")
+    _print_notices(rel.description)
+    print(error_table(rel.design))
     print(f"--out: {out}")
     return 0
+
+
+def _print_notices(description: dict[str, Any]) -> None:
+    """One line per level not measured because it carries no information."""
+    for item in description.get("skipped", ()):
+        print(f"note: level {item['level']!r} is not measured ({item['reason']}); its budget goes to the other levels")
+
+
+def error_table(design: Any) -> str:
+    """Per level, the standard deviation and 95% half-width of the GLS estimate of a cell and of a
+    unit's total (:meth:`~sparsedp.topdown.design.TopDownDesign.error_summary`: from the design,
+    no data), as printed lines."""
+    rows = design.error_summary()
+    width = max(len("level"), *(len(r["level"]) for r in rows))
+    lines = ["error by level (GLS estimate before rounding; 95% half-width = 1.96 sd):",
+             f"  {'level':{width}s} {'units':>8s} {'sd cell':>9s} {'95% cell':>9s} {'sd total':>9s} {'95% total':>9s}"]
+    for r in rows:
+        lines.append(f"  {r['level']:{width}s} {r['units']:8d} {r['sd_cell']:9.3f} {r['half_width_cell']:9.3f} "
+                     f"{r['sd_total']:9.3f} {r['half_width_total']:9.3f}" + ("  (not measured)" if r["skipped"] else ""))
+    return "\n".join(lines)
 
 
 def _records_args(args: argparse.Namespace, chunked: bool) -> dict[str, Any] | None:

@@ -39,6 +39,9 @@ from .hierarchy import CellDomain, Hierarchy, check_contributions
 __all__ = ["QueryBlock", "LevelPlan", "TopDownDesign", "Invariant", "OptimalSplit", "SplitChoice", "optimal_split",
            "plan_topdown", "person_sensitivity"]
 
+#: the 97.5% quantile of the standard normal: a 95% half-width is this many standard deviations
+_Z95 = 1.959963984540054
+
 #: scales of stacked queries are widened by this factor over the calibrated ones, so that the
 #: plan's certified loss (which carries a float-rounding margin) stays within the level's budget
 _WIDEN = 1.0 + 2.0**-30
@@ -190,6 +193,22 @@ class TopDownDesign:
         """Per level, the exact ``(units, cells)`` variances of the GLS estimate this design gives,
         without any data (they depend on the hierarchy, the plans and the invariants only): the
         accuracy a split buys, before non-negativity and rounding."""
+        B2 = self.basis * self.basis
+        return tuple(v @ B2 for v in self._component_variances())
+
+    def total_variances(self) -> tuple[np.ndarray, ...]:
+        """Per level, the exact ``(units,)`` variances of the GLS estimate of each unit's total (the
+        sum of its cells: ``cells`` times the variance of the constant component), without any
+        data."""
+        h = self.hierarchy
+        C = h.cells.size
+        k = h.cells.component_attributes().index(())
+        if not np.allclose(np.abs(self.basis[k]), 1.0 / np.sqrt(C)):  # pragma: no cover - the basis' first row
+            raise SparseDPError("the basis has no constant component")
+        return tuple(C * v[:, k] for v in self._component_variances())
+
+    def _component_variances(self) -> tuple[np.ndarray, ...]:
+        """Per level, the ``(units, components)`` variances of the GLS estimate (no data)."""
         from .gls import hierarchy_gls
 
         h = self.hierarchy
@@ -205,8 +224,7 @@ class TopDownDesign:
                 v[:, [set(a) <= set(pins[d]) for a in comp]] = 0.0
             own.append(np.zeros((h.sizes[d], C)))
             own_var.append(v)
-        B2 = self.basis * self.basis
-        return tuple(v @ B2 for v in hierarchy_gls(h, own, own_var).variance)
+        return tuple(hierarchy_gls(h, own, own_var).variance)
 
     def level_errors(self) -> tuple[float, ...]:
         """Per level, the expected mean absolute error per cell of the GLS estimate,
@@ -216,6 +234,19 @@ class TopDownDesign:
         integer, which changes the error (it lowers it where many true counts are 0)."""
         return tuple(float(np.sqrt(2.0 / np.pi) * np.sqrt(v).mean()) if v.size else 0.0
                      for v in self.gls_variances())
+
+    def error_summary(self) -> list[dict[str, Any]]:
+        """Per level, what a statistician reads first, from the design alone (no data): the root
+        mean variance of the GLS estimate of a cell and of a unit's total as a standard deviation
+        (``sd_cell``, ``sd_total``) and the 95% half-width ``1.96 sd`` (normal approximation), before
+        non-negativity and rounding; ``skipped``: why a level is not measured (else ``None``)."""
+        out = []
+        for lp, vc, vt in zip(self.levels, self.gls_variances(), self.total_variances()):
+            sc = float(np.sqrt(vc.mean())) if vc.size else 0.0
+            st = float(np.sqrt(vt.mean())) if vt.size else 0.0
+            out.append({"level": lp.name, "units": int(lp.units), "budget": lp.budget, "skipped": lp.skipped,
+                        "sd_cell": sc, "half_width_cell": _Z95 * sc, "sd_total": st, "half_width_total": _Z95 * st})
+        return out
 
     def exact_disclosures(self) -> list[dict[str, Any]]:
         """The invariants as what they are: true values published exactly, NOT under differential
