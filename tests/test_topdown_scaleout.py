@@ -9,7 +9,7 @@ import argparse
 
 import numpy as np
 import pytest
-from test_topdown import CELLS, small_frame, table
+from test_topdown import CELLS, single_state, small_frame, table
 
 from sparsedp import Accountant
 from sparsedp.errors import (
@@ -82,6 +82,21 @@ def test_dask_release_is_the_in_process_release_bit_for_bit(tmp_path, cluster, c
     assert [(e.label, getattr(e.cost, key), e.rows, e.columns) for e in a.ledger] == [
         (e["label"], e[key], e["rows"], e["columns"]) for e in b.ledger]
     assert b.private is False and a.private is False  # seeded: reproducible, not private
+
+
+@pytest.mark.parametrize("cfg", [dict(rho=0.8, invariants=["state:total"]), dict(rho=0.8, invariants=["nation:cells"])])
+def test_a_level_without_information_is_skipped_alike_in_process_and_chunked(tmp_path, cfg):
+    """One state read the natural way (root and state the same units) or the root's every cell
+    invariant: the chunked design skips the same level as the in-process one (decided on the real
+    hierarchy, not the skeleton), spends the whole budget, and gives the same release."""
+    t = single_state(4)
+    acc_a, acc_b = _budget(cfg), _budget(cfg)
+    a = topdown(t, rng=5, accountant=acc_a, **cfg)
+    b = topdown_scaleout(t, tmp_path / "rel", rng=5, accountant=acc_b, per_part=2, progress=False, **cfg)
+    assert [s["level"] for s in a.description["skipped"]] == ["nation"]
+    assert b.description["skipped"] == a.description["skipped"]
+    assert acc_a.spent_exact == acc_b.spent_exact and float(acc_a.spent) == pytest.approx(0.8, rel=1e-12)
+    _same(a, b.to_topdown())
 
 
 def test_the_noise_is_keyed_by_subtree():
