@@ -42,18 +42,26 @@ most ``2^50`` (default), or reals in ``[0, 1]``; anything else is refused before
 ``accountant=``: charged ``epsilon`` (``rho``) once, in the constructor, through the plan's ledger
 entry, before any noise is drawn.
 
-Save / restore.  :meth:`ContinualCounter.state` is a JSON-able dict of the stack and the running sum:
-it holds the exact (private) prefix sums, so it is as secret as the raw data.  :meth:`save` writes it
+Keyed noise.  The noise of node ``t`` is a function of a secret 256-bit key and ``t``: the rows are
+cut into fixed blocks (:class:`~._stream.RowNoise`, ``noise_block`` rows) and block ``b`` is drawn by
+the plan's exact samplers from the bytes of :class:`~sparsedp.noise.KeyedRandomBits` ``(key, b)``
+(SHAKE-256, a keyed pseudo-random function).  The key comes from ``os.urandom`` (``rng=None``) or
+from the seed (a seed or Generator: reproducible and NOT private); it is made at the first draw, so a
+Generator is not read at creation.  Drawing a block costs what drawing a batch cost before.
+
+Save / restore.  :meth:`ContinualCounter.state` is a JSON-able dict of the stack, the running sum and
+the noise key (with its block size and whether it is private): it holds the exact prefix sums and the
+key (which recomputes every noise value), so it is as secret as the raw data.  :meth:`save` writes it
 atomically to a file only its owner can read or write (mode ``0600``: a temporary file created
-``0600`` in the same directory, flushed, then renamed over the target).  Noise of published steps
-lives in the stored noisy sums and is never drawn again.  The random generator is not saved:
-:meth:`from_state` continues with fresh noise from the ``rng`` it is given, from the saved step's
-row on (the rows of published steps are skipped, never drawn).  :meth:`load` and
-:meth:`from_state` refuse a state whose parameters (horizon, epsilon, rho, weights, increments)
-disagree with the ones the caller states, and a state whose sums lie outside the increment domain.
-Restoring an *older* state and replaying a published step would publish that step twice with
-independent noise (twice the budget for it); save after every published step and restore the latest
-state only.  A restored counter continues the release charged when it was created and charges nothing.
+``0600`` in the same directory, flushed, then renamed over the target).  :meth:`from_state` continues
+with the saved key from the saved step's row on, so rebuilding from one state twice, or from an older
+copy, and taking a step again releases the value already published for it, bit for bit: a replay
+carries no new information (where refusing an older state would need a record of publication that
+outlives every backup).  :meth:`load` and :meth:`from_state` refuse a state whose parameters
+(horizon, epsilon, rho, weights, increments) disagree with the ones the caller states, and a state
+whose sums lie outside the increment domain.  States of versions 1 to 3 hold no key: they resume
+with a new one and a warning.  A restored counter continues the release charged when it was created
+and charges nothing.
 """
 
 from __future__ import annotations
@@ -103,8 +111,9 @@ class ContinualCounter(StreamingCounter):
     Parameters: ``horizon`` (``N``), exactly one of ``epsilon`` (with ``noise="laplace"``) and
     ``rho`` (with ``noise="gaussian"``), ``weights`` = ``"optimal"`` (FDA, for the noise's norm),
     ``"uniform"`` (plain Fenwick = binary mechanism) or an array of ``N`` positive weights (scaled to
-    a largest weight of 1; the smallest must then be ``>= 1e-100``), ``rng`` (``None``: fresh
-    operating-system entropy; a seed or Generator: reproducible and NOT private), ``increments``
+    a largest weight of 1; the smallest must then be ``>= 1e-100``), ``rng`` (``None``: a fresh
+    256-bit noise key from the operating system; a seed or Generator: a key derived from it,
+    reproducible and NOT private; see *Keyed noise* in the module docstring), ``increments``
     (``"counts"`` or ``"unit"``, see :mod:`._stream`), ``accountant`` (charged once, here),
     ``secure`` (``True``, default: exact discrete noise; ``False``: float64 noise, an opt-out).
     ``update(a_t)`` returns ``s~_t``; ``last_variance`` is its exact variance.
