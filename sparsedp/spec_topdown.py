@@ -215,7 +215,9 @@ def topdown_report(path: Path, res: ReleaseResult) -> Path:
              f"({sum(c.size for c in rel.counts)} published counts)",
              privacy_line(res),
              f"- invariants (published exactly, not protected): {', '.join(invariants) or 'none'}",
-             f"- checks: {', '.join(f'{k} {v}' for k, v in checks.items())}", "",
+             f"- checks: {', '.join(f'{k} {v}' for k, v in checks.items())}",
+             *[f"- not measured: level {item['level']!r} ({item['reason']}); its budget went to the other levels"
+               for item in res.description.get("skipped", ())], "",
              "| level | units | cells per unit | standard deviation of a count (GLS, before rounding) |",
              "|---|---:|---:|---:|"]
     lines += [f"| {lv} | {n} | {h.cells.size} | {sd:.4g} |" for lv, n, sd in zip(h.levels, h.sizes, _level_sd(rel))]

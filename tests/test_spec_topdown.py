@@ -65,6 +65,16 @@ def test_a_topdown_spec_is_the_topdown_release(tmp_path):
     assert res.files["plot"].stat().st_size > 1000
 
 
+def test_the_report_names_a_level_that_is_not_measured(tmp_path):
+    """Every cell of the root invariant: the root is not measured, the whole rho is charged to the
+    other levels, and the report says so."""
+    path = _write(tmp_path, SPEC.replace('["state:total"]', '["nation:cells"]').replace(
+        "[data]", '[data]\nroot = "nation"'))
+    res = run_spec(path, rng=5)
+    assert res.accountant.spent == pytest.approx(0.5, rel=1e-12) and len(res.accountant.ledger) == 3
+    assert "- not measured: level 'nation' (the invariants determine every cell)" in res.files["report"].read_text()
+
+
 def test_the_command_line_runs_a_topdown_spec(tmp_path, capsys):
     path = _write(tmp_path)
     assert main(["release", str(path), "--seed", "2"]) == 0
