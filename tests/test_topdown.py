@@ -634,6 +634,8 @@ def test_a_split_only_on_levels_without_information_is_refused_before_any_charge
     acc = Accountant(rho=1.0)
     with pytest.raises(InvalidPrivacyParameterError, match="nation"):
         topdown(single_state(), rho=1.0, split={"nation": 1}, accountant=acc, rng=1)
+    with pytest.raises(SparseDPError, match="nothing to measure"):  # every cell of every leaf published
+        topdown(table(0, unbalanced=False), rho=1.0, invariants=["vtd:cells"], accountant=acc, rng=1)
     assert acc.spent == 0
 
 

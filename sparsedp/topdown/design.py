@@ -864,6 +864,9 @@ def plan_topdown(h: Hierarchy, *, rho: float | None = None, epsilon: float | Non
     qs = _informative_queries(h, _queries(h.cells, queries, h.depth + 1), pins)
     skipped = uninformative_levels(h, qs, pins, shape)
     weights = [0 if d in skipped else w for d, w in enumerate(_level_weights(h, split))]
+    if len(skipped) == h.depth + 1:
+        raise SparseDPError("no level carries information (" + "; ".join(
+            f"{h.levels[d]}: {why}" for d, why in skipped.items()) + "): there is nothing to measure")
     if all(_is_zero(w) for w in weights):
         raise InvalidPrivacyParameterError(
             "split: the levels with a budget carry no information (" + "; ".join(
