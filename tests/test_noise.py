@@ -350,7 +350,7 @@ def test_keyed_bits_are_a_function_of_key_index_and_requests():
 @pytest.mark.parametrize("kind", ["laplace", "gaussian"])
 def test_exact_samplers_on_keyed_bits_have_the_exact_law(kind):
     # one value per index (a counter's keyed blocks of one row) and many values from one index
-    keys = nz.KeyedRandomBits.new()
+    keys = nz.KeyedRandomBits(bytes(range(100, 132)))  # a fixed key: the test is repeatable
     scale = 3.0
     one_each = np.array([nz.noise(kind, scale, 1, rng=keys.at(i), secure=True)[0] for i in range(4000)])
     many = nz.noise(kind, scale, N, rng=keys.at(10**6), secure=True)
@@ -362,7 +362,7 @@ def test_exact_samplers_on_keyed_bits_have_the_exact_law(kind):
         support, pmf = dgauss_pmf_table(scale)
         var = nz.discrete_gaussian_variance(scale)
     for x, tol in ((many, 0.03), (one_each, 0.15)):
-        assert chisquare_integer(x.astype(np.int64), support, pmf) > 1e-5  # unseeded: a false alarm 1 run in 10^5
+        assert chisquare_integer(x.astype(np.int64), support, pmf) > 1e-3
         assert abs(x.var() / var - 1) < tol
 
 

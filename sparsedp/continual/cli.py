@@ -291,7 +291,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "for it. The noise is exact discrete Laplace (discrete Gaussian with --rho) from fresh operating-system "
         "entropy; --float-noise switches to float64 noise (for experiments); --seed makes it reproducible and "
         "the run NOT private. The --state file "
-        "holds the exact running sums: it is as secret as the data and is written atomically with mode "
+        "holds the exact running sums and the secret noise key: it is as secret as the data and is written "
+        "atomically with mode "
         "0600 (owner only). With --report N, print instead the analytic per-step error of every "
         "continual-release method for horizon N.",
     )
@@ -327,10 +328,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--state", default=None,
                    help="JSON file to resume from and to save to after every step, before the step is printed "
                    "(a failed save stops the run with nothing of that step printed). It holds the exact running "
-                   "sums, so it is secret: it is written atomically with mode 0600 (owner only). Beside it, "
+                   "sums and the noise key, so it is secret: it is written atomically with mode 0600 (owner "
+                   "only). Beside it, "
                    "STATE.published records how many steps were published: a resume from an older copy of the "
-                   "state (or after the state was lost) is refused (the noise of every step is a function of a secret "
-                   "key kept in the state, so such a replay could only repeat the published values); a resume re-prints the last saved step on stderr. A resume must "
+                   "state (or after the state was lost) is refused (the noise of every step is a function of a "
+                   "secret key kept in the state, so such a replay could only repeat the published values); a "
+                   "resume re-prints the last saved step on stderr. A resume must "
                    "give the same --horizon, --epsilon/--rho, --weights, --increments and --float-noise as the run "
                    "that wrote it, or it is refused")
     p.add_argument("--report", type=int, metavar="N", default=None,
