@@ -125,7 +125,7 @@ def main() -> None:
             out["dask_timings"] = {k: float(v) for k, v in r.timings.items()}
             out["worker_peak_mb"] = sorted(ex.client.run(_worker_peak_mb).values())
             print(f"dask: {out['dask_seconds']:.1f} s, worker peaks {out['worker_peak_mb']} MB", flush=True)
-            Path(a.out).with_suffix(".partial.json").write_text(json.dumps(out, indent=1, default=float))
+            (where / "partial.json").write_text(json.dumps(out, indent=1, default=float))  # if a later step fails
             t = time.perf_counter()
             rs = release_records(piece, "x", bins, 1.0, privacy_unit=unit, executor=ex, rng=a.seed, k=16,
                                  out=scratch / "slice.npy")
