@@ -14,6 +14,7 @@ from sparsedp.continual import (
     optimal_weights,
     weights_sensitivity,
 )
+from sparsedp.continual import counter as counter_module
 from sparsedp.continual.fenwick import prefix_chain_sum
 from sparsedp.continual.weights import sqp_weights
 
@@ -327,6 +328,29 @@ def test_keyed_noise_has_the_plans_exact_variance(kw, block):
     var = c.plan.variances()
     assert np.all(var == var[0]) and np.all(z == np.round(z))  # one scale; integers (grid 1)
     assert abs(z.var() / var[0] - 1) < 0.15 and abs(z.mean()) < 5 * np.sqrt(var[0] / z.size)
+
+
+def test_the_noise_scheme_is_pinned():
+    # a saved key must give the same noise in every later version, else a replay from an old state
+    # releases new noise: a change to the block layout, KeyedRandomBits or the exact samplers' use of
+    # its bytes fails here -- then bump counter.NOISE_SCHEME (old states are refused) and re-pin
+    assert counter_module.NOISE_SCHEME == 1
+    pinned = {
+        "laplace": ([61.83755488010807, 21.322700467182354, 31.126163245517574, -17.233884323344686,
+                     -14.04539544464714, -60.93369777315813], [-403131.0, 32038.0, 626670.0]),
+        "gaussian": ([10.896248626589232, 5.330009437137446, 2.89765413390434, 4.440816138009076,
+                      9.089374909420771, 2.957646463887099], [-1508744.0, 626670.0, -1540287.0]),
+    }
+    for kind, (released, rows) in pinned.items():
+        kw = dict(epsilon=1.0) if kind == "laplace" else dict(rho=0.5)
+        assert ContinualCounter(70000, rng=123, **kw).run(np.ones(6)).tolist() == released
+        c = ContinualCounter(70000, rng=123, **kw)
+        c._noise.skip_to(65535)  # the last row of block 0 and the first rows of block 1
+        assert [c._noise.draw() for _ in range(3)] == rows
+    state = ContinualCounter(20, epsilon=1.0).state()
+    state["noise_scheme"] = 0
+    with pytest.raises(SparseDPError, match="scheme"):
+        ContinualCounter.from_state(state)
 
 
 def test_noise_keys_are_secret_fresh_or_seeded():

@@ -100,6 +100,10 @@ from .weights import FenwickWeights, certified_weights_sensitivity
 __all__ = ["ContinualCounter"]
 
 _STATE_VERSION = 4
+#: How a key and a row become noise (block layout, KeyedRandomBits, the exact samplers' use of its
+#: bytes).  A state records it; a state of another scheme is refused, since its replayed steps would
+#: not repeat their published values.  Bump it whenever that mapping changes (a test pins it).
+NOISE_SCHEME = 1
 _EXACT = 2.0**52  # integers below this add exactly in float64
 #: The parameters a resumed state must share with the run that continues it.
 RESUME_PARAMETERS = ("horizon", "epsilon", "rho", "weights", "increments", "secure")
@@ -288,6 +292,7 @@ class ContinualCounter(StreamingCounter):
             "last_variance": self.last_variance,
             "noise_key": keys.key.hex(),
             "noise_block": self._noise.block,
+            "noise_scheme": NOISE_SCHEME,
             "private": bool(keys.secure),
         }
 
@@ -394,6 +399,10 @@ def _saved_keys(state: dict[str, Any], version: int, rng: Any, t: int) -> tuple[
         if rng is not None:
             raise SparseDPError("a restored counter draws its noise from the key saved in its state (a replayed "
                                 "step then repeats its published value); rng= is not used, pass rng=None")
+        if state["noise_scheme"] != NOISE_SCHEME:
+            raise SparseDPError(f"the counter state's noise was derived by scheme {state['noise_scheme']!r}, this "
+                                f"version derives it by scheme {NOISE_SCHEME}: a resume could not repeat the "
+                                "published steps' noise; resume it with the version that wrote it")
         key, private = state["noise_key"], state["private"]
         if not isinstance(key, str) or len(key) != 2 * KeyedRandomBits.KEY_BYTES or not isinstance(private, bool):
             raise SparseDPError("malformed counter state: noise_key must be 64 hex digits and private a boolean")
