@@ -11,6 +11,12 @@ mean absolute error per cell and per geography total (a unit's sum over its cell
 mean (and standard error) over releases; the rho charged (ledger) against the rho requested.
 
     python benchmarks/bench_topdown_single_state.py [--state 55] [--reps 50] [--out FILE]
+    python benchmarks/bench_topdown_single_state.py --shared [--reps 50]   # the whole table, root:cells
+
+``--shared``: the whole table (nation > state > county > district), the state totals and every
+cell of the nation invariant (``nation:cells``: the root is then determined by the invariants);
+then the same table with a first geography column of one unit (``country = US``: nation > country
+> state > county > district, the country's units the nation's), the state totals invariant.
 """
 
 from __future__ import annotations
@@ -54,14 +60,25 @@ def state_csv(state: str, folder: str) -> Path:
     return out
 
 
+def with_country(folder: str) -> Path:
+    """The whole table with a first geography column ``country`` holding one unit (``US``)."""
+    out = Path(folder) / "with_country.csv"
+    with gzip.open(DATA, "rt") as src, open(out, "w") as dst:
+        dst.write("country," + src.readline())
+        for line in src:
+            dst.write("US," + line)
+    return out
+
+
 def summarise(rows: list[list[float]], levels: list[str]) -> dict[str, dict[str, float]]:
     a = np.asarray(rows)
     se = a.std(axis=0, ddof=1) / np.sqrt(a.shape[0])
     return {lv: {"mean": float(a[:, i].mean()), "se": float(se[i])} for i, lv in enumerate(levels)}
 
 
-def run_row(path: Path, name: str, geo: str, root: str, reps: int, rho: float, invariant: str) -> dict[str, Any]:
+def run_row(path: Path, name: str, geo: str, root: str, reps: int, rho: float, invariant: Any) -> dict[str, Any]:
     table = read_table(path, geo, COUNTS, attributes=("age", "race"), root=root)
+    invariants = [invariant] if isinstance(invariant, str) else list(invariant)
     h = table.hierarchy
     truth = table.counts
     cell_err, total_err, spent, secs = [], [], [], []
@@ -69,7 +86,7 @@ def run_row(path: Path, name: str, geo: str, root: str, reps: int, rho: float, i
     for r in range(reps):
         acc = Accountant(rho=rho)
         t0 = time.perf_counter()
-        rel = topdown(table, rho=rho, invariants=[invariant], accountant=acc, rng=np.random.default_rng([7, r]),
+        rel = topdown(table, rho=rho, invariants=invariants, accountant=acc, rng=np.random.default_rng([7, r]),
                       keep_noisy=False)
         secs.append(time.perf_counter() - t0)
         spent.append(float(acc.spent))
@@ -100,7 +117,18 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--rho", type=float, default=1.0)
     ap.add_argument("--out", default=None, help="write the results as JSON here")
+    ap.add_argument("--shared", action="store_true", help="the whole table with nation:cells invariant")
     args = ap.parse_args()
+    if args.shared:
+        rows = [run_row(DATA, "shared table, state totals and nation:cells invariant", "state_fips,county_fips,vtd_code",
+                        "nation", args.reps, args.rho, ["state_fips:total", "nation:cells"])]
+        with tempfile.TemporaryDirectory() as tmp:
+            rows.append(run_row(with_country(tmp), "shared table with a first column of one unit (country)",
+                                "country,state_fips,county_fips,vtd_code", "nation", args.reps, args.rho,
+                                "state_fips:total"))
+        if args.out:
+            Path(args.out).write_text(json.dumps({"rows": rows}, indent=1) + "\n")
+        return
     with tempfile.TemporaryDirectory() as tmp:
         path = state_csv(args.state, tmp)
         rows = [run_row(path, "natural call (--geo state_fips,county_fips,vtd_code)", "state_fips,county_fips,vtd_code",

@@ -12,7 +12,9 @@ composition).  The plans compute these losses themselves from the matrices' entr
 
 Budgets are split in exact arithmetic and rounded *down* (``Fraction``), so the levels' charges
 never add up to more than the total.  A level (not a leaf level) may get no budget: it is then
-not measured (and not charged), and its estimate comes from the levels around it.
+not measured (and not charged), and its estimate comes from the levels around it.  A level that
+carries no information (:func:`uninformative_levels`: the invariants determine it, or its units
+are the next level's) gets no budget whatever the split, and the others share the whole total.
 
 ``split="optimal"`` (or an :class:`OptimalSplit`) chooses the shares without any data: it minimises
 a level-weighted error of the GLS estimate, computed exactly from the design's public structure
