@@ -84,7 +84,8 @@ def _stdin_values(stdin: TextIO) -> Iterator[float]:
 # state on disk is never behind what was published, and a failed save stops the run with nothing
 # of that step printed.  A resume whose state holds fewer steps than the record (an older copy
 # restored over the latest one, or a lost state) is refused: continuing from it would release the
-# steps in between again with fresh noise, uncharged.  A resume whose state is ahead of the record
+# steps in between again -- with the noise already used (it is keyed by the state's secret), so the
+# same increments repeat the published values but changed ones would publish the change exactly.  A resume whose state is ahead of the record
 # (the run died after the save) brings the record up first; it re-prints the last committed step
 # (on stderr, from the state: never drawn again), so a value that was saved but never printed is
 # not lost.
@@ -155,7 +156,8 @@ def _check_resume(state: Path, record: Path, t: int) -> None:
         raise SparseDPError(
             f"{published} steps were published from the counter state {state} (record {record.name}), but it "
             f"{held}: it is not the latest state (an older copy?). Resuming would release step(s) {t + 1}.."
-            f"{published} again with fresh noise, beyond the budget. Restore the latest state; to start a new "
+            f"{published} again with the noise already used: any increment that differs from the first run's "
+            f"would be published exactly. Restore the latest state; to start a new "
             f"release of new data (a new budget), use a new --state file")
 
 
