@@ -55,8 +55,8 @@ key (which recomputes every noise value), so it is as secret as the raw data.  :
 atomically to a file only its owner can read or write (mode ``0600``: a temporary file created
 ``0600`` in the same directory, flushed, then renamed over the target).  :meth:`from_state` continues
 with the saved key from the saved step's row on, so rebuilding from one state twice, or from an older
-copy, and taking a step again releases the value already published for it, bit for bit: a replay
-carries no new information (where refusing an older state would need a record of publication that
+copy, and taking a step again with the same increment releases the value already published for it,
+bit for bit: a replay carries no new information (where refusing an older state would need a record of publication that
 outlives every backup).  :meth:`load` and :meth:`from_state` refuse a state whose parameters
 (horizon, epsilon, rho, weights, increments) disagree with the ones the caller states, and a state
 whose sums lie outside the increment domain.  States of versions 1 to 3 hold no key: they resume
@@ -303,8 +303,9 @@ class ContinualCounter(StreamingCounter):
         """Rebuild a counter from :meth:`state`; its noise comes from the key saved in the state.
 
         The noise of every step is a function of the saved key and the step, so rebuilding from the
-        same state twice (or from an older copy) and taking a step again releases the value already
-        published for it, bit for bit, never a second independent draw.  ``rng`` must therefore be
+        same state twice (or from an older copy) and taking a step again with the same increment
+        releases the value already published for it, bit for bit, never a second independent draw
+        (with another increment, the same noise on another sum: the change is published exactly).  ``rng`` must therefore be
         ``None`` for a current state (:class:`SparseDPError` otherwise: it would not be used).
 
         Every parameter given (not ``None``) must equal the state's, else :class:`SparseDPError`
