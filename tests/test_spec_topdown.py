@@ -206,10 +206,3 @@ def test_a_counts_spec_takes_no_privacy_unit(tmp_path):
     with pytest.raises(SparseDPError, match="record rows"):
         run_spec(path)
 
-
-def test_other_kinds_refuse_the_unit_keys_until_they_bound_records(tmp_path):
-    (tmp_path / "d.csv").write_text("x\n1\n2\n")
-    (tmp_path / "h.toml").write_text('[data]\npath = "d.csv"\ncolumn = "x"\nbins = 4\nclip = [0, 4]\n\n'
-                                     '[privacy]\nepsilon = 1.0\nunit = "person"\nmax_rows = 2\n')
-    with pytest.raises(SparseDPError, match="not used by a histogram"):
-        run_spec(tmp_path / "h.toml")
