@@ -864,8 +864,9 @@ def plan_topdown(h: Hierarchy, *, rho: float | None = None, epsilon: float | Non
         inv.append((h.level_index(iv.level), h.cells.axes(iv.marginal)))
     pins = _pinned(h, inv)
     qs = _informative_queries(h, _queries(h.cells, queries, h.depth + 1), pins)
-    skipped = uninformative_levels(h, qs, pins, shape)
-    weights = [0 if d in skipped else w for d, w in enumerate(_level_weights(h, split))]
+    given = _level_weights(h, split)
+    skipped = uninformative_levels(h, qs, pins, shape, [not _is_zero(w) for w in given])
+    weights = [0 if d in skipped else w for d, w in enumerate(given)]
     if len(skipped) == h.depth + 1:
         raise SparseDPError("no level carries information (" + "; ".join(
             f"{h.levels[d]}: {why}" for d, why in skipped.items()) + "): there is nothing to measure")
@@ -906,7 +907,8 @@ def _informative_queries(h: Hierarchy, qs: list[list[tuple[tuple[int, ...], Any]
 
 def uninformative_levels(h: Hierarchy, qs: Sequence[Sequence[tuple[tuple[int, ...], Any]]],
                          pins: Sequence[tuple[int, ...] | None],
-                         shape: Sequence[tuple[int, int]] | None = None) -> dict[int, str]:
+                         shape: Sequence[tuple[int, int]] | None = None,
+                         weighted: Sequence[bool] | None = None) -> dict[int, str]:
     """The levels that carry no information, ``{depth: why}``, from the public design only (the
     hierarchy's shape, the queries, the invariants' form; never the counts): a level whose every
     query the invariants determine (``qs``: the queries left by :func:`_informative_queries`), and
@@ -916,7 +918,8 @@ def uninformative_levels(h: Hierarchy, qs: Sequence[Sequence[tuple[tuple[int, ..
     the lower one when it has no leaves and the upper one measures its queries.  Such a level is
     not measured and its budget goes to the others.  ``shape``: ``(units, leaf units)`` per level
     (default: ``h``'s); every unit of a level has exactly one child when the level has no leaves
-    and as many units as the next."""
+    and as many units as the next.  ``weighted``: per level, whether the split gives it a budget
+    (default: all); of two levels with the same units, one is skipped only for a twin that has one."""
     if shape is None:
         shape = [(int(h.sizes[d]), int(h.leaves(d).sum())) for d in range(h.depth + 1)]
     if len(shape) != h.depth + 1:
@@ -931,9 +934,10 @@ def uninformative_levels(h: Hierarchy, qs: Sequence[Sequence[tuple[tuple[int, ..
             continue
         upper = {ax for ax, _ in qs[d]}
         lower = {ax for ax, _ in qs[d + 1]}
-        if pins[d] == pins[d + 1] and upper <= lower:
+        if pins[d] == pins[d + 1] and upper <= lower and (weighted is None or weighted[d + 1]):
             out[d] = f"its units equal those of {h.levels[d + 1]!r}, which is measured"
-        elif not shape[d + 1][1] and {ax for ax in lower if pins[d] is None or not set(ax) <= set(pins[d])} <= upper:
+        elif (not shape[d + 1][1] and (weighted is None or weighted[d])
+              and {ax for ax in lower if pins[d] is None or not set(ax) <= set(pins[d])} <= upper):
             out[d + 1] = f"its units equal those of {h.levels[d]!r}, which is measured"
     return dict(sorted(out.items()))
 
