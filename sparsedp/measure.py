@@ -306,14 +306,18 @@ class NoiseStream:
 
     Noise is drawn ahead in batches of ``chunk`` rows (one sampler call per batch instead of one
     per row: the noise does not depend on the data, so drawing it early changes nothing); memory
-    is ``O(chunk)``."""
+    is ``O(chunk)``.  ``start``: the first row it may draw (rows below it are never drawn: a
+    counter's keyed block of noise starts at its own row)."""
 
-    def __init__(self, plan: MeasurementPlan, gen: Any, private: bool, chunk: int = 4096) -> None:
+    def __init__(self, plan: MeasurementPlan, gen: Any, private: bool, chunk: int = 4096, start: int = 0) -> None:
         self.plan, self._gen, self.private = plan, gen, private
-        self._next = 0
+        start = int(start)
+        if not 0 <= start <= plan.rows:
+            raise ShapeError(f"a noise stream starts at a row in [0, {plan.rows}], got {start}")
+        self._next = start  # rows below start are never drawn (a keyed block of a counter starts there)
         self._chunk = max(1, int(chunk))
         self._buf = np.zeros(0)
-        self._buf_start = 0  # row of self._buf[0]
+        self._buf_start = start  # row of self._buf[0]
 
     @property
     def next_row(self) -> int:

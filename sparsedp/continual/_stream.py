@@ -360,18 +360,7 @@ class RowNoise:
         plan = self._stream.plan
         bits = self.keys.at(b)
         gen = bits if plan.secure else bits.generator()
-        return _BlockStream(plan, gen, self._stream.private, lo, hi - lo).take(np.arange(lo, hi))
-
-
-class _BlockStream(NoiseStream):
-    """A plan's :class:`~sparsedp.measure.NoiseStream` that starts at row ``start`` (its first batch
-    is rows ``[start, start + chunk)``), so a keyed block is drawn alone, never from row 0.  It sets
-    the stream's first row through its attributes (``NoiseStream`` has no start parameter): the
-    replay tests of the counter fail if that ever stops holding."""
-
-    def __init__(self, plan: MeasurementPlan, gen: Any, private: bool, start: int, chunk: int) -> None:
-        super().__init__(plan, gen, private, chunk)
-        self._next = self._buf_start = int(start)
+        return NoiseStream(plan, gen, self._stream.private, hi - lo, start=lo).take(np.arange(lo, hi))
 
 
 class StreamingCounter:
