@@ -645,11 +645,13 @@ def test_the_certified_loss_of_designs_with_skipped_levels_is_within_the_charge(
     _loss_within_charge(make(8), cfg)
 
 
-def test_audit_of_the_measurement_of_all_levels():
+@pytest.mark.parametrize("states, skipped", [(["1", "1", "2"], []), (["1", "1", "1"], ["root"])])
+def test_audit_of_the_measurement_of_all_levels(states, skipped):
     """The measurement of every level (what the release post-processes), audited on neighbours that
     differ by one person in one leaf cell: the bound stays below the claim; a copy calibrated for
-    twice the budget is flagged."""
-    frame = pd.DataFrame({"st": ["1", "1", "2"], "co": ["a", "b", "c"], "p": [3, 1, 2], "q": [0, 2, 1]})
+    twice the budget is flagged.  With one state (root and state the same units) the root is not
+    measured and the others take the whole budget: still within the claim."""
+    frame = pd.DataFrame({"st": states, "co": ["a", "b", "c"], "p": [3, 1, 2], "q": [0, 2, 1]})
     t = HierarchicalTable.from_counts(frame, ["st", "co"], ["p", "q"])
     frame1 = frame.copy()
     frame1.loc[0, "p"] += 1
@@ -657,10 +659,12 @@ def test_audit_of_the_measurement_of_all_levels():
 
     def release(eps):
         design = plan_topdown(t.hierarchy, epsilon=eps, split=[1, 1, 2])
-        plans = [plan_release(lp.plan) for lp in design.levels]
+        assert [lp.name for lp in design.levels if lp.skipped] == skipped
+        assert design.spent == pytest.approx(eps, rel=1e-12)
+        plans = [(lp.depth, plan_release(lp.plan)) for lp in design.measured]
 
         def run(tab, gen, k):
-            return np.hstack([p(tab.counts[d].ravel(), gen, k) for d, p in enumerate(plans)])
+            return np.hstack([p(tab.counts[d].ravel(), gen, k) for d, p in plans])
 
         return run
 
