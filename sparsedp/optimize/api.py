@@ -54,6 +54,7 @@ from .candidate import Candidate, Trial
 from .gram import Gram
 from .hybrid_family import hybrid_candidates, hybrid_useful
 from .multidim import is_multidim, kron_of_factors, optimize_multidim
+from .pidentity import default_p
 from .pidentity_family import PIDENTITY_MAX_N, pidentity_candidates
 from .search import Deadline
 from .templates import template_candidates
@@ -63,9 +64,11 @@ from .tree_spectral import BlockTraces
 __all__ = ["FAMILIES", "DeferredBound", "OptimizedStrategy", "optimize"]
 
 FAMILIES = ("auto", "templates", "tree", "pidentity", "hybrid", "gaussian", "toeplitz")
-#: Seconds :func:`optimize` takes by default (measured, one BLAS thread: ``prefix(2^20)`` 51-59 s at
-#: 0.74x the best template; ``all_ranges(1024)`` finishes in 6 s, below HDMM's error).
-DEFAULT_TIME_LIMIT = 52.0
+#: No wall-clock limit by default: every family stops on progress, iteration and evaluation counts
+#: fixed by the sizes (:data:`PIDENTITY_WORK`, :data:`~sparsedp.optimize.hybrid_family.HYBRID_WORK`,
+#: :data:`~sparsedp.optimize.tree_family.PER_NODE_WORK`), so the same call gives the same strategy
+#: on an idle and on a loaded machine.  ``time_limit=`` stays available as an explicit option.
+DEFAULT_TIME_LIMIT = None
 #: Up to this many cells a result's certified lower bound is the dense dual solve
 #: (:mod:`~sparsedp.optimize.bounds`); above it, the Gaussian / Toeplitz family's bound when one ran,
 #: else :func:`~sparsedp.optimize.bounds.quick_lower_bound` (closed-form / dense SVD bound or the
@@ -94,6 +97,12 @@ SMALL_N = 512
 PIDENTITY_PROGRESS = (1e-3, 20)
 #: L-BFGS-B memory of those default small-``n`` searches (scipy's bounded step costs grow with it).
 PIDENTITY_MAXCOR = 5
+#: Without a time limit, ``family="auto"`` gives p-Identity above :data:`SMALL_N` at most this much
+#: work (element operations, ``p^2 n`` per iteration): ``all_ranges(1024)`` (p = 69) keeps its 1000
+#: iterations; ``n = 2048`` gets 130; where fewer than :data:`PIDENTITY_MIN_ITERS` are affordable it
+#: is not run (sliding windows over 4,686 days, p = 300: 1005 evaluations took 260 s).
+PIDENTITY_WORK = 5e9
+PIDENTITY_MIN_ITERS = 100
 
 
 class DeferredBound:
@@ -112,8 +121,9 @@ class DeferredBound:
 
 
 def _dense_dual(W: Any, noise: str) -> float:
-    """The dense dual bound of :func:`optimize` for ``n <= BOUND_AUTO_MAX_N`` (10 s at most)."""
-    return dual_lower_bound(W, noise, time_limit=10.0)
+    """The dense dual bound of :func:`optimize` for ``n <= BOUND_AUTO_MAX_N`` (its iteration cap, no
+    wall clock: the same bound on any machine)."""
+    return dual_lower_bound(W, noise, time_limit=None)
 
 
 @dataclass(frozen=True)
@@ -271,11 +281,12 @@ def optimize(
         ``"toeplitz"`` (the last two: Gaussian noise only; ``"toeplitz"``: prefix sums and all ranges,
         and ``"auto"`` uses it for them above ``n = 4096``).
     time_limit:
-        Seconds for the whole search (default :data:`DEFAULT_TIME_LIMIT` = 52 s: 85% for the
-        families, the rest for scoring under the noise that runs; the templates are always scored);
-        ``None``: iteration caps only (can run for many minutes at ``n = 2^20``).
-        Families stop at the limit and return the best point reached, so a search the limit cuts
-        short can differ between machines; one that finishes within it does not.
+        ``None`` (default): no wall clock; every family stops on progress and on iteration /
+        evaluation counts fixed by the sizes, so the same call gives the same strategy on any
+        machine, idle or loaded.  Seconds: an explicit limit for the whole search (85% for the
+        families, the rest for scoring under the noise that runs; the templates are always
+        scored); families stop at it and return the best point reached, so a search the limit
+        cuts short can differ between machines.
     rng:
         Seed or generator of the random starts (default 0: the same call gives the same strategy
         every time; pass another seed for other starts).
@@ -367,7 +378,11 @@ def optimize(
         cands += toeplitz_candidates(Wop, model, deadline=deadline)
     settled = fam == "auto" and any(
         getattr(c, "gap", math.inf) <= (TOEPLITZ_SETTLE_GAP if c.family == "toeplitz" else SETTLE_GAP) for c in cands)
-    pid_runs = fam == "pidentity" or (fam == "auto" and not settled and n <= PIDENTITY_MAX_N)
+    pid_iters = iters
+    if fam == "auto" and not small and time_limit is None and maxiter is None:
+        pid_iters = min(iters, int(PIDENTITY_WORK // (float(p or default_p(n)) ** 2 * n)))
+    pid_runs = fam == "pidentity" or (fam == "auto" and not settled and n <= PIDENTITY_MAX_N
+                                      and (small or pid_iters >= PIDENTITY_MIN_ITERS))
     # small n: p-Identity first, and the weighted trees only when it did not beat every template
     # (measured up to n = 512 on prefix sums, all ranges, sliding windows, random ranges and a
     # weighted union: p-Identity beat the best tree by 6-21% wherever it beat the templates)
@@ -381,7 +396,8 @@ def optimize(
     if pid_runs and (fam == "pidentity" or not deadline.expired()):
         # small n: from the perturbed tree, stopped on relative progress unless maxiter is given
         cands += pidentity_candidates(Wop, gram, model, p=p, restarts=int(restarts), deadline=deadline, rng=gen,
-                                      maxiter=iters, start="perturbed" if small else "tree",
+                                      maxiter=pid_iters if fam == "auto" else iters,
+                                      start="perturbed" if small else "tree",
                                       progress=PIDENTITY_PROGRESS if small and maxiter is None else None,
                                       maxcor=PIDENTITY_MAXCOR if small and maxiter is None else 10)
     if trees_after and not deadline.expired():

@@ -268,8 +268,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--rho", type=float, default=None, help="score and report errors at this rho (Gaussian; "
                    "default 1)")
     p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT, metavar="SECONDS",
-                   help=f"wall-clock limit of the search (the templates are always scored; default "
-                   f"{DEFAULT_TIME_LIMIT:g})")
+                   help="wall-clock limit of the search (the templates are always scored; default: none, "
+                   "the search stops on progress and iteration counts, so it gives the same strategy on any machine)")
     p.add_argument("--p", type=int, default=None, help="p-Identity: extra rows (default: the internal nodes of the "
                    "16-ary tree over --n cells, at most 300); hybrid: dense rows on the block sums")
     p.add_argument("--restarts", type=int, default=None, help="p-Identity starts, the first a fitted tree "

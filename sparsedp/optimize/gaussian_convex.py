@@ -98,8 +98,14 @@ GAUSSIAN_MAX_N = 4096
 #: Ridge ``tau = GAUSSIAN_RIDGE * tr(G) / n`` added to ``G`` inside the solver (see module doc).
 GAUSSIAN_RIDGE = 1e-10
 
-#: Seconds the solver may use when ``optimize`` has no time limit (it stops earlier at ``tol``).
+#: Seconds :func:`sparsedp.optimize.bounds.lower_bound` gives the solver by default (it stops
+#: earlier at ``tol``).
 GAUSSIAN_SECONDS = 45.0
+#: Without a deadline the optimiser's Gaussian family takes at most ``GAUSSIAN_WORK / n^3`` steps
+#: (a step is one ``n x n`` eigendecomposition; at least 2), and stops earlier at ``tol``: a count
+#: fixed by ``n``, not the wall clock.  ``n = 4096``: 4 steps (about what 45 s bought before);
+#: ``n <= 1024``: the full ``max_iter``.
+GAUSSIAN_WORK = 2.75e11
 
 #: Share ``eta^2`` of each merged cell's budget given to the within-atom contrast rows.
 CONTRAST_SHARE = 1e-6
@@ -569,15 +575,17 @@ def gaussian_candidates(
 ) -> list[GaussianCandidate]:
     """The Gaussian family: the optimum of the convex problem (:func:`solve_gaussian`) as an
     integer strategy scored exactly (dense QR of the returned matrix), with its certified bound.
-    Nothing for Laplace noise or ``n > max_n``.  Without a deadline the solver gets
-    :data:`GAUSSIAN_SECONDS` (and stops earlier at ``tol``)."""
+    Nothing for Laplace noise or ``n > max_n``.  Without a deadline the solver gets at most
+    ``GAUSSIAN_WORK / n^3`` steps (:data:`GAUSSIAN_WORK`; it stops earlier at ``tol``)."""
     if model.kind != "gaussian" or gram.n > max_n or gram.n < 1:
         return []
     if deadline is not None and deadline.expired():
         return []
     t0 = time.perf_counter()
     n = gram.n
-    dl = deadline if deadline is not None and deadline.end is not None else Deadline(GAUSSIAN_SECONDS)
+    dl = deadline if deadline is not None and deadline.end is not None else None
+    if dl is None:
+        max_iter = min(max_iter, max(2, int(GAUSSIAN_WORK // float(n) ** 3)))
     # the final factor and the exact score cost about one step (measured: 0.6-0.9 of a step)
     G = dense_gram(gram)
     sol = solve_gaussian(G, sigma2=model.sigma2, L0=L0, tol=tol, max_iter=max_iter, deadline=dl,

@@ -73,8 +73,6 @@ __all__ = [
 TOEPLITZ_KINDS = ("prefix", "all_ranges")
 #: L-BFGS iterations of the Toeplitz optimisation (it converges in ~10-15 at every n measured).
 TOEPLITZ_MAXITER = 60
-#: Seconds the optimisation may use when no deadline is given.
-TOEPLITZ_SECONDS = 90.0
 
 
 def toeplitz_kind(W: Any) -> str | None:
@@ -190,7 +188,8 @@ def toeplitz_candidates(W: Operator, model: NoiseModel, *, deadline: Deadline | 
         return []
     t0 = time.perf_counter()
     n = int(W.shape[1])
-    dl = deadline if deadline is not None and deadline.end is not None else Deadline(TOEPLITZ_SECONDS)
+    # without a deadline: TOEPLITZ_MAXITER iterations (it converges in ~10-15), never the wall clock
+    dl = deadline if deadline is not None and deadline.end is not None else None
     r, raw, evals = optimize_toeplitz(n, kind, deadline=dl, maxiter=maxiter)
     m = integer_column(r, model)
     M = ToeplitzStrategy(m, name=f"toeplitz-{kind}({n})", meta={"kind": kind})

@@ -225,18 +225,21 @@ def kind_block_sq_norms(kind: str, n: int, size: int) -> float:
     raise ValueError(f"no closed form for workload kind {kind!r}")
 
 
-def block_sq_norms(W: Operator, size: int) -> float:
-    """``sum_B ||W 1_B||^2`` over the blocks ``B = [i size, (i + 1) size)`` (``size`` divides ``n``).
+def block_sq_norms(W: Operator, size: int, *, padded: bool = False) -> float:
+    """``sum_B ||W 1_B||^2`` over the blocks ``B = [i size, (i + 1) size)`` (``size`` divides ``n``;
+    with ``padded=True`` it need not: the last block is cut at ``n``, i.e. ``W`` padded with zero
+    columns to a multiple of ``size``, as :class:`~sparsedp.optimize.tree_family.EmbeddedTraces`
+    needs for the near-complete trees).
 
     Prefix, all-range, identity and total workloads in closed form (:func:`kind_block_sq_norms`);
     weighted unions as the weighted sum of their parts'; range lists use the overlaps in closed form (``O(queries)``); other workloads their image norms
     of the sparse block indicators (a sparse product for explicit matrices).
     """
     n = int(W.shape[1])
-    if n % size:
+    if n % size and not padded:
         raise ValueError(f"block size {size} does not divide n = {n}")
     if isinstance(W, WeightedUnionWorkload):  # rows sqrt(c_i) W_i: sum_i c_i sum_B ||W_i 1_B||^2
-        return float(sum(c * block_sq_norms(Wi, size) for c, Wi in W.parts))
+        return float(sum(c * block_sq_norms(Wi, size, padded=padded) for c, Wi in W.parts))
     if isinstance(W, PrefixWorkload):
         return kind_block_sq_norms("prefix", n, size)
     if isinstance(W, AllRangesWorkload):
@@ -254,8 +257,8 @@ def block_sq_norms(W: Operator, size: int) -> float:
         inner = np.maximum(last - first - 1, 0)
         sq = np.where(same, (hi - lo) ** 2, head**2 + tail**2 + inner * size * size)
         return float(np.sum(sq.astype(np.float64)))
-    blocks = n // size
-    ind = sp.csc_matrix((np.ones(n), np.arange(n), np.arange(0, n + 1, size)), shape=(n, blocks))
+    starts = np.append(np.arange(0, n, size), n)  # the last block cut at n
+    ind = sp.csc_matrix((np.ones(n), np.arange(n), starts), shape=(n, starts.size - 1))
     return float(np.sum(W.image_sq_norms(ind)))
 
 

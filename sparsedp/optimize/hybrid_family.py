@@ -37,6 +37,15 @@ HYBRID_AUTO_MIN_N = 2048
 #: Radices of the block trees tried (radix 4 was the slowest and the worst for all ranges at
 #: ``n = 4096``: 233.9 per range against 225.1 for radix 12).
 HYBRID_RADICES = (12, 8, 16)
+#: Work (element operations, ``p nb^2 + n`` per evaluation) each block tree may spend when
+#: ``optimize`` has no time limit (:func:`hybrid_eval_budget`): a count of evaluations fixed by the
+#: sizes, never the wall clock, so the result is the same on an idle and on a loaded machine.
+#: ``prefix(2^20)``: the 12 x 12 x 12 block tree (p = 64 rows on 607 blocks) gets 1,463, about
+#: what the former 52 s default reached (1,478).
+HYBRID_WORK = 3.6e10
+#: ... at least this many evaluations, and at most this many.
+HYBRID_MIN_EVALS = 50
+HYBRID_MAX_EVALS = 1500
 
 
 def hybrid_configs(n: int, radices: tuple[int, ...] = HYBRID_RADICES) -> list[tuple[int, int]]:
@@ -62,17 +71,12 @@ def _range_like(gram: Gram) -> bool:
 def hybrid_useful(gram: Gram) -> bool:
     """Whether ``family="auto"`` runs the hybrid family: a workload it has a closed form for (prefix,
     all ranges, or a weighted sum of closed-form workloads with one of them) with at least
-    :data:`HYBRID_AUTO_MIN_N` cells, or any workload with a dense Gram between that and
-    :data:`~sparsedp.optimize.hybrid.HYBRID_DENSE_GRAM_MAX_N` (on identity and total workloads and
-    their sums a tree is already optimal: nothing to gain)."""
-    n = gram.n
-    if n < HYBRID_AUTO_MIN_N or not hybrid_configs(n):
-        return False
-    if _range_like(gram):
-        return True
-    if closed_parts(gram) is not None:  # identity / total only
-        return False
-    return n <= HYBRID_DENSE_GRAM_MAX_N
+    :data:`HYBRID_AUTO_MIN_N` cells.  Not for other workloads (``family="hybrid"`` still takes those
+    with a dense Gram up to :data:`~sparsedp.optimize.hybrid.HYBRID_DENSE_GRAM_MAX_N` cells): their
+    evaluations cost ``O(n^2)`` and more -- on sliding windows over 4,686 days the three block trees
+    took 60-90 s each and ended at or above the near-complete weighted tree (313,823 - 316,325
+    against 313,559) -- and on identity and total workloads a tree is already optimal."""
+    return gram.n >= HYBRID_AUTO_MIN_N and bool(hybrid_configs(gram.n)) and _range_like(gram)
 
 
 def default_hybrid_p(nb: int) -> int:
@@ -101,9 +105,18 @@ def _normalise(R: np.ndarray, model: NoiseModel) -> np.ndarray:
     return R / (R.sum() if model.p == 1 else np.sqrt(np.sum(R * R)))
 
 
+def hybrid_eval_budget(n: int, nb: int, p: int) -> int:
+    """Objective evaluations one block tree gets without a time limit: :data:`HYBRID_WORK` over the
+    ``O(p nb^2 + n)`` of one evaluation (between :data:`HYBRID_MIN_EVALS` and
+    :data:`HYBRID_MAX_EVALS`), fixed by the sizes."""
+    return min(max(int(HYBRID_WORK // (p * nb * nb + n)), HYBRID_MIN_EVALS), HYBRID_MAX_EVALS)
+
+
 def _fit(gram: Gram, model: NoiseModel, k: int, L: int, p: int, deadline: Deadline, rng: np.random.Generator,
-         inner_iter: int, maxiter: int, outer_evals: int) -> tuple[float, np.ndarray, np.ndarray, int]:
-    """Search ``R`` (outer) and ``Theta`` (inner); returns ``(f, R, Theta, evaluations)``."""
+         inner_iter: int, maxiter: int, outer_evals: int,
+         max_evals: int | None = None) -> tuple[float, np.ndarray, np.ndarray, int]:
+    """Search ``R`` (outer) and ``Theta`` (inner); returns ``(f, R, Theta, evaluations)``.
+    ``max_evals``: the evaluations of all the inner searches together (``None``: no cap)."""
     b = k**L
     radices = (k,) * L
     R0 = _normalise(np.ones(L + 1), model)
@@ -112,9 +125,14 @@ def _fit(gram: Gram, model: NoiseModel, k: int, L: int, p: int, deadline: Deadli
     bounds = (0.0, None) if model.p == 1 else None
     state = {"x": rng.random(p * nb) * 0.1, "f": np.inf, "R": R0, "evals": 0}
 
+    def spent() -> bool:
+        return deadline.expired() or (max_evals is not None and state["evals"] >= max_evals)
+
     def inner(R: np.ndarray, iters: int) -> float:
         obj = obj0 if np.array_equal(R, R0) else HybridObjective(gram, model, b, radices, R, p)
-        res = lbfgs(obj, state["x"], bounds=bounds, deadline=deadline, maxiter=iters, ftol=1e-13, gtol=1e-12)
+        left = None if max_evals is None else max(max_evals - state["evals"], 1)
+        res = lbfgs(obj, state["x"], bounds=bounds, deadline=deadline, maxiter=iters, ftol=1e-13, gtol=1e-12,
+                    max_evals=left)
         state["evals"] += res.evaluations
         if res.fun < state["f"]:
             state.update(x=res.x, f=res.fun, R=R)
@@ -123,15 +141,15 @@ def _fit(gram: Gram, model: NoiseModel, k: int, L: int, p: int, deadline: Deadli
     inner(R0, inner_iter)
 
     def outer(u: np.ndarray) -> float:
-        if deadline.expired():
+        if spent():
             return np.inf
         return inner(_normalise(np.exp(np.concatenate(([0.0], u))), model), inner_iter)
 
-    if L >= 1 and outer_evals > 0 and not deadline.expired():
+    if L >= 1 and outer_evals > 0 and not spent():
         minimize(outer, np.zeros(L), method="Nelder-Mead",
                  options={"maxfev": outer_evals, "initial_simplex": np.vstack([np.zeros(L), 0.5 * np.eye(L)]),
                           "xatol": 1e-3, "fatol": 1e-6})
-    if not deadline.expired():
+    if not spent():
         inner(state["R"], maxiter)
     theta = state["x"].reshape(p, nb)
     if model.p == 1:
@@ -153,7 +171,8 @@ def hybrid_candidates(
     outer_evals: int = 12,
 ) -> list[Candidate]:
     """One candidate per block tree of :func:`hybrid_configs` (all of them with ``configs=None``;
-    stops early at the deadline)."""
+    stops early at the deadline, or without one after :func:`hybrid_eval_budget` evaluations per
+    block tree)."""
     gen = rng if rng is not None else np.random.default_rng(0)
     deadline = deadline if deadline is not None else Deadline(None)
     n = gram.n
@@ -164,7 +183,8 @@ def hybrid_candidates(
         t0 = time.perf_counter()
         nb = -(-n // k**L)
         pp = default_hybrid_p(nb) if p is None else int(min(p, nb))
-        f, R, theta, evals = _fit(gram, model, k, L, pp, deadline, gen, inner_iter, maxiter, outer_evals)
+        budget = None if deadline.end is not None else hybrid_eval_budget(n, nb, pp)
+        f, R, theta, evals = _fit(gram, model, k, L, pp, deadline, gen, inner_iter, maxiter, outer_evals, budget)
         obj = HybridObjective(gram, model, k**L, (k,) * L, R, pp)
         lay = integer_hybrid(theta, obj.delta(theta), R, n, k**L, (k,) * L, model)
         name = f"hybrid[{'x'.join([str(k)] * L)} blocks + {pp} rows on {nb}]"

@@ -1,4 +1,5 @@
-"""The one numerical driver: L-BFGS-B with exact gradients, a deadline, and the best point kept."""
+"""The one numerical driver: L-BFGS-B with exact gradients, the best point kept, stopped on progress,
+on an evaluation count, or (only when the caller asks for one) on a wall-clock deadline."""
 
 from __future__ import annotations
 
@@ -42,6 +43,10 @@ class _Stalled(Exception):
     pass
 
 
+class _Spent(Exception):
+    pass
+
+
 @dataclass(frozen=True)
 class SearchResult:
     """The best point seen, its value, the number of evaluations and why the search stopped."""
@@ -74,6 +79,7 @@ def lbfgs(
     maxcor: int = 10,
     reserve: float = 0.0,
     progress: tuple[float, int] | None = None,
+    max_evals: int | None = None,
 ) -> SearchResult:
     """Minimise ``fun`` (value and exact gradient) from ``x0`` by scipy's L-BFGS-B.
 
@@ -86,6 +92,9 @@ def lbfgs(
     ``progress = (rtol, window)``: also stop once the best value has improved by less than
     ``rtol`` (relative) over the last ``window`` evaluations -- a tolerance on the progress made,
     where ``ftol`` looks at one step only (a single short step does not stop the search).
+
+    ``max_evals``: stop after that many evaluations (the best point kept).  Unlike the deadline it
+    does not depend on how fast the machine is, so the same call returns the same point anywhere.
     """
     x0 = np.asarray(x0, dtype=np.float64)
     best: list = [math.inf, x0.copy()]
@@ -100,6 +109,8 @@ def lbfgs(
     def wrapped(x: np.ndarray) -> tuple[float, np.ndarray]:
         if count[0] and deadline is not None and deadline.remaining() < (1.0 + reserve) * last[0]:
             raise _OutOfTime
+        if max_evals is not None and count[0] >= max_evals:
+            raise _Spent
         count[0] += 1
         t0 = time.perf_counter()
         f, g = fun(x)
@@ -138,6 +149,8 @@ def lbfgs(
         stopped = str(res.message)
     except _OutOfTime:
         stopped = "time limit"
+    except _Spent:
+        stopped = f"{max_evals} evaluations"
     except _Stalled:
         stopped = f"progress below {rtol:g} over {window} evaluations"
     finally:
