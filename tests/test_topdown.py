@@ -1021,6 +1021,7 @@ def test_records_are_truncated_per_unit_and_the_release_says_whom_it_protects():
     rel = topdown(t, epsilon=1.0)
     assert rel.private and rel.description["privacy_unit"] == {"privacy_unit": "pid", "max_rows": 2}
     assert rel.description["epsilon"] <= 1.0 and rel.description["per_record_epsilon"] == pytest.approx(0.5)
+    assert rel.description["spent"] == rel.description["epsilon"]  # per unit, as charged
     assert "one pid" in rel.description["neighbours"]
     assert all(e.privacy_unit == "pid (max_rows 2)" for e in rel.ledger)
     res = rel.to_release()

@@ -128,6 +128,8 @@ def unit_description(desc: dict[str, Any], unit: PrivacyUnit, noise: str, charge
     out = dict(desc)
     out["per_record_" + key] = desc.get(key)
     out[key] = charged
+    if "spent" in desc:  # what the measured levels charge, per unit (the levels' sum)
+        out["spent"] = charged
     out["levels"] = [{**lv, key: _scaled(lv[key], f), "queries": {q: _scaled(b, f) for q, b in lv["queries"].items()}}
                      for lv in desc.get("levels", [])]
     out["neighbours"] = (f"add or remove one {unit.column} with all of their records (after truncation at most "
