@@ -151,8 +151,9 @@ def error_table(design: Any) -> str:
     lines = ["error by level (GLS estimate before rounding; 95% half-width = 1.96 sd):",
              f"  {'level':{width}s} {'units':>8s} {'sd cell':>9s} {'95% cell':>9s} {'sd total':>9s} {'95% total':>9s}"]
     for r in rows:
+        note = "  (not measured)" if r["skipped"] else ""
         lines.append(f"  {r['level']:{width}s} {r['units']:8d} {r['sd_cell']:9.3f} {r['half_width_cell']:9.3f} "
-                     f"{r['sd_total']:9.3f} {r['half_width_total']:9.3f}" + ("  (not measured)" if r["skipped"] else ""))
+                     f"{r['sd_total']:9.3f} {r['half_width_total']:9.3f}{note}")
     return "\n".join(lines)
 
 
