@@ -121,7 +121,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.shared:
         rows = [run_row(DATA, "shared table, state totals and nation:cells invariant",
-                        "state_fips,county_fips,vtd_code", "nation", args.reps, args.rho, ["state_fips:total", "nation:cells"])]
+                        "state_fips,county_fips,vtd_code", "nation", args.reps, args.rho,
+                        ["state_fips:total", "nation:cells"])]
         with tempfile.TemporaryDirectory() as tmp:
             rows.append(run_row(with_country(tmp), "shared table with a first column of one unit (country)",
                                 "country,state_fips,county_fips,vtd_code", "nation", args.reps, args.rho,
