@@ -388,3 +388,13 @@ def test_dpcrpy_weights_agree_if_installed():
         N = 2**k - 1
         theirs = np.array([ref.getCof(t) for t in range(1, N + 1)])
         np.testing.assert_allclose(optimal_weights(N), theirs, rtol=1e-10)
+
+
+@pytest.mark.parametrize("bad", [1.5, -3, 2**51 + 7, 12345678901234567890123])
+def test_a_refused_increment_is_not_echoed_in_the_error(bad):
+    """An error names the bound, never the data's value (the increment)."""
+    c = ContinualCounter(8, epsilon=1.0)
+    c.update(5)
+    with pytest.raises(SparseDPError) as err:
+        c.update(bad)
+    assert str(bad) not in str(err.value) and repr(bad) not in str(err.value)

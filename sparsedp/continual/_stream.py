@@ -452,24 +452,24 @@ class StreamingCounter:
         """``a`` as a float if it lies in the counter's increment domain given the running sum so far;
         :class:`NonFiniteInputError` for non-numbers and NaN/inf, :class:`InputBoundError` outside."""
         if isinstance(a, (str, bytes)) or a is None:
-            raise NonFiniteInputError(f"increment must be a number, got {a!r}")
+            raise NonFiniteInputError(f"increment must be a number, got {type(a).__name__}")
         try:
             value = float(a)
         except OverflowError as exc:  # an integer beyond float64
-            raise InputBoundError(f"increment {a!r} is above the bound {MAX_MAGNITUDE:.0f} = 2^50") from exc
+            raise InputBoundError(f"an increment is above the bound {MAX_MAGNITUDE:.0f} = 2^50") from exc
         except (TypeError, ValueError) as exc:
-            raise NonFiniteInputError(f"increment must be a finite number, got {a!r}") from exc
+            raise NonFiniteInputError(f"increment must be a finite number, got {type(a).__name__}") from exc
         if not math.isfinite(value):
-            raise NonFiniteInputError(f"increment must be finite, got {a!r}")
+            raise NonFiniteInputError("increment must be finite (NaN or infinity given)")
         if self.increments == "unit":
             if not 0.0 <= value <= 1.0:
-                raise InputBoundError(f"increment {a!r} outside [0, 1] (increments='unit')")
+                raise InputBoundError("an increment lies outside [0, 1] (increments='unit')")
             return value
         if value < 0 or value != math.floor(value):
-            raise InputBoundError(f"increment {a!r} is not a non-negative integer count (increments='counts'; "
+            raise InputBoundError("an increment is not a non-negative integer count (increments='counts'; "
                                   "use increments='unit' for real values in [0, 1])")
         if self._total + value > MAX_MAGNITUDE:
-            raise InputBoundError(f"increment {a!r} would take the running sum above {MAX_MAGNITUDE:.0f} = 2^50, "
+            raise InputBoundError(f"the increment would take the running sum above {MAX_MAGNITUDE:.0f} = 2^50, "
                                   "beyond which float rounding, not noise, decides the output")
         return value
 

@@ -69,9 +69,9 @@ def _stdin_values(stdin: TextIO) -> Iterator[float]:
         try:
             value = float(text)
         except ValueError as exc:
-            raise SparseDPError(f"line {lineno}: not a number: {text!r}") from exc
+            raise SparseDPError(f"line {lineno}: not a number (text where a number is expected)") from exc
         if not math.isfinite(value):
-            raise NonFiniteInputError(f"line {lineno}: not a finite number: {text!r}")
+            raise NonFiniteInputError(f"line {lineno}: not a finite number (NaN or infinity)")
         yield value
 
 
