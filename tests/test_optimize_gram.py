@@ -79,3 +79,13 @@ def test_kind_block_sq_norms_with_a_partial_last_block(n, kind):
             assert block_sq_norms(W, size) == pytest.approx(ref, rel=1e-12)
     with pytest.raises(ValueError):
         kind_block_sq_norms("sparse", n, 2)
+
+
+@pytest.mark.parametrize("W", WORKLOADS, ids=repr)
+@pytest.mark.parametrize("size", [5, 7, 10, 25])
+def test_padded_block_sq_norms_cut_the_last_block_at_n(W, size):
+    """``padded=True``: blocks of any size, the last one cut at n (W padded with zero columns)."""
+    m = -(-N // size)
+    Wd = np.hstack([W.toarray(), np.zeros((W.shape[0], m * size - N))])
+    blocks = Wd.reshape(Wd.shape[0], m, size).sum(axis=2)
+    assert block_sq_norms(W, size, padded=True) == pytest.approx(float(np.sum(blocks * blocks)), rel=1e-12)

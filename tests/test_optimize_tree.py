@@ -213,3 +213,35 @@ def test_tree_family_scores_near_complete_trees_exactly():
     assert res.error.total == best.error
     var = 2.0 * res.sensitivity**2
     assert res.error.total == pytest.approx(expected_error(W, res.strategy, var).total, rel=1e-9)
+
+
+@pytest.mark.parametrize("n,k", [(20, 3), (23, 5)])
+def test_near_complete_proxy_of_range_lists_and_explicit_workloads(n, k):
+    """The proxy takes any range list or explicit workload (padded block norms): the spectral form
+    equals the dense GLS error of the complete tree over n' >= n leaves on the padded workload."""
+    from sparsedp.optimize.tree_family import EmbeddedTraces, embeddable, near_complete
+
+    tree = near_complete(n, k)
+    ranges = wl.range_queries(n, [(i, i + w - 1) for w in (3, 7) for i in range(n - w + 1)])
+    explicit = wl.from_matrix(RNG.integers(0, 3, size=(9, n)).astype(float))
+    for W in (ranges, explicit):
+        assert embeddable(W)
+        Wd = np.hstack([W.toarray(), np.zeros((W.shape[0], tree.n - n))])
+        a = RNG.uniform(0.2, 2.0, tree.levels)
+        E, _ = level_error(EmbeddedTraces(W, n).details(tree), tree.sizes, a)
+        layout = tree.layout()
+        assert E == pytest.approx(dense_error(Wd, layout.matrix().toarray(), level_to_node(layout, a)), rel=1e-9)
+
+
+def test_lbfgs_stops_after_max_evals_with_the_best_point():
+    from sparsedp.optimize.search import lbfgs
+
+    calls = []
+
+    def fun(x):
+        calls.append(1)
+        return float(np.sum((x - 3.0) ** 4)), 4.0 * (x - 3.0) ** 3
+
+    res = lbfgs(fun, np.zeros(5), max_evals=4)
+    assert res.evaluations == 4 == len(calls) and res.stopped == "4 evaluations"
+    assert res.fun < fun(np.zeros(5))[0]
