@@ -67,6 +67,7 @@ and charges nothing.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -81,9 +82,10 @@ import scipy.sparse as sp
 
 from ..errors import InputBoundError, SparseDPError
 from ..intervals import IntervalRows
-from ..measure import MeasurementPlan
+from ..measure import MeasurementPlan, plan_measurement
 from ..noise import KeyedRandomBits, SecureRandomBits
 from ..privacy import Accountant
+from ..privacy_unit import ONE_ROW, PrivacyUnit
 from ..validation import MAX_MAGNITUDE, check_epsilon, check_rho, check_vector
 from ._stream import (
     MIN_RELATIVE_WEIGHT,
@@ -95,6 +97,7 @@ from ._stream import (
 )
 from .error import expected_error, noise_calibration
 from .fenwick import check_horizon, fenwick_matrices
+from .units import check_counter_unit, unit_factor
 from .weights import FenwickWeights, certified_weights_sensitivity
 
 __all__ = ["ContinualCounter"]
@@ -106,7 +109,7 @@ _STATE_VERSION = 4
 NOISE_SCHEME = 1
 _EXACT = 2.0**52  # integers below this add exactly in float64
 #: The parameters a resumed state must share with the run that continues it.
-RESUME_PARAMETERS = ("horizon", "epsilon", "rho", "weights", "increments", "secure")
+RESUME_PARAMETERS = ("horizon", "epsilon", "rho", "weights", "increments", "secure", "privacy_unit")
 
 
 class ContinualCounter(StreamingCounter):
@@ -119,7 +122,12 @@ class ContinualCounter(StreamingCounter):
     256-bit noise key from the operating system; a seed or Generator: a key derived from it,
     reproducible and NOT private; see *Keyed noise* in the module docstring), ``increments``
     (``"counts"`` or ``"unit"``, see :mod:`._stream`), ``accountant`` (charged once, here),
-    ``secure`` (``True``, default: exact discrete noise; ``False``: float64 noise, an opt-out).
+    ``secure`` (``True``, default: exact discrete noise; ``False``: float64 noise, an opt-out),
+    ``privacy_unit`` (a :class:`~sparsedp.privacy_unit.PrivacyUnit` with fixed bounds: the
+    increments are counts of records truncated per unit, :func:`~sparsedp.continual.units.unit_increments`,
+    and the noise is calibrated so that the whole stream costs the budget per *unit*: the sensitivity
+    is the largest change one unit's truncated rows can make, from the strategy's column norms,
+    :mod:`sparsedp.continual.units`; ``None``: one row).
     ``update(a_t)`` returns ``s~_t``; ``last_variance`` is its exact variance.
     """
 
@@ -137,10 +145,19 @@ class ContinualCounter(StreamingCounter):
         increments: str = "counts",
         accountant: Accountant | None = None,
         secure: bool = True,
+        privacy_unit: PrivacyUnit | None = None,
         _noise_block: int | None = None,
     ) -> None:
         super().__init__(check_horizon(horizon), increments, secure)
         accountant = check_accountant(accountant)
+        unit = check_counter_unit(privacy_unit)
+        if unit is not None and self.increments != "counts":
+            raise SparseDPError("a privacy unit counts records: use increments='counts' (each kept row adds 1 "
+                                "to its step)")
+        #: whom the release protects (:data:`~sparsedp.privacy_unit.ONE_ROW` unless declared)
+        self.privacy_unit: PrivacyUnit = unit if unit is not None else ONE_ROW
+        #: the factor on the strategy's largest column norm that bounds one unit's change (1: one row)
+        self.unit_factor = 1.0
         noise = noise or ("gaussian" if rho is not None else "laplace")
         if noise not in ("laplace", "gaussian"):
             raise SparseDPError(f"noise must be 'laplace' or 'gaussian', got {noise!r}")
@@ -178,7 +195,13 @@ class ContinualCounter(StreamingCounter):
             w = None if self._uniform else self._measured_weights(lam, grid)
             rows = IntervalRows(N, nodes.lo, nodes.hi, w, name=nodes.name + (", weighted" if w is not None else ""))
             # homoscedastic noise on the weighted rows: the plan computes Delta from the rows themselves
-            return plan_rows(rows, epsilon=self.epsilon, rho=self.rho, secure=self.secure, grid=grid)
+            if unit is None:
+                return plan_rows(rows, epsilon=self.epsilon, rho=self.rho, secure=self.secure, grid=grid)
+            # one unit changes the increments by d (module doc of .units): Delta times c bounds ||A d||
+            self.unit_factor = unit_factor(np.ones(N) if w is None else w, self.norm, unit)
+            plan = plan_measurement(rows, epsilon=self.epsilon, rho=self.rho, noise=self.noise, secure=self.secure,
+                                    grid=grid if self.secure else 1.0, unit=self.unit_factor)
+            return dataclasses.replace(plan, privacy_unit=str(unit).removeprefix("privacy unit: "))
 
         self._make_plan(build)
         self._w = self.plan.measured.weights  # the weight of every node as measured (ones: unweighted)
@@ -269,8 +292,21 @@ class ContinualCounter(StreamingCounter):
         return est
 
     def expected_error(self):  # type: ignore[no-untyped-def]
-        """:func:`sparsedp.continual.expected_error` for this counter's weights and budget."""
-        return expected_error(self.horizon, self.weights_array(), epsilon=self.epsilon, rho=self.rho)
+        """:func:`sparsedp.continual.expected_error` for this counter's weights and budget (with a
+        privacy unit, the budget of one row: ``epsilon / c`` or ``rho / c^2``, ``c`` the
+        :attr:`unit_factor`)."""
+        c = self.unit_factor
+        return expected_error(self.horizon, self.weights_array(),
+                              epsilon=None if self.epsilon is None else self.epsilon / c,
+                              rho=None if self.rho is None else self.rho / (c * c))
+
+    def to_release(self) -> Any:
+        """:meth:`StreamingCounter.to_release`, its ledger entry and description naming the privacy
+        unit (``{"privacy_unit": "one row"}`` when none is declared)."""
+        result = super().to_release()
+        entry = dict(result.ledger[0], privacy_unit=self.plan.privacy_unit if self.plan is not None else None)
+        desc = dict(result.description, privacy_unit=self.privacy_unit.describe())
+        return dataclasses.replace(result, ledger=[entry], description=desc)
 
     # ---- save / restore -------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -286,6 +322,7 @@ class ContinualCounter(StreamingCounter):
             "weights": self.weights_spec,
             "increments": self.increments,
             "secure": self.secure,
+            "privacy_unit": self.privacy_unit.describe(),
             "t": self.t,
             "s": self._s,
             "stack": [list(e) for e in self._stack],
@@ -299,7 +336,8 @@ class ContinualCounter(StreamingCounter):
     @classmethod
     def from_state(cls, state: dict[str, Any], rng: Any = None, *, horizon: int | None = None,
                    epsilon: float | None = None, rho: float | None = None, weights: Any = None,
-                   increments: str | None = None, secure: bool | None = None) -> "ContinualCounter":
+                   increments: str | None = None, secure: bool | None = None,
+                   privacy_unit: PrivacyUnit | None = None) -> "ContinualCounter":
         """Rebuild a counter from :meth:`state`; its noise comes from the key saved in the state.
 
         The noise of every step is a function of the saved key and the step, so rebuilding from the
@@ -325,13 +363,14 @@ class ContinualCounter(StreamingCounter):
             stored = {key: state.get(key) for key in RESUME_PARAMETERS}
             stored["increments"] = state.get("increments", "counts")  # version 1: counts
             stored["secure"] = state.get("secure", False)  # versions 1 and 2: float noise
+            stored["privacy_unit"] = state.get("privacy_unit", ONE_ROW.describe())  # older states: one row
             _check_resume(stored, dict(horizon=horizon, epsilon=epsilon, rho=rho, weights=weights,
-                                       increments=increments, secure=secure))
+                                       increments=increments, secure=secure, privacy_unit=privacy_unit))
             t = _as_int(state["t"], "t")
             keys, block = _saved_keys(state, version, rng, t)
             obj = cls(stored["horizon"], epsilon=stored["epsilon"], rho=stored["rho"], weights=stored["weights"],
                       noise=state["noise"], rng=keys, increments=stored["increments"], secure=stored["secure"],
-                      _noise_block=block)
+                      privacy_unit=_unit_from_description(stored["privacy_unit"]), _noise_block=block)
             # versions 1 and 2 stored the variances in units of the (uniform) node noise variance
             unit = 1.0 if version >= 3 else obj.unit_variance
             stack = [(_as_int(e[0], "node"), float(e[1]), float(e[2]), float(e[3]) * unit) for e in state["stack"]]
@@ -452,7 +491,21 @@ def _same(stored: Any, given: Any) -> bool:
 
 
 def _canonical(key: str, value: Any) -> Any:
+    if key == "privacy_unit" and isinstance(value, PrivacyUnit):
+        return value.describe()
     return "uniform" if key == "weights" and value == "unweighted" else value
+
+
+def _unit_from_description(desc: Any) -> PrivacyUnit | None:
+    """The :class:`PrivacyUnit` a state records (:meth:`PrivacyUnit.describe`); ``None``: one row."""
+    if not isinstance(desc, dict) or "privacy_unit" not in desc:
+        raise SparseDPError(f"malformed counter state: privacy_unit {desc!r}")
+    if desc["privacy_unit"] == "one row" and len(desc) == 1:
+        return None
+    bounds = {k: desc[k] for k in ("max_rows", "max_groups", "max_rows_per_group") if k in desc}
+    if set(desc) - set(bounds) - {"privacy_unit"}:
+        raise SparseDPError(f"malformed counter state: privacy_unit {desc!r}")
+    return PrivacyUnit(desc["privacy_unit"], **bounds)
 
 
 def _check_resume(stored: dict[str, Any], given: dict[str, Any]) -> None:
