@@ -7,7 +7,7 @@ Modules, one idea each: :mod:`.calibrate` (unit budget, certified normalisation)
 closed form), :mod:`.weighted_tree` (any tree, per-node weights, exact gradient),
 :mod:`.params` (parametrisations that keep ``Delta = 1`` exactly), :mod:`.pidentity` (p-Identity
 objective and gradient), :mod:`.templates`, :mod:`.tree_family`, :mod:`.pidentity_family`,
-:mod:`.search` (L-BFGS-B with a deadline), :mod:`.api`.
+:mod:`.search` (L-BFGS-B stopped on progress or evaluation counts; a deadline only when asked), :mod:`.api`.
 """
 
 from .api import FAMILIES, OptimizedStrategy, optimize, optimize_kron
