@@ -298,3 +298,92 @@ def test_two_runs_on_one_state_file_are_refused_not_both_released(tmp_path, monk
         os.close(fd)
     monkeypatch.setattr(sys, "stdin", io.StringIO("1\n"))
     assert main(["continual", "--horizon", "8", "--state", str(state)]) == 0  # free again
+
+
+def _records(tmp_path):
+    rng = np.random.default_rng(7)
+    steps = rng.integers(1, 11, 300)
+    ids = rng.integers(0, 40, 300)
+    path = tmp_path / "rec.csv"
+    path.write_text("day,CustomerID\n" + "".join(f"{s},c{u}\n" for s, u in zip(steps, ids)))
+    return path, steps, np.array([f"c{u}" for u in ids], dtype=object)
+
+
+@pytest.mark.parametrize("bounds, unit_kw", [
+    (["--max-rows", "3"], {"max_rows": 3}),
+    (["--max-groups", "2", "--max-rows-per-group", "2"], {"max_groups": 2, "max_rows_per_group": 2}),
+])
+def test_records_per_privacy_unit_release_every_step(tmp_path, capsys, bounds, unit_kw):
+    """``--privacy-unit``: the records are truncated per unit (steps as groups) and the counter is
+    calibrated per unit; the same as the Python API with the same seed; every step of the horizon
+    is printed (how many steps hold records is not published)."""
+    from sparsedp.continual import ContinualCounter, unit_increments
+    from sparsedp.privacy_unit import PrivacyUnit
+
+    path, steps, ids = _records(tmp_path)
+    assert main(["continual", str(path), "--step-column", "day", "--horizon", "12", "--privacy-unit", "CustomerID",
+                 *bounds, "--seed", "5"]) == 0
+    cap = capsys.readouterr()
+    out = [float(v) for v in cap.out.split()]
+    assert len(out) == 12
+    assert "privacy unit: CustomerID" in cap.err and "per unit" in cap.err
+    unit = PrivacyUnit("CustomerID", **unit_kw)
+    a = unit_increments(steps, 12, ids, unit, rng=np.random.default_rng([5, 2]))
+    want = ContinualCounter(12, epsilon=1.0, rng=5, privacy_unit=unit).run(a)
+    assert np.allclose(out, np.round(want, 6), atol=1e-6)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_records_with_auto_bound_report_the_private_choice(tmp_path, capsys):
+    path, _, _ = _records(tmp_path)
+    assert main(["continual", str(path), "--step-column", "day", "--horizon", "10", "--privacy-unit", "CustomerID",
+                 "--max-rows", "auto", "--seed", "1"]) == 0
+    cap = capsys.readouterr()
+    assert len(cap.out.split()) == 10
+    assert "chosen privately" in cap.err and "epsilon 0.1 of the budget" in cap.err
+
+
+@pytest.mark.parametrize("extra, stdin, message", [
+    (["--state", "{tmp}/s.json"], False, "no --state"),
+    ([], True, "needs the records as a DATA file"),
+    (["--column", "day"], False, "--column is not used"),
+    (["--increments", "unit"], False, "must be counts"),
+    (["--method", "gls-tree"], False, "--method fenwick"),
+])
+def test_bad_per_unit_runs_are_refused_before_anything_is_read(tmp_path, monkeypatch, capsys, extra, stdin, message):
+    path, _, _ = _records(tmp_path)
+    src = [] if stdin else [str(path), "--step-column", "day"]
+    monkeypatch.setattr(sys, "stdin", io.StringIO("1\n"))
+    argv = ["continual", *src, "--horizon", "10", "--privacy-unit", "CustomerID", "--max-rows", "3",
+            *[e.replace("{tmp}", str(tmp_path)) for e in extra]]
+    assert main(argv) != 0
+    cap = capsys.readouterr()
+    assert message in cap.err and cap.out == ""
+    assert not (tmp_path / "s.json").exists()
+
+
+def test_per_unit_records_are_checked(tmp_path, capsys):
+    path, _, _ = _records(tmp_path)
+    base = ["continual", str(path), "--privacy-unit", "CustomerID", "--max-rows", "3"]
+    assert main([*base, "--horizon", "10"]) != 0
+    assert "--step-column" in capsys.readouterr().err
+    assert main([*base, "--horizon", "5", "--step-column", "day"]) != 0  # steps beyond the horizon
+    assert "1 .. 5" in capsys.readouterr().err
+    missing = tmp_path / "m.csv"
+    missing.write_text("day,CustomerID\n1,a\n2,\n")
+    assert main(["continual", str(missing), "--step-column", "day", "--horizon", "3", "--privacy-unit",
+                 "CustomerID", "--max-rows", "2"]) != 0
+    assert "no value" in capsys.readouterr().err
+    assert main(["continual", str(missing), "--step-column", "day", "--horizon", "3", "--privacy-unit",
+                 "CustomerID", "--max-rows", "2", "--drop-missing-units", "--seed", "0"]) == 0
+    assert len(capsys.readouterr().out.split()) == 3
+    assert main(["continual", str(path), "--step-column", "day", "--horizon", "10"]) != 0
+    assert "goes with --privacy-unit" in capsys.readouterr().err
+
+
+def test_a_values_file_with_an_id_like_column_warns(tmp_path, capsys):
+    path = tmp_path / "v.csv"
+    path.write_text("n,user_id\n1,a\n2,b\n")
+    assert main(["continual", str(path), "--column", "n", "--horizon", "3", "--seed", "0"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: column 'user_id' looks like an identifier" in err

@@ -16,7 +16,9 @@ from typing import Any, TextIO
 import numpy as np
 
 from ..errors import InputBoundError, NonFiniteInputError, SparseDPError
-from ..io import read_values
+from ..io import read_id_column, read_values, table_columns
+from ..privacy_unit import PrivacyUnit, warn_if_id_like
+from ..privacy_unit_cli import add_unit_arguments, id_warnings_on_stderr, unit_from_args
 from ..progress import progress_bar
 from ..validation import MAX_MAGNITUDE
 from ._stream import INCREMENTS
@@ -24,6 +26,7 @@ from .counter import ContinualCounter, write_private_atomic
 from .fenwick import check_horizon
 from .glstree import GLSTreeCounter
 from .report import error_table, format_table
+from .units import unit_increments
 
 __all__ = ["register"]
 
@@ -59,6 +62,41 @@ def load_increments(path: str | Path, column: str | None, increments: str, horiz
     if over.size:
         raise InputBoundError(f"{_row_name(p, int(over[0]))} takes the running sum above 2^50")
     return values
+
+
+def load_unit_increments(path: str | Path, step_column: str | None, unit: PrivacyUnit, horizon: int, *,
+                         drop_missing: bool, epsilon: float | None, rho: float | None,
+                         seed: int | None) -> tuple[np.ndarray, PrivacyUnit, Any, float]:
+    """``(increments, concrete unit, bound choice, budget left)`` of a records file: one row per
+    record, its step (integers ``1 .. horizon``) in ``step_column`` and its unit id in the unit's
+    column; every check (file, columns, steps, missing ids) before any budget is spent; then
+    ``max_rows="auto"`` chosen privately (``auto_share`` of the budget) and each unit's rows
+    truncated, the steps as the groups (:func:`~sparsedp.continual.units.unit_increments`).  Each
+    kept row adds 1 to its step."""
+    from ..contribution_bound import resolve_unit
+    from ..privacy_unit import _codes
+    from ..unit_records import choice_rng
+
+    p = Path(path)
+    if step_column is None:
+        raise SparseDPError("--privacy-unit reads a file of records: name its step column with --step-column "
+                            "(integers 1 .. --horizon, one record per row)")
+    if p.suffix.lower() not in (".csv", ".parquet", ".pq"):
+        raise SparseDPError(f"{p.name}: records with a privacy unit are read from a CSV or Parquet file")
+    steps = read_values(p, step_column)
+    bad = np.flatnonzero(~np.isfinite(steps) | (steps != np.floor(steps)) | (steps < 1) | (steps > horizon))
+    if bad.size:
+        raise InputBoundError(f"{_row_name(p, int(bad[0]))}: step {float(steps[bad[0]])!r} is not a whole number in "
+                              f"1 .. {horizon} ({bad.size} such row(s))")
+    ids = read_id_column(p, unit.column)
+    if ids.shape != steps.shape:
+        raise SparseDPError(f"{p}: the step and unit columns have different lengths")
+    _codes(ids, f"the privacy unit column {unit.column!r}", drop_missing)  # a missing id, before any charge
+    concrete, choice, rest = resolve_unit(unit, ids, epsilon=epsilon, rho=rho, rng=choice_rng(seed),
+                                          drop_missing=drop_missing)
+    trunc_rng = None if seed is None else np.random.default_rng([int(seed), 2])  # a stream apart from the noise
+    a = unit_increments(steps.astype(np.int64), horizon, ids, concrete, rng=trunc_rng, drop_missing=drop_missing)
+    return a.astype(np.float64), concrete, choice, rest
 
 
 def _stdin_values(stdin: TextIO) -> Iterator[float]:
@@ -207,9 +245,26 @@ def _stream(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: Tex
         raise SparseDPError("--horizon is required (or use --report N)")
     if args.column is not None and args.data is None:
         raise SparseDPError("--column names a column of a DATA file; stdin takes one number per line")
+    unit, drop = unit_from_args(args)  # checked before anything is read
+    per_unit = not unit.is_row
+    if per_unit:
+        _check_unit_run(args)
+    elif args.step_column is not None:
+        raise SparseDPError("--step-column reads records per privacy unit: it goes with --privacy-unit")
     file_values = None
+    budget: dict[str, Any] = {"rho": args.rho} if args.rho is not None else {"epsilon": args.epsilon}
     if args.data is not None:  # the whole stream is read and checked before any counter exists
-        file_values = load_increments(args.data, args.column, args.increments, check_horizon(args.horizon))
+        if per_unit:
+            file_values, unit, choice, rest = load_unit_increments(
+                args.data, args.step_column, unit, check_horizon(args.horizon), drop_missing=drop,
+                epsilon=args.epsilon if args.rho is None else None, rho=args.rho, seed=args.seed)
+            budget = {"rho": rest} if args.rho is not None else {"epsilon": rest}
+            _unit_note(unit, choice, args, stderr)
+        else:
+            if Path(args.data).suffix.lower() in (".csv", ".parquet", ".pq"):
+                with id_warnings_on_stderr():
+                    warn_if_id_like([c for c in table_columns(args.data) if c != args.column], None)
+            file_values = load_increments(args.data, args.column, args.increments, check_horizon(args.horizon))
     state = Path(args.state) if args.state else None
     if args.method == "gls-tree" and (args.rho is not None or state is not None):
         raise SparseDPError("--method gls-tree is pure DP (--epsilon) and has no --state (its noise is drawn ahead)")
@@ -229,9 +284,8 @@ def _stream(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: Tex
                                         secure=secure)
         _check_resume(state, _record_path(state), counter.t)  # before any step is drawn
     else:
-        kw: dict[str, Any] = {"rho": args.rho} if args.rho is not None else {"epsilon": args.epsilon}
         counter = ContinualCounter(args.horizon, weights=args.weights, rng=args.seed, increments=args.increments,
-                                   secure=secure, **kw)
+                                   secure=secure, privacy_unit=unit if per_unit else None, **budget)
     if args.float_noise:
         stderr.write("sparsedp: warning: --float-noise uses textbook float64 noise, which can leak through its "
                      "low bits (Mironov 2012); the default exact discrete noise does not\n")
@@ -259,6 +313,40 @@ def _stream(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: Tex
         stdout.write(line)
         stdout.flush()
     return 0
+
+
+def _check_unit_run(args: argparse.Namespace) -> None:
+    """A run per privacy unit reads a records file whole (each unit's rows are truncated over the
+    whole horizon at once), so it refuses stdin, a --state file (a resumed run would truncate the
+    records again, and a unit could then keep rows beyond its bound across the two runs), a value
+    --column (each record counts 1), --increments unit and --method gls-tree."""
+    if args.data is None:
+        raise SparseDPError("--privacy-unit needs the records as a DATA file (CSV / Parquet): each unit's rows are "
+                            "truncated over the whole horizon at once, which a stream on stdin cannot do")
+    if args.state is not None:
+        raise SparseDPError("--privacy-unit has no --state: a resumed run would truncate the records again, and a "
+                            "unit could keep rows beyond its bound across the two runs; release the whole horizon "
+                            "in one run")
+    if args.column is not None:
+        raise SparseDPError("--privacy-unit counts records (each kept row adds 1 to its step): --column is not used; "
+                            "name the step column with --step-column")
+    if args.increments != "counts":
+        raise SparseDPError("--privacy-unit counts records: --increments must be counts")
+    if args.method != "fenwick":
+        raise SparseDPError("--privacy-unit is supported by --method fenwick")
+
+
+def _unit_note(unit: PrivacyUnit, choice: Any, args: argparse.Namespace, stderr: TextIO) -> None:
+    """One stderr line: whom the run protects, and for max_rows auto the private choice (the bound
+    chosen and the share spent: both outputs of a DP mechanism, nothing about truncation)."""
+    budget = f"rho {args.rho:g}" if args.rho is not None else f"epsilon {args.epsilon:g}"
+    line = f"sparsedp: {unit}: the whole run costs {budget} per unit"
+    if choice is not None:
+        info = choice.describe()
+        spent = ", ".join(f"{k} {v:g}" for k, v in info["spent"].items())
+        line += f"; max_rows {info['max_rows']} chosen privately ({info['chosen_by']}, {spent} of the budget)"
+    stderr.write(line + "\n")
+    stderr.flush()
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -304,6 +392,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "checked first (missing column, non-numeric, missing or out-of-domain values, more rows than "
                    "--horizon) and refused before anything is released")
     p.add_argument("--column", default=None, help="the column of a CSV / Parquet DATA file holding the increments")
+    p.add_argument("--step-column", default=None, metavar="COLUMN",
+                   help="with --privacy-unit: DATA is a file of records, one per row, and this column holds each "
+                   "record's step (a whole number 1 .. --horizon); each unit's rows are truncated to the bounds "
+                   "(--max-groups = steps per unit, --max-rows-per-group = rows per step, --max-rows = rows in "
+                   "all), each kept row adds 1 to its step, and every step 1 .. --horizon is released")
     p.add_argument("--horizon", type=int, help="maximum number of steps N (public: not derived from the data); "
                    "step N+1 is refused")
     p.add_argument("--epsilon", type=float, default=None,
@@ -341,4 +434,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--report", type=int, metavar="N", default=None,
                    help="print the error table of all methods for horizon N (uses --epsilon, default 1, "
                    "and --rho, default epsilon^2/2) and exit")
+    add_unit_arguments(p)
     p.set_defaults(func=_run)
