@@ -70,6 +70,7 @@ from ..optimize.toeplitz_strategy import series_inverse  # one copy: Newton's it
 from ..privacy import Accountant
 from ..validation import MAX_MAGNITUDE, check_rho
 from ._stream import SCALE_SLACK, UNIT_QUANTUM, StreamingCounter, ceil_sqrt, check_accountant, higham_gamma, plan_rows
+from ._online import DIRECT_LAGS, ExactOnlineConvolution, OnlineConvolution
 from ._stream import row_variances
 from .error import ContinualError
 from .fenwick import check_horizon
@@ -343,6 +344,9 @@ class ToeplitzCounter(StreamingCounter):
     """
 
     name = "toeplitz"
+    #: Lags of the exact release computed directly at every step; longer lags by blocked FFTs
+    #: (:mod:`._online`).  Set on a fresh counter to ``horizon`` for the direct ``O(t)`` computation.
+    direct_lags: int = DIRECT_LAGS
 
     def __init__(self, horizon: int, rho: float, decoder: np.ndarray, m_sq_sum: float | None = None,
                  rng: Any = None, *, strategy: np.ndarray | None = None, increments: str = "counts",
@@ -356,7 +360,6 @@ class ToeplitzCounter(StreamingCounter):
         m = toeplitz_strategy(self._b, N) if strategy is None else np.asarray(strategy, dtype=np.float64)[:N]
         self._calibrate(m, m_sq_sum)
         self._b2 = np.cumsum(self._b**2)
-        self._z = np.empty(N)
         self._open(accountant, rng)
 
     # ---- calibration ----------------------------------------------------------------------------
@@ -405,7 +408,6 @@ class ToeplitzCounter(StreamingCounter):
             self._split = self._split_bits(float(np.abs(mi).max()), q)
             self._mmax = float(np.abs(mi).max())
             self._ai = np.zeros(N, dtype=np.int64)
-            self._xv = np.zeros(N)
             # the decoder b' = W M'^{-1} e_1 of the rounded strategy (data-independent, computed once):
             # Var(s~_t) = Var(z) sum_{k<t} b'_k^2
             self._b_exact = np.cumsum(series_inverse(self._mf, N))
@@ -429,34 +431,49 @@ class ToeplitzCounter(StreamingCounter):
         return K
 
     def _noise_at(self, t: int) -> float:
-        self._z[t - 1] = self._noise.draw()
-        return float(self._b[:t] @ self._z[t - 1 :: -1]) if t > 1 else float(self._b[0] * self._z[0])
+        """Float noise: ``(B z)_t`` by the online convolution of the drawn ``z`` (:mod:`._online`)."""
+        if t == 1:
+            self._bz = OnlineConvolution(self._b, self.horizon, self.direct_lags)
+        return self._bz.push(t - 1, self._noise.draw())
 
     def _exact_product(self, t: int) -> int:
-        """``(M' x)_t / (q 2^-F)`` exactly: one int64 product while ``max|2^F m'| * (running sum / q)``
-        stays below ``2^62`` (no partial sum can overflow then), else the high / low split."""
+        """``(M' x)_t / (q 2^-F)`` exactly: the lags below ``direct_lags`` by one int64 dot while
+        ``max|2^F m'| * (running sum / q)`` stays below ``2^62`` (no partial sum can overflow then),
+        else by the high / low split; the longer lags from the exact online convolution."""
         i = t - 1
-        mi, ai = self._mi[:t], self._ai[i::-1]
+        lo = max(0, t - self.direct_lags)
+        mi, ai = self._mi_rev[self.direct_lags - (t - lo):], self._ai[lo:t]
         if self._mmax * (self._total / self.quantum + float(self._ai[i])) < _INT_LIMIT:
-            return int(np.dot(mi, ai))
-        K = self._split
-        return (int(np.dot(mi, ai >> K)) << K) + int(np.dot(mi, ai & ((1 << K) - 1)))
+            near = int(np.dot(mi, ai))
+        else:
+            K = self._split
+            near = (int(np.dot(mi, ai >> K)) << K) + int(np.dot(mi, ai & ((1 << K) - 1)))
+        return near + self._far.push(i, int(self._ai[i]))
+
+    def _online(self) -> None:
+        """The two online products of the exact release (built at the first step, so that
+        ``direct_lags`` can be set on a fresh counter): the exact ``M' x`` beyond the direct lags
+        and the float decoder ``B' y`` (:mod:`._online`)."""
+        L = max(1, min(int(self.direct_lags), self.horizon))
+        self.direct_lags = L
+        self._mi_rev = self._mi[:L][::-1].copy()
+        A = MAX_MAGNITUDE if self.increments == "counts" else 1.0 / self.quantum  # one increment, in quanta
+        self._far = ExactOnlineConvolution(self._mi, self.horizon, int(A).bit_length(), L)
+        self._dec = OnlineConvolution(self._b_exact, self.horizon, L)
 
     def _exact_step(self, a: float) -> float:
-        """``y_t = (M' x)_t + z_t`` exactly, then ``v_t = (M'^{-1} y)_t`` (forward substitution) and
-        ``s~_t = sum v``: a function of the exact measurement ``y``."""
+        """``y_t = (M' x)_t + z_t`` exactly, then ``s~_t = (B' y)_t`` (``B' = W M'^{-1}``, the
+        decoder of the rounded strategy) by the online convolution of the float ``y``: a function of
+        the exact measurement ``y`` alone; ``O(log^2 t)`` amortised per step."""
         t = self.t + 1
         i = t - 1
+        if i == 0:
+            self._online()
         self._ai[i] = round(a / self.quantum)
         acc = self._exact_product(t)
         k = int(self._noise.draw() / self._grid)  # the noise in grid units (exact)
         y = float(acc + k) * self._grid  # a function of the exact y (rounded for arithmetic)
-        mf = self._mf
-        if i:
-            self._xv[i] = (y - float(np.dot(mf[1:t], self._xv[i - 1::-1]))) / mf[0]
-        else:
-            self._xv[0] = y / mf[0]
-        self._s += self._xv[i]
+        self._s = self._dec.push(i, y)
         self.last_variance = float(self._xvar[i])
         return self._s
 
