@@ -41,14 +41,15 @@ def _table(rng: np.random.Generator, rows: int, units: int, horizon: int) -> tup
 @pytest.mark.parametrize("unit", UNITS, ids=str)
 @pytest.mark.parametrize("kw", [{"epsilon": 1.0}, {"rho": 0.5}], ids=["laplace", "gaussian"])
 @pytest.mark.parametrize("weights", ["optimal", "uniform"])
-def test_removing_a_whole_unit_moves_the_counter_by_at_most_the_charged_sensitivity(unit, kw, weights) -> None:
+@pytest.mark.parametrize("secure", [False, True], ids=["float", "exact"])
+def test_removing_a_whole_unit_moves_the_counter_by_at_most_the_charged_sensitivity(unit, kw, weights, secure) -> None:
     """Unit-level coupling: with unit ``u``'s rows last and one truncation seed, the other units
     keep the same rows, so the increments differ by ``u``'s kept contribution ``d``; the counter's
     measured vector moves by ``||A d||_p <=`` the charged sensitivity; and the bound is the
     brute-force largest change (Laplace) or above it (Gaussian)."""
     rng = np.random.default_rng(3)
     N = 7
-    counter = ContinualCounter(N, weights=weights, rng=0, secure=False, privacy_unit=unit, **kw)
+    counter = ContinualCounter(N, weights=weights, rng=0, secure=secure, privacy_unit=unit, **kw)
     A = counter.measured_strategy().toarray()
     p = counter.norm
     sens = counter.plan.data_sensitivity
@@ -66,7 +67,7 @@ def test_removing_a_whole_unit_moves_the_counter_by_at_most_the_charged_sensitiv
         assert np.all(d >= 0) and d.sum() <= unit.l1_bound()
         assert np.linalg.norm(A @ d, p) <= sens * (1 + 1e-12)
     # the heavy unit 0 changes the stream by more than one row's calibration allows
-    row_level = ContinualCounter(N, weights=weights, rng=0, secure=False, **kw).plan.data_sensitivity
+    row_level = ContinualCounter(N, weights=weights, rng=0, secure=secure, **kw).plan.data_sensitivity
     order = np.r_[np.flatnonzero(ids != 0), np.flatnonzero(ids == 0)]
     m = int((ids != 0).sum())
     d = unit_increments(steps[order], N, ids[order], unit, rng=1) - unit_increments(steps[order][:m], N,
@@ -146,3 +147,36 @@ def test_unit_increments_checks_its_records() -> None:
     assert kept.tolist() == [1, 0, 0, 0]
     with pytest.raises(SparseDPError, match="auto"):
         unit_increments(np.array([1]), 4, np.array(["a"]), PrivacyUnit("id", max_rows="auto"))
+
+
+def test_an_audit_with_unit_level_neighbours_stays_below_the_claim() -> None:
+    """Neighbours differ by one whole unit: its kept rows, 2 in each of steps 1 and 2, which is the
+    worst change (``||A d||_1 = 2 (4 + 3) = 14`` on the binary mechanism, N = 8).  The audit of the
+    per-unit counter finds no loss above epsilon 1; the one-row counter is caught."""
+    from sparsedp.audit import audit, plan_release
+
+    unit = PrivacyUnit("id", max_groups=2, max_rows_per_group=2)
+    ids = np.r_[np.arange(20), np.full(7, 99)]
+    steps = np.r_[np.arange(20) % 8 + 1, [1, 1, 1, 2, 2, 2, 2]]
+    full = unit_increments(steps, 8, ids, unit, rng=0)
+    without = unit_increments(steps[:20], 8, ids[:20], unit, rng=0)
+    assert (full - without)[:2].tolist() == [2, 2] and (full - without).sum() == 4
+    counter = ContinualCounter(8, epsilon=1.0, weights="uniform", rng=0, privacy_unit=unit)
+    assert counter.plan.data_sensitivity == pytest.approx(14.0)
+    res = audit(plan_release(counter.plan), full, without, trials=20000, rng=1, batched=True)
+    assert res.epsilon_lower <= 1.0
+    row_level = ContinualCounter(8, epsilon=1.0, weights="uniform", rng=0)
+    assert audit(plan_release(row_level.plan), full, without, trials=20000, rng=1, batched=True).epsilon_lower > 1.0
+
+
+def test_states_without_a_unit_resume_as_one_row_and_a_bad_unit_is_refused() -> None:
+    c = ContinualCounter(10, epsilon=1.0, rng=0)
+    c.update(2)
+    state = c.state()
+    assert state["privacy_unit"] == {"privacy_unit": "one row"}
+    old = {k: v for k, v in state.items() if k != "privacy_unit"}  # written before units existed
+    assert ContinualCounter.from_state(old).privacy_unit.is_row
+    with pytest.raises(SparseDPError, match="privacy_unit"):
+        ContinualCounter.from_state({**state, "privacy_unit": {"privacy_unit": "id", "max_rows": 2, "x": 1}})
+    with pytest.raises(SparseDPError, match="privacy_unit"):
+        ContinualCounter.from_state({**state, "privacy_unit": "id"})
