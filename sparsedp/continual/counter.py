@@ -49,6 +49,15 @@ the plan's exact samplers from the bytes of :class:`~sparsedp.noise.KeyedRandomB
 from the seed (a seed or Generator: reproducible and NOT private); it is made at the first draw, so a
 Generator is not read at creation.  Drawing a block costs what drawing a batch cost before.
 
+Privacy unit (``privacy_unit=``).  With a declared :class:`~sparsedp.privacy_unit.PrivacyUnit` the
+increments are counts of records truncated per unit (:func:`~.units.unit_increments`): one unit
+changes them by ``d >= 0`` with at most ``g`` non-zero steps of at most ``r`` each and ``sum d <= k``.
+The plan's sensitivity is multiplied by :func:`~.units.unit_factor` ``c``, the largest
+``sum_s d_s ||A_s||_p`` over those ``d`` divided by the largest column norm (``r`` times the ``g``
+largest column norms, capped by ``k`` times the largest), rounded up: ``||A d||_p <= c Delta`` for
+every unit (:mod:`.units`).  The ledger entry, :meth:`to_release` and the state name the unit; a
+resume must declare the same one.
+
 Save / restore.  :meth:`ContinualCounter.state` is a JSON-able dict of the stack, the running sum and
 the noise key (with its block size and whether it is private): it holds the exact prefix sums and the
 key (which recomputes every noise value), so it is as secret as the raw data.  :meth:`save` writes it
@@ -58,7 +67,7 @@ with the saved key from the saved step's row on, so rebuilding from one state tw
 copy, and taking a step again with the same increment releases the value already published for it,
 bit for bit: a replay carries no new information (where refusing an older state would need a record of publication that
 outlives every backup).  :meth:`load` and :meth:`from_state` refuse a state whose parameters
-(horizon, epsilon, rho, weights, increments) disagree with the ones the caller states, and a state
+(horizon, epsilon, rho, weights, increments, privacy unit) disagree with the ones the caller states, and a state
 whose sums lie outside the increment domain.  States of versions 1 to 3 hold no key: they resume
 with a new one and a warning.  A restored counter continues the release charged when it was created
 and charges nothing.
@@ -399,7 +408,8 @@ class ContinualCounter(StreamingCounter):
     @classmethod
     def load(cls, path: str | Path, rng: Any = None, **expected: Any) -> "ContinualCounter":
         """Counterpart of :meth:`save`; ``expected`` are :meth:`from_state`'s parameter checks
-        (``horizon=``, ``epsilon=``, ``rho=``, ``weights=``, ``increments=``, ``secure=``).  Warns if the file is
+        (``horizon=``, ``epsilon=``, ``rho=``, ``weights=``, ``increments=``, ``secure=``,
+        ``privacy_unit=``).  Warns if the file is
         readable or writable by others than its owner (it holds exact sums)."""
         unknown = set(expected) - set(RESUME_PARAMETERS)
         if unknown:
