@@ -46,3 +46,23 @@ def test_blocked_release_equals_the_direct_release(make):
     fast.direct_lags, slow.direct_lags = 8, N  # many FFT levels against the O(t) computation
     a, b = fast.run(x), slow.run(x)
     np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("make", [lambda N: SqrtCounter(N, 0.5, rng=3), lambda N: BLTCounter(N, 0.5, buffers=2, rng=3)])
+def test_blocked_release_is_a_function_of_the_measurement(make):
+    """The coupling of tests/test_postprocessing_rule.py with the FFT levels in use: a stream and its
+    neighbour, with noise moved so that ``y = M' x + z`` is the same, release the same bits."""
+    N = 300
+    gen = np.random.default_rng(11)
+    ctr = make(N)
+    ctr.direct_lags = 8
+    M = ctr.measured_strategy().tocsr()
+    for _ in range(3):
+        x0 = gen.integers(0, 4, N).astype(float)
+        x1 = x0.copy()
+        x1[int(gen.integers(N))] += 1.0
+        z0 = ctr.plan.grid * np.rint(gen.normal(0.0, ctr.sigma / ctr.plan.grid, N))
+        z1 = z0 + M @ (x0 - x1)
+        np.testing.assert_array_equal(M @ x0 + z0, M @ x1 + z1)
+        a, b = ctr._release_for(x0, z0), ctr._release_for(x1, z1)
+        assert a.tobytes() == b.tobytes()

@@ -10,7 +10,8 @@ only.  Step ``t`` has variance ``sigma^2 sum_{k<t} b_k^2``.
 
 * **Square root** (Henzinger, Upadhyay, Upadhyay SODA 2023; Fichtenberger, Henzinger, Upadhyay
   ICML 2023): ``B = M = W^{1/2}``, ``b_k = m_k = binom(2k, k) / 4^k``, the coefficients of
-  ``(1 - x)^{-1/2}``.  Streaming needs all past ``z``: ``O(t)`` time per step, ``O(N)`` memory.
+  ``(1 - x)^{-1/2}``.  Streaming needs all past ``z``: an online convolution (:mod:`._online`),
+  ``O(log^2 t)`` amortised time per step, ``O(N)`` memory.
 * **BLT** (buffered linear Toeplitz; McMahan, Dvijotham et al. 2024): ``b_k = sum_j w_j theta_j^k``,
   ``d`` exponentials.  The noise ``(B z)_t = sum_j w_j u_j(t)``, ``u_j(t) = theta_j u_j(t-1) + z_t``,
   is generated in ``O(d)`` time and state.  ``m`` is rational too: ``m(x) = 1 / ((1 - x) b(x))`` has
@@ -38,10 +39,14 @@ would let the ledger show ``N`` columns; it does not exist in :mod:`sparsedp.mea
   (lower-triangular Toeplitz, first column ``b' = cumsum(1 / m'(x))``).  The release is
   ``W M'^{-1} y``: ``y_t = (M' x)_t + z_t`` is computed *exactly* (two int64 products over a
   high / low split of the increments, sized so that neither can overflow anywhere in the increment
-  domain), then ``v = M'^{-1} y`` by forward substitution and ``s~_t = sum v``: a float
-  post-processing of the exact measurement and of nothing else.  Cost ``O(t)`` per step (BLT
-  included), noise drawn as the stream goes; horizons whose int64 product could overflow are
-  refused.
+  domain), then ``s~_t = (B' y)_t``: a float post-processing of the exact measurement and of
+  nothing else.  Both products are online convolutions (:mod:`._online`): the lags below
+  ``direct_lags`` directly, the longer ones by blocked FFTs -- the integer product ``M' x`` on
+  limbs small enough that every FFT result rounds to the exact integer, the decoder ``B' y`` in
+  float64 on the float ``y`` (a fixed function of ``y``).  Cost ``O(log^2 t)`` amortised per step
+  (BLT included; ``2^20`` steps in about 7 s), noise drawn as the stream goes; horizons whose int64
+  product could overflow are refused.  The FFT blocks of the integer product skip limbs above the
+  block's largest increment (their cost, not their result, depends on the data's magnitude).
 
   Why not ``s_t + e_t`` with offsets ``e = B' z`` drawn ahead (``O(1)`` per step)?  Mathematically
   ``s + B' z = B' y``, but ``e`` takes its values on a countable set that the public ``b'`` and the
@@ -99,8 +104,8 @@ EXPLICIT_MAX = 2048
 #: Exact noise: the strategy is rounded to multiples of ``2^-STRATEGY_BITS`` (at most).
 STRATEGY_BITS = 20
 _INT_LIMIT = 2.0**62
-#: The releases of an exact-noise Toeplitz counter (module docstring): the forward substitution of
-#: the exact measurement (``O(t)`` per step).  ``"offsets"`` (``s_t + e_t``) is refused: it reveals
+#: The releases of an exact-noise Toeplitz counter (module docstring): the decoder applied to the
+#: exact measurement (``O(log^2 t)`` amortised per step).  ``"offsets"`` (``s_t + e_t``) is refused: it reveals
 #: the data (module docstring).
 RELEASES = ("measurement",)
 
@@ -332,13 +337,13 @@ def toeplitz_operator(m: np.ndarray, name: str = "toeplitz") -> SparseOperator:
 class ToeplitzCounter(StreamingCounter):
     """Online ``s_t + (B z)_t`` for a lower-triangular Toeplitz decoder ``B`` (``rho``-zCDP).
 
-    Generic version: keeps every ``z`` drawn, ``O(t)`` per step (the square root needs it).
+    Generic version: keeps every input, ``O(log^2 t)`` amortised per step (:mod:`._online`).
     ``sigma = Delta_2(M) / sqrt(2 rho)`` (rounded up) is calibrated from the strategy ``M = B^{-1} W``
     of the decoder itself (``strategy=`` its first column, else computed, ``O(N^2)``): a given
     ``m_sq_sum`` can only raise ``Delta_2``, never lower it (:func:`strategy_sq_bound`).
     ``secure=True`` (default): exact discrete Gaussian noise on the rounded strategy ``M'`` (module
-    docstring), released as ``W M'^{-1} y`` by forward substitution of the exact measurement ``y``
-    (``release="measurement"``, the only one), ``O(t)`` per step; ``secure=False``: float64 noise
+    docstring), released as ``W M'^{-1} y``, the rounded strategy's decoder applied to the exact
+    measurement ``y`` (``release="measurement"``, the only one); ``secure=False``: float64 noise
     (an explicit opt-out that leaks through the noise's low bits; ``release`` is then unused).
     ``increments=`` and ``accountant=`` (charged ``rho`` here, before any draw) as in :mod:`._stream`.
     """
@@ -487,8 +492,8 @@ class ToeplitzCounter(StreamingCounter):
 
 
 class SqrtCounter(ToeplitzCounter):
-    """Square-root factorisation counter (``B = M = W^{1/2}``), ``rho``-zCDP: ``O(t)`` per step (the
-    exact measurement ``y_t = (M' x)_t + z_t`` and its forward substitution)."""
+    """Square-root factorisation counter (``B = M = W^{1/2}``), ``rho``-zCDP: ``O(log^2 t)`` amortised
+    per step (the exact measurement ``y_t = (M' x)_t + z_t`` and its decoder, online convolutions)."""
 
     name = "sqrt"
 
@@ -500,7 +505,8 @@ class SqrtCounter(ToeplitzCounter):
 class BLTCounter(ToeplitzCounter):
     """BLT counter: ``O(d)`` time and state per step (``u <- theta u + z``, noise ``w . u``) with
     float noise (``secure=False``); exact noise measures the rounded strategy exactly and releases its
-    forward substitution, ``O(t)`` per step."""
+    decoder online, ``O(log^2 t)`` amortised per step (the rounded strategy has no ``d``-buffer
+    recursion)."""
 
     name = "blt"
 
