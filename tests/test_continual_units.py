@@ -180,3 +180,54 @@ def test_states_without_a_unit_resume_as_one_row_and_a_bad_unit_is_refused() -> 
         ContinualCounter.from_state({**state, "privacy_unit": {"privacy_unit": "id", "max_rows": 2, "x": 1}})
     with pytest.raises(SparseDPError, match="privacy_unit"):
         ContinualCounter.from_state({**state, "privacy_unit": "id"})
+
+
+@pytest.mark.parametrize("unit", UNITS, ids=str)
+def test_a_stream_truncated_step_by_step_moves_the_counter_by_at_most_the_charged_sensitivity(unit) -> None:
+    """True streaming (StreamTruncation): removing a whole unit from the stream changes the
+    increments by a change the counter is calibrated for, and the counter by at most its charge."""
+    from sparsedp.continual.units import StreamTruncation
+
+    rng = np.random.default_rng(9)
+    N = 7
+    ids, steps = _table(rng, 150, 12, N)
+    counter = ContinualCounter(N, epsilon=1.0, weights="uniform", rng=0, secure=False, privacy_unit=unit)
+    A = counter.measured_strategy().toarray()
+
+    def stream(drop=None):
+        t = StreamTruncation(unit)
+        return np.array([t.step([f"u{i}" for i in ids[(steps == s) & (ids != drop)]]) for s in range(1, N + 1)])
+
+    full = stream()
+    for u in range(12):
+        d = (full - stream(u)).astype(np.float64)
+        r = unit.max_rows_per_group if unit.grouped else unit.max_rows
+        g = unit.max_groups if unit.grouped else N
+        assert np.all(d >= 0) and np.all(d <= r) and np.count_nonzero(d) <= g and d.sum() <= unit.l1_bound()
+        assert np.linalg.norm(A @ d, 1) <= counter.plan.data_sensitivity * (1 + 1e-12)
+    assert full[:2].sum() < np.isin(steps, [1, 2]).sum()  # unit 0's pile in steps 1-2 was cut
+
+
+def test_stream_truncation_state_resumes_and_checks() -> None:
+    from sparsedp.continual.units import StreamTruncation
+
+    unit = PrivacyUnit("id", max_rows=5, max_groups=2, max_rows_per_group=2)
+    batches = [["a", "a", "a", "b"], ["a", "b", "b"], ["a", "b", "c"], ["c", "c", "c"]]
+    one = StreamTruncation(unit)
+    whole = [one.step(b) for b in batches]
+    assert whole == [3, 3, 1, 2]
+    first = StreamTruncation(unit)
+    head = [first.step(b) for b in batches[:2]]
+    resumed = StreamTruncation.from_state(first.state(), unit)
+    assert head + [resumed.step(b) for b in batches[2:]] == whole
+    with pytest.raises(SparseDPError, match="another privacy unit"):
+        StreamTruncation.from_state(first.state(), PrivacyUnit("id", max_rows=9))
+    bad = first.state()
+    bad["rows"]["a"] = 99
+    with pytest.raises(SparseDPError, match="bounds"):
+        StreamTruncation.from_state(bad, unit)
+    with pytest.raises(SparseDPError, match="no value"):
+        StreamTruncation(unit).step(["a", None])
+    assert StreamTruncation(unit, drop_missing=True).step(["a", None]) == 1
+    with pytest.raises(SparseDPError, match="auto"):
+        StreamTruncation(PrivacyUnit("id", max_rows="auto"))

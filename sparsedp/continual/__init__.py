@@ -53,7 +53,7 @@ from .negdigit import NegDigitCounter, balanced_digits, negdigit_error, negdigit
 from .optimized import OptimizedCounter, optimized_counter_error, optimized_prefix_strategy
 from .report import error_table, format_table
 from .toeplitz import BLT, BLTCounter, SqrtCounter, ToeplitzCounter, fit_blt, sqrt_coefficients, sqrt_error
-from .units import unit_increments
+from .units import StreamTruncation, unit_increments
 from .weights import FenwickWeights, optimal_weights, weights_sensitivity
 
 __all__ = [
@@ -70,6 +70,7 @@ __all__ = [
     "NegDigitCounter",
     "OptimizedCounter",
     "SqrtCounter",
+    "StreamTruncation",
     "ToeplitzCounter",
     "adaptive_run",
     "binary_variance",

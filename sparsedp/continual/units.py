@@ -37,7 +37,8 @@ import numpy as np
 from ..errors import SparseDPError
 from ..privacy_unit import PrivacyUnit, unit_histogram
 
-__all__ = ["unit_increments", "fenwick_column_norms", "unit_sensitivity", "unit_factor", "check_counter_unit"]
+__all__ = ["unit_increments", "StreamTruncation", "fenwick_column_norms", "unit_sensitivity", "unit_factor",
+           "check_counter_unit"]
 
 _U = 2.0**-53
 
@@ -87,6 +88,78 @@ def unit_increments(steps: Any, horizon: int, unit_ids: Any, unit: PrivacyUnit, 
         raise SparseDPError("steps and unit ids must be one value per record")
     cells = s.astype(np.int64) - 1
     return unit_histogram(cells, N, unit_ids, u, rng=rng, drop_missing=drop_missing).astype(np.int64)
+
+
+class StreamTruncation:
+    """Per-unit truncation of records that arrive step by step (a true stream: the records of later
+    steps are not known yet).  :meth:`step` takes the unit ids of one step's records (one per
+    record) and returns that step's increment: each unit keeps ``min(its rows, r, k - rows kept so
+    far)`` of them, and only while it has used fewer than ``g`` steps (``r = k``, no step limit, when
+    only ``max_rows = k`` is declared).  Rows of one unit in one step are interchangeable (each adds
+    1), so no randomness is needed; first come, first kept.  What a unit keeps depends only on its
+    own records, so removing a whole unit changes the increments by one ``d`` the counter is
+    calibrated for (module doc): the truncation is stable.
+
+    The per-unit tallies are as secret as the records: :meth:`state` / :meth:`from_state` carry
+    them between runs (keep them with the counter's state; a resume without them would let a unit
+    contribute its bounds again).  Memory: two integers per unit seen."""
+
+    def __init__(self, unit: PrivacyUnit, *, drop_missing: bool = False) -> None:
+        u = check_counter_unit(unit)
+        if u is None:
+            raise SparseDPError("StreamTruncation needs a declared privacy unit (a column and its bounds)")
+        if not isinstance(drop_missing, bool):
+            raise SparseDPError(f"drop_missing must be True or False, got {drop_missing!r}")
+        self.unit = u
+        self.drop_missing = drop_missing
+        self._rows: dict[str, int] = {}  # rows kept so far, per unit
+        self._steps: dict[str, int] = {}  # steps with a kept row, per unit
+
+    def step(self, unit_ids: Any) -> int:
+        """The increment of one step: how many of its records (``unit_ids``, one per record) are
+        kept.  A record without an id is refused (before anything changes) unless ``drop_missing``."""
+        from ..privacy_unit import _codes
+
+        ids = np.asarray(unit_ids, dtype=object).ravel()
+        if ids.size == 0:
+            return 0
+        _, present = _codes(ids, f"the privacy unit column {self.unit.column!r}", self.drop_missing)
+        names, counts = np.unique(ids[present].astype(str), return_counts=True)
+        r, g, k = _caps(self.unit, np.iinfo(np.int64).max)
+        total = 0
+        for name, c in zip(names.tolist(), counts.tolist()):
+            used = self._rows.get(name, 0)
+            if self._steps.get(name, 0) >= g:
+                continue
+            kept = min(int(c), r, k - used)
+            if kept > 0:
+                self._rows[name] = used + kept
+                self._steps[name] = self._steps.get(name, 0) + 1
+                total += kept
+        return total
+
+    def state(self) -> dict[str, Any]:
+        """JSON-able tallies (secret: they hold every unit's id and how much it contributed)."""
+        return {"privacy_unit": self.unit.describe(), "drop_missing": self.drop_missing,
+                "rows": dict(self._rows), "steps": dict(self._steps)}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any], unit: PrivacyUnit) -> "StreamTruncation":
+        """Continue from :meth:`state`; ``unit`` must be the one the state was made with."""
+        if not isinstance(state, dict) or state.get("privacy_unit") != check_counter_unit(unit).describe():
+            raise SparseDPError("the truncation state was made for another privacy unit (or is malformed)")
+        obj = cls(unit, drop_missing=bool(state.get("drop_missing", False)))
+        try:
+            rows = {str(a): int(b) for a, b in state["rows"].items()}
+            steps = {str(a): int(b) for a, b in state["steps"].items()}
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise SparseDPError(f"malformed truncation state: {exc!r}") from exc
+        r, g, k = _caps(obj.unit, np.iinfo(np.int64).max)
+        if set(rows) != set(steps) or any(not (1 <= steps[u] <= min(g, rows[u]) and rows[u] <= min(k, steps[u] * r))
+                                          for u in rows):
+            raise SparseDPError("malformed truncation state: tallies outside the unit's bounds")
+        obj._rows, obj._steps = rows, steps
+        return obj
 
 
 def fenwick_column_norms(weights: Any, p: int) -> np.ndarray:
