@@ -103,9 +103,10 @@ GAUSSIAN_RIDGE = 1e-10
 GAUSSIAN_SECONDS = 45.0
 #: Without a deadline the optimiser's Gaussian family takes at most ``GAUSSIAN_WORK / n^3`` steps
 #: (a step is one ``n x n`` eigendecomposition; at least 2), and stops earlier at ``tol``: a count
-#: fixed by ``n``, not the wall clock.  ``n = 4096``: 4 steps (about what 45 s bought before);
-#: ``n <= 1024``: the full ``max_iter``.
-GAUSSIAN_WORK = 2.75e11
+#: fixed by ``n``, not the wall clock.  ``n = 4096``: 3 steps (about what 45 s bought before; 4
+#: took 72 s for ``prefix(4096)`` on the shared machine); ``n = 2048``: 24; ``n <= 1024``: the
+#: full ``max_iter``.
+GAUSSIAN_WORK = 2.07e11
 
 #: Share ``eta^2`` of each merged cell's budget given to the within-atom contrast rows.
 CONTRAST_SHARE = 1e-6
