@@ -384,7 +384,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "holds the exact running sums and the secret noise key: it is as secret as the data and is written "
         "atomically with mode "
         "0600 (owner only). With --report N, print instead the analytic per-step error of every "
-        "continual-release method for horizon N.",
+        "continual-release method for horizon N. With --privacy-unit COLUMN and --step-column, DATA is a CSV / "
+        "Parquet file of records (one per row: its step and its unit id); each unit's rows are truncated to "
+        "--max-rows / --max-groups / --max-rows-per-group over the whole horizon, each kept row adds 1 to its step, "
+        "the noise is calibrated to the largest change one unit can make, and every step 1 .. --horizon is "
+        "printed: the run costs the budget per unit.",
     )
     p.add_argument("data", nargs="?", default=None,
                    help="optional: the stream as a file, one increment per row in order: a 1-D .npy array or a "
