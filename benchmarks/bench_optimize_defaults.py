@@ -9,7 +9,9 @@ Rows (Laplace at ``epsilon = 1`` unless noted, exact discrete noise as the mecha
 * ``prefix`` / ``all_ranges`` at ``n = 256`` and ``all_ranges`` at ``n = 1024`` (the small-``n``
   targets of ``benchmarks/bench_peers.py``: 13,784 / 2.1452e6 at ``n = 256``, float Laplace);
 * with ``--large``: ``prefix(2**20)`` (about 40 s);
-* with ``--slow``: the windows workload with an explicit ``time_limit=60`` (p-Identity gets the time).
+* with ``--slow``: the windows workload with an explicit ``time_limit=60`` (p-Identity gets the time);
+* with ``--sweep``: the sizes between, where the work caps decide what runs (prefix 2048, all ranges
+  4096, windows over 1,000 and 2,000 days, Laplace; prefix 4096 and windows 2,000 Gaussian).
 
 ``before``: the same calls measured on the code before the default lost its wall clock (commit
 4ab28d8, ``time_limit=52`` by default), on the shared 2-core machine.
@@ -82,6 +84,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--large", action="store_true", help="also prefix(2**20) (about 40 s)")
     ap.add_argument("--slow", action="store_true", help="also the windows workload with time_limit=60")
+    ap.add_argument("--sweep", action="store_true", help="also the sizes between (about 2 minutes)")
     ap.add_argument("--merge", action="store_true", help="keep rows of an earlier run this one did not measure")
     args = ap.parse_args()
     rows = []
@@ -98,6 +101,12 @@ def main() -> None:
         rows.append(_row(label, Wk, **kw)[0])
     if args.slow:
         rows.append(_row("windows", W, time_limit=60.0)[0] | {"workload": "windows, time_limit=60"})
+    if args.sweep:
+        for label, Wk, kw in (("prefix(2048)", wl.prefix(2048), {}), ("all_ranges(4096)", wl.all_ranges(4096), {}),
+                              ("windows", windows(1000), {}), ("windows", windows(2000), {}),
+                              ("prefix(4096) gaussian", wl.prefix(4096), {"noise": "gaussian"}),
+                              ("windows gaussian", windows(2000), {"noise": "gaussian"})):
+            rows.append(_row(label, Wk, **kw)[0])
     if args.large:
         rows.append(_row("prefix(2^20)", wl.prefix(2**20))[0])
     print(f"{'workload':<24}{'s':>8}{'busy s':>8}  {'same':<5} {'winner':<34}{'error':>14}{'/ident':>8}{'/templ':>8}")
