@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import resource
 import subprocess
 import sys
 import time
@@ -18,18 +17,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from sparsedp.executors import DaskExecutor  # noqa: E402
+from _results import peak_rss_mib  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
-
-def peak_rss_mb() -> float:
-    """This process's peak resident memory (``VmHWM``: reset by exec, unlike ``ru_maxrss``, which a
-    child started by fork + exec inherits from its parent)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024.0
-    except OSError:  # pragma: no cover - not Linux
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+peak_rss_mb = peak_rss_mib  # the name the scale-out benchmarks import
 
 
 class CountingDask(DaskExecutor):
@@ -47,7 +37,7 @@ class CountingDask(DaskExecutor):
 def worker_stats(dask_worker=None) -> dict:
     """Run on every worker (``client.run``): its peak RSS and transfer counters."""
     return {
-        "peak_rss_mb": peak_rss_mb(),
+        "peak_rss_mb": peak_rss_mib(),
         "outgoing_bytes": int(getattr(dask_worker, "transfer_outgoing_bytes_total", 0)),
         "incoming_bytes": int(sum(e.get("total", 0) for e in getattr(dask_worker, "transfer_incoming_log", []))),
     }

@@ -38,7 +38,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import tempfile
@@ -49,24 +48,15 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+from _results import peak_rss_mib  # noqa: E402
 
 #: Steps measured on main at fd01cb5 (2 cores) for ``prefix(2^20)``: seconds.  ``error_report`` is
 #: the mechanism's ``expected_error()`` there (a stochastic estimate); ``to_release()`` took 1,043 s,
 #: its report included (here the report is the step before and ``to_release`` reuses it).
 PREFIX_BASELINE = {"optimize": 50.5, "run": 17.8, "error_report": 1037.0}
 DEFAULT_LOG_N = {"prefix": 20, "prefix-gaussian": 20, "histogram": 22, "topdown": 0, "marginals": 0}
-
-
-def _rss_mib() -> float:
-    """This process' peak resident memory: ``VmHWM`` where Linux has it (``ru_maxrss`` would carry
-    a parent's peak across fork and exec), else ``resource.getrusage``."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return float(line.split()[1]) / 1024.0
-    except OSError:  # pragma: no cover - not Linux
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 class Steps:
@@ -79,8 +69,8 @@ class Steps:
         t0 = time.perf_counter()
         out = fn(*args, **kwargs)
         dt = time.perf_counter() - t0
-        self.rows.append({"step": name, "seconds": round(dt, 4), "peak_rss_mib": round(_rss_mib(), 1)})
-        print(f"  {name:<26} {dt:9.3f} s   peak RSS {_rss_mib():8.0f} MiB", flush=True)
+        self.rows.append({"step": name, "seconds": round(dt, 4), "peak_rss_mib": round(peak_rss_mib(), 1)})
+        print(f"  {name:<26} {dt:9.3f} s   peak RSS {peak_rss_mib():8.0f} MiB", flush=True)
         return out
 
 
@@ -214,7 +204,7 @@ def one(kind: str, log_n: int) -> dict:
     with tempfile.TemporaryDirectory() as d:
         out = KINDS[kind](log_n, Path(d))
     out["total_seconds"] = round(time.perf_counter() - t0, 3)
-    out["peak_rss_mib"] = round(_rss_mib(), 1)
+    out["peak_rss_mib"] = round(peak_rss_mib(), 1)
     load1 = os.getloadavg()[0]
     out["load"] = [round(load0, 2), round(load1, 2)]
     out["contended"] = max(load0, load1) > 1.5

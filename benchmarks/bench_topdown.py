@@ -75,7 +75,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import tempfile
@@ -88,6 +87,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from _results import peak_rss_mib  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 from sparsedp.topdown import plan_topdown, read_table, topdown  # noqa: E402
 from sparsedp.topdown.design import OptimalSplit  # noqa: E402
 
@@ -118,19 +118,6 @@ OPTIMISED = {
     "optimal for targets": OptimalSplit.for_targets([TARGETS[lv] for lv in LEVELS]),
     "optimal, nation x2": OptimalSplit(level_weights=[2, 1, 1, 1]),
 }
-
-
-def peak_mb() -> float:
-    """This process' peak resident memory: ``VmHWM`` of ``/proc/self/status`` where there is one
-    (Linux keeps ``getrusage``'s ``ru_maxrss`` across fork and exec, so a subprocess started by a
-    large parent would report the parent's peak), else ``resource.getrusage``."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return float(line.split()[1]) / 1024.0
-    except OSError:  # pragma: no cover - not Linux
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def load() -> Any:
@@ -183,7 +170,7 @@ def run_row(table: Any, name: str, reps: int, seed: int, **kw: Any) -> dict[str,
         "violations": viol, "invariants_exact": inv_exact,
         "meets_targets": {lv: bool(np.mean(np.asarray(rel_err)[:, i]) <= TARGETS[lv]) for i, lv in enumerate(LEVELS)},
         "seconds_per_release": {"median": float(np.median(secs)), "max": float(np.max(secs))},
-        "peak_mb_process": peak_mb(),
+        "peak_mb_process": peak_rss_mib(),
     }
     shares = "/".join(f"{b:.4g}" for b in out["split"])
     print(f"{name:26s} {shares:28s} {reps:4d}  release " + " / ".join(
@@ -205,7 +192,7 @@ def end_to_end(split: list[float]) -> dict[str, Any]:
         path = rel.save(Path(tmp) / "release.npz")
         size = path.stat().st_size
     t3 = time.perf_counter()
-    return {"read_s": t1 - t0, "release_s": t2 - t1, "save_s": t3 - t2, "total_s": t3 - t0, "peak_mb": peak_mb(),
+    return {"read_s": t1 - t0, "release_s": t2 - t1, "save_s": t3 - t2, "total_s": t3 - t0, "peak_mb": peak_rss_mib(),
             "file_mb": size / 2**20, "published_counts": int(sum(c.size for c in rel.counts)),
             "violations": rel.check()}
 
