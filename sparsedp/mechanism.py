@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from .accuracy import ErrorReport, expected_error
+from .range_variance import DEFAULT_MEMORY_LIMIT, MemoryLimitError, format_bytes
 from .errors import InvalidPrivacyParameterError, ShapeError, SparseDPError, UnsupportedStructureError
 from .inference import _METHODS as RECONSTRUCTION_METHODS
 from .inference import Reconstruction, reconstruct
@@ -412,6 +413,13 @@ class MatrixMechanism:
         if executor is not None or out is not None or chunk is not None or scratch is not None or is_partitioned(x):
             return run_scaleout(self, x, rng=rng, method=method, counts=counts, executor=executor, chunk=chunk,
                                 out=out, scratch=scratch, progress=progress)
+        # the answers W x_hat are held as float64: refuse, before anything is charged, a workload whose
+        # answers cannot be held (all_ranges(2^16) has 2^31 of them: 16 GiB)
+        if 8.0 * float(self.W.shape[0]) > DEFAULT_MEMORY_LIMIT:
+            raise MemoryLimitError(
+                f"the workload has {self.W.shape[0]} queries: their answers need {format_bytes(8.0 * self.W.shape[0])}, "
+                f"more than {format_bytes(DEFAULT_MEMORY_LIMIT)}; measure with a workload of the queries you publish "
+                "(the strategy's estimate answers any range afterwards), nothing was charged")
         meas = self.measure(x, rng=rng, counts=counts)
         rec = reconstruct(meas, method=method)
         rel = Release(self.W.matvec(rec.x), rec.x, meas, rec, workload=self.W, unit_scales=self._plan.unit_scales,

@@ -1,3 +1,4 @@
+import sparsedp
 import numpy as np
 import pytest
 from _coverage import assert_certified_coverage, assert_default_coverage
@@ -370,3 +371,17 @@ def test_run_refuses_numeric_text_before_charge(monkeypatch, strategy):
         mech.run([10, 20, 1.5, 40], rng=0)
     assert trip.calls == 0 and acc.spent == 0
     assert mech.run([10, 20, 30, 40], rng=0).answers.shape == (4,)
+
+
+def test_a_workload_too_large_to_answer_is_refused_before_the_charge():
+    """all_ranges(2^16) has 2^31 answers (16 GiB as float64): refused before anything is charged
+    (it used to run out of memory after the measurement)."""
+    from sparsedp.range_variance import MemoryLimitError
+
+    acct = sparsedp.Accountant(epsilon=1.0)
+    n = 2**16
+    mech = sparsedp.MatrixMechanism(wl.all_ranges(n), st.hierarchical(n, 16), epsilon=1.0,
+                                    accountant=acct)
+    with pytest.raises(MemoryLimitError, match="nothing was charged"):
+        mech.run(np.zeros(n))
+    assert acct.spent == 0.0
