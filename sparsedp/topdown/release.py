@@ -40,6 +40,7 @@ from ..errors import (
 from ..privacy import Accountant, LedgerEntry, ledger_time
 from ..privacy_unit import ONE_ROW
 from ..releases import AxisLabel, ReleaseMethods, ReleaseResult, load_release, register_reader
+from .intervals import count_report
 from ..validation import MAX_MAGNITUDE
 from .design import Invariant, TopDownDesign, pinned_axes, plan_topdown
 from .gls import hierarchy_gls, rowmul
@@ -364,7 +365,10 @@ class TopDownRelease(ReleaseMethods):
         """The common release model: one answer per (unit, cell), units level by level (root first),
         cells in C order; labels ``unit`` (global index), ``cell`` and ``depth``; variances: the GLS
         estimate's (exact; the integer counts are rounded from it, ``variance_method`` says so);
-        arrays: the GLS ``estimate``, the units' ``parent`` (global index) and ``code``."""
+        arrays: the GLS ``estimate``, the units' ``parent`` (global index) and ``code``.  Its
+        ``confidence_intervals()`` are for the published integer counts
+        (:mod:`sparsedp.topdown.intervals`): integers, never below 0, covering the true count as
+        often as the GLS estimate's interval does."""
         h = self.hierarchy
         total, C = h.units, h.cells.size
         shape = (total, C)
@@ -376,17 +380,26 @@ class TopDownRelease(ReleaseMethods):
         codes = np.concatenate([np.asarray(c, dtype=str) for c in h.codes])
         desc = dict(self.description)
         desc.setdefault("hierarchy", h.describe())
+        variances = np.concatenate([v.ravel() for v in self.variance])
+        estimate = np.concatenate([e.ravel() for e in self.estimate])
         return ReleaseResult(
             kind="topdown", answers=answers,
             labels={"unit": AxisLabel(shape, 0), "cell": AxisLabel(shape, 1, list(h.cells.columns)), "depth": depth},
-            variances=np.concatenate([v.ravel() for v in self.variance]), noise=self.noise, secure=self.secure,
+            variances=variances, noise=self.noise, secure=self.secure,
             strategy="per level: the cells' histogram (and marginals) of every unit; tree GLS per component; "
                      "top-down non-negative integer rounding",
             ledger=self.ledger, private=self.private, description=desc,
-            arrays={"estimate": np.concatenate([e.ravel() for e in self.estimate]), "parent": parent, "code": codes,
-                    },
+            arrays={"estimate": estimate, "parent": parent, "code": codes},
+            report=count_report(variances, estimate, self.noise, self.secure),
             variance_method="gls: exact variance of the GLS estimate the integer count is rounded from",
             source=self)
+
+    def error_report(self) -> Any:
+        """The GLS estimate's exact variances with intervals for the published counts
+        (:func:`sparsedp.topdown.intervals.count_report`): what :meth:`to_release` carries, and
+        what a saved release uses when loaded."""
+        return count_report(np.concatenate([v.ravel() for v in self.variance]),
+                            np.concatenate([e.ravel() for e in self.estimate]), self.noise, self.secure)
 
     def check(self) -> dict[str, int]:
         """Counts of violations (all 0 for a valid release): negatives, non-integers, parents that
