@@ -732,7 +732,7 @@ def plan_measurement(
         loss=loss,
         cost=cost,
         identity=is_identity,
-        privacy_unit=None if pu is None or pu.is_row else str(pu).removeprefix("privacy unit: "),
+        privacy_unit=None if pu is None or pu.is_row else pu.label,
     )
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import re
+from fractions import Fraction
 import warnings
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
@@ -39,7 +40,7 @@ import scipy.sparse as sp
 
 from .errors import SparseDPError
 
-__all__ = ["PrivacyUnit", "ONE_ROW", "declared", "truncate", "unit_histogram", "disjoint_columns", "id_like_columns",
+__all__ = ["PrivacyUnit", "ONE_ROW", "declared", "scaled_up", "truncate", "unit_histogram", "disjoint_columns", "id_like_columns",
            "warn_if_id_like", "IdColumnWarning"]
 
 
@@ -153,8 +154,6 @@ class PrivacyUnit:
         at most ``||d||_1`` (or ``m^2``) times its loss for one row.  Rounded down."""
         m = self.multiplier(noise, disjoint_columns)
         out = budget / m if noise == "laplace" else budget / (m * m)
-        from fractions import Fraction
-
         f = Fraction(m) if noise == "laplace" else Fraction(m) ** 2
         while out > 0.0 and Fraction(out) * f > Fraction(budget):  # exact: the per-unit cost never exceeds budget
             out = math.nextafter(out, 0.0)
@@ -172,12 +171,25 @@ class PrivacyUnit:
             out.update(auto_quantile=self.auto_quantile, auto_share=self.auto_share)
         return out
 
-    def __str__(self) -> str:
+    @property
+    def label(self) -> str:
+        """The unit as ledgers and summaries name it: ``"CustomerID (max_rows 50)"``, ``"one row"``."""
         if self.is_row:
-            return "privacy unit: one row"
+            return "one row"
         bounds = ", ".join(f"{k} {v}" for k, v in self.describe().items()
                            if k in ("max_rows", "max_groups", "max_rows_per_group"))
-        return f"privacy unit: {self.column} ({bounds})"
+        return f"{self.column} ({bounds})"
+
+    def __str__(self) -> str:
+        return f"privacy unit: {self.label}"
+
+
+def scaled_up(value: Any, factor: int) -> float:
+    """``factor * value`` as a float never below the exact product (a per-unit cost or sensitivity
+    made from a per-record one is never understated)."""
+    exact = Fraction(value) * factor
+    out = float(exact)
+    return out if Fraction(out) >= exact else math.nextafter(out, math.inf)
 
 
 #: The default of every release: each row is protected on its own.

@@ -25,13 +25,12 @@ entry).  Nothing about truncation (rows or units dropped, the largest contributi
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 import numpy as np
 
 from .errors import SparseDPError
-from .privacy_unit import PrivacyUnit, _rank_within, truncate
+from .privacy_unit import PrivacyUnit, _rank_within, scaled_up, truncate
 
 __all__ = ["unit_key", "choice_rng", "read_unit_histogram", "cell_priorities", "kept_rows", "truncated_histogram", "per_unit_release", "unit_summary"]
 
@@ -162,9 +161,9 @@ def per_unit_release(result: Any, unit: PrivacyUnit, choice: Any = None) -> Any:
         desc["privacy_unit"] = unit.describe()
         return dataclasses.replace(result, description=desc)
     L = unit.l1_bound()
-    name = str(unit).removeprefix("privacy unit: ")
-    ledger = [{**e, "epsilon": _times(e.get("epsilon") or 0.0, L), "privacy_unit": name,
-               "sensitivity": None if e.get("sensitivity") is None else _times(e["sensitivity"], L)}
+    name = unit.label
+    ledger = [{**e, "epsilon": scaled_up(e.get("epsilon") or 0.0, L), "privacy_unit": name,
+               "sensitivity": None if e.get("sensitivity") is None else scaled_up(e["sensitivity"], L)}
               for e in result.ledger]
     desc["per_row_epsilon"] = desc.get("epsilon")
     desc["privacy_unit"] = unit.describe()
@@ -177,17 +176,9 @@ def per_unit_release(result: Any, unit: PrivacyUnit, choice: Any = None) -> Any:
     return dataclasses.replace(result, ledger=tuple(ledger), description=desc)
 
 
-def _times(value: float, factor: int) -> float:
-    """``value * factor`` rounded up (a per-unit cost is never under-stated)."""
-    from fractions import Fraction
-
-    out = float(value) * factor
-    return out if Fraction(out) >= Fraction(float(value)) * factor else math.nextafter(out, math.inf)
-
-
 def unit_summary(unit: PrivacyUnit, epsilon: float) -> str:
     """The budget and whom it protects, for a command's summary line: ``epsilon 1 per CustomerID
     (max_rows 50)``, or ``epsilon 1 per row``."""
     if unit.is_row:
         return f"epsilon {epsilon:g} per row"
-    return f"epsilon {epsilon:g} per {str(unit).removeprefix('privacy unit: ')}"
+    return f"epsilon {epsilon:g} per {unit.label}"

@@ -210,7 +210,7 @@ class ContinualCounter(StreamingCounter):
             self.unit_factor = unit_factor(np.ones(N) if w is None else w, self.norm, unit)
             plan = plan_measurement(rows, epsilon=self.epsilon, rho=self.rho, noise=self.noise, secure=self.secure,
                                     grid=grid if self.secure else 1.0, unit=self.unit_factor)
-            return dataclasses.replace(plan, privacy_unit=str(unit).removeprefix("privacy unit: "))
+            return dataclasses.replace(plan, privacy_unit=unit.label)
 
         self._make_plan(build)
         self._w = self.plan.measured.weights  # the weight of every node as measured (ones: unweighted)

@@ -41,7 +41,7 @@ import numpy as np
 
 from ..errors import SparseDPError
 from ..privacy import Accountant, LedgerEntry, PrivacyCost, sequential
-from ..privacy_unit import PrivacyUnit, declared, truncate, warn_if_id_like
+from ..privacy_unit import PrivacyUnit, declared, scaled_up, truncate, warn_if_id_like
 from .domain import Domain
 
 __all__ = ["UnitPlan", "declared_unit", "prepare_unit", "unit_entry", "unit_loss", "unit_record", "unit_ids_from"]
@@ -144,20 +144,13 @@ def _check_row_budget(unit: PrivacyUnit, noise: str, budget: float) -> None:
     (check_epsilon if noise == "laplace" else check_rho)(row, f"the budget per row ({unit})")
 
 
-def _scaled_up(value: Fraction, factor: int) -> float:
-    """``factor * value`` as a float never below the exact product."""
-    exact = Fraction(value) * factor
-    out = float(exact)
-    return out if Fraction(out) >= exact else math.nextafter(out, math.inf)
-
-
 def unit_loss(total: Fraction, unit: PrivacyUnit | None, noise: str) -> float:
     """The certified per-unit loss of a release whose per-record certificate is ``total``:
     ``L`` (Laplace) or ``L^2`` (zCDP) times it (module doc)."""
     if unit is None:
         return float(total)
     L = unit.l1_bound()
-    return _scaled_up(total, L if noise == "laplace" else L * L)
+    return scaled_up(total, L if noise == "laplace" else L * L)
 
 
 def unit_entry(entry: LedgerEntry, unit: PrivacyUnit | None) -> LedgerEntry:
@@ -165,8 +158,8 @@ def unit_entry(entry: LedgerEntry, unit: PrivacyUnit | None) -> LedgerEntry:
     unit moves the measurement by at most) and the unit's name; unchanged without a unit."""
     if unit is None:
         return entry
-    sens = None if entry.sensitivity is None else _scaled_up(Fraction(entry.sensitivity), unit.l1_bound())
-    return dataclasses.replace(entry, sensitivity=sens, privacy_unit=str(unit).removeprefix("privacy unit: "))
+    sens = None if entry.sensitivity is None else scaled_up(Fraction(entry.sensitivity), unit.l1_bound())
+    return dataclasses.replace(entry, sensitivity=sens, privacy_unit=unit.label)
 
 
 def unit_record(desc: dict, entry: LedgerEntry, unit: PrivacyUnit | None, choice: Any, key: str

@@ -40,7 +40,7 @@ from typing import Any, Callable
 
 from ..errors import SparseDPError
 from ..privacy import LedgerEntry, PrivacyCost, sequential
-from ..privacy_unit import PrivacyUnit
+from ..privacy_unit import PrivacyUnit, scaled_up
 
 __all__ = ["declared_unit", "per_record_budget", "plan_for_unit", "design_unit_cost", "unit_cost", "unit_entry",
            "unit_description", "resolve_records_unit", "with_bound_choice", "read_unit_ids", "probe_unit",
@@ -94,28 +94,21 @@ def design_unit_cost(design: Any, unit: PrivacyUnit) -> PrivacyCost:
     return sequential(*(unit_cost(lp.plan.cost, unit, design.noise) for lp in design.measured))
 
 
-def _scaled(value: float, factor: int) -> float:
-    """``factor * value`` rounded up to a float (never below the exact product)."""
-    exact = Fraction(value) * factor
-    out = float(exact)
-    return out if Fraction(out) >= exact else math.nextafter(out, math.inf)
-
-
 def unit_cost(cost: PrivacyCost, unit: PrivacyUnit, noise: str) -> PrivacyCost:
     """A per-record cost made per unit (module doc): ``L`` times an epsilon, ``L^2`` times a rho."""
     f = _factor(unit, noise)
     if cost.epsilon:
-        return PrivacyCost(epsilon=_scaled(cost.epsilon, f))
-    return PrivacyCost(rho=_scaled(cost.rho, f))
+        return PrivacyCost(epsilon=scaled_up(cost.epsilon, f))
+    return PrivacyCost(rho=scaled_up(cost.rho, f))
 
 
 def unit_entry(entry: LedgerEntry, unit: PrivacyUnit) -> LedgerEntry:
     """A level's ledger entry made per unit: its cost (:func:`unit_cost`), its sensitivity ``L``
     times one record's (what one unit moves the level's measurement by), and the unit."""
-    name = str(unit).removeprefix("privacy unit: ")
+    name = unit.label
     return dataclasses.replace(entry, cost=unit_cost(entry.cost, unit, entry.noise or "gaussian"),
                                sensitivity=None if entry.sensitivity is None else
-                               _scaled(float(entry.sensitivity), unit.l1_bound()),
+                               scaled_up(float(entry.sensitivity), unit.l1_bound()),
                                privacy_unit=name)
 
 
@@ -130,7 +123,7 @@ def unit_description(desc: dict[str, Any], unit: PrivacyUnit, noise: str, charge
     out[key] = charged
     if "spent" in desc:  # what the measured levels charge, per unit (the levels' sum)
         out["spent"] = charged
-    out["levels"] = [{**lv, key: _scaled(lv[key], f), "queries": {q: _scaled(b, f) for q, b in lv["queries"].items()}}
+    out["levels"] = [{**lv, key: scaled_up(lv[key], f), "queries": {q: scaled_up(b, f) for q, b in lv["queries"].items()}}
                      for lv in desc.get("levels", [])]
     out["neighbours"] = (f"add or remove one {unit.column} with all of their records (after truncation at most "
                          f"{unit.l1_bound()}, in any leaf units and cells)")
