@@ -614,7 +614,7 @@ def test_command_line_prints_the_skipped_level_and_the_error_by_level_and_writes
     cells = [c for c in table_out.columns if c.startswith(("vap_", "u18_"))]
     np.testing.assert_array_equal(table_out["total"], table_out[cells].sum(axis=1))
     vtds = table_out[table_out["level"] == "vtd"]
-    assert (vtds["code"] == vtds["state"] + vtds["county"] + vtds["vtd"]).all()
+    assert (vtds["code"] == vtds["state"] + "/" + vtds["county"] + "/" + vtds["vtd"]).all()
     assert vtds["code"].str.startswith("01").all()  # leading zeros kept
     assert load_release(out).answers.size == len(table_out) * len(cells)
 

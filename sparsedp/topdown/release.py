@@ -45,6 +45,7 @@ from ..validation import MAX_MAGNITUDE
 from .design import Invariant, TopDownDesign, pinned_axes, plan_topdown
 from .gls import hierarchy_gls, rowmul
 from .hierarchy import CellDomain, HierarchicalTable, Hierarchy, check_contributions
+from .table_file import full_codes
 from .subtrees import (
     measure_units,
     noise_seeds,
@@ -339,20 +340,19 @@ class TopDownRelease(ReleaseMethods):
     def published_table(self) -> Any:
         """The table the command line writes (``--out units.csv|.parquet``): :meth:`to_pandas` of
         the counts with, after the geography columns, ``code`` (each unit's full code: its own and
-        its ancestors' codes joined outermost first, as text, leading zeros kept, as in a Census
-        GEOID; ``None`` for the root) and ``total`` (the unit's published count over all its cells,
-        the sum of its cell columns).  A cell named like one of them gets the other name with a
-        ``unit_`` prefix."""
+        its ancestors' codes joined outermost first by ``/``, as text, leading zeros kept --
+        ``55/025/000150`` -- unambiguous whatever the codes' widths; ``None`` for the root;
+        :func:`sparsedp.topdown.table_file.full_codes`) and ``total`` (the unit's published count
+        over all its cells, the sum of its cell columns).  A cell named like one of them gets the
+        other name with a ``unit_`` prefix."""
         frame = self.to_pandas()
         geo = list(self.hierarchy.geo)
         taken = set(frame.columns)
         code = "code" if "code" not in taken else "unit_code"
         total = "total" if "total" not in taken else "unit_total"
-        parts = frame[geo].astype(object)
-        joined = parts.apply(lambda row: "".join(str(v) for v in row if v is not None and v == v) or None, axis=1)
         cells = np.concatenate(self.counts, axis=0)
         at = frame.columns.get_loc(geo[-1]) + 1 if geo else len(frame.columns)
-        frame.insert(at, code, joined.astype(object))
+        frame.insert(at, code, full_codes(self.hierarchy))
         frame.insert(at + 1, total, cells.sum(axis=1).astype(np.int64))
         return frame
 
