@@ -170,6 +170,16 @@ def _constant(v: Any) -> float | None:
     return None
 
 
+def _own_intervals(report: Any) -> bool:
+    """Whether ``report`` computes its intervals otherwise than ``answer -+ half-width`` (it
+    overrides :meth:`ErrorReport.confidence_intervals <sparsedp.accuracy.ErrorReport.confidence_intervals>`,
+    as a TopDown release's report of its published counts does)."""
+    from .accuracy import ErrorReport
+
+    own = getattr(type(report), "confidence_intervals", None)
+    return own is not None and own is not ErrorReport.confidence_intervals
+
+
 @dataclass(frozen=True, eq=False)
 class ReleaseResult:
     """A release: labelled answers, their variances, the strategy, the ledger (module docstring).
@@ -295,7 +305,10 @@ class ReleaseResult:
     def table(self, level: float = 0.95, method: str = "auto", rows: Any = None) -> dict[str, np.ndarray]:
         """The columns of :meth:`to_pandas` as arrays (``rows``: a slice or index array of the
         answers; all by default); ``variance``, ``lower`` and ``upper`` are ``nan`` when the
-        release has no variances."""
+        release has no variances.  ``lower`` / ``upper`` are :meth:`confidence_intervals`'
+        ends: ``answer -+ half-width``, or, when the release's report gives its own intervals
+        (a TopDown release: integer, never below 0, for the published counts --
+        :mod:`sparsedp.topdown.intervals`), those."""
         sel = slice(None) if rows is None else rows
         out: dict[str, np.ndarray] = {}
         for name, col in self.labels.items():
@@ -311,6 +324,10 @@ class ReleaseResult:
             return out
         out["variance"] = np.asarray(rep.variances, dtype=np.float64)[sel]
         try:
+            if _own_intervals(rep):  # intervals that are not answer -+ half-width: all answers, then the rows
+                lo, hi = rep.confidence_intervals(np.asarray(self.answers, dtype=np.float64), level, method)
+                out["lower"], out["upper"] = np.asarray(lo)[sel], np.asarray(hi)[sel]
+                return out
             half = np.asarray(rep.half_widths(level, method), dtype=np.float64)[sel]
         except SparseDPError:  # e.g. the noise is not known: no interval
             return out

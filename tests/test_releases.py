@@ -196,6 +196,9 @@ def test_every_kind_has_the_same_interval_call(kinds, name):
         lo, hi = rel.confidence_intervals(0.95)
         assert lo.shape == hi.shape == (len(rel),)
         assert np.all(lo <= np.asarray(rel.answers)) and np.all(np.asarray(rel.answers) <= hi)
+        table = rel.table(0.95)  # the table's interval is the release's own
+        np.testing.assert_array_equal(table["lower"], lo)
+        np.testing.assert_array_equal(table["upper"], hi)
         lo2, hi2 = rel.confidence_intervals(0.95, "chebyshev")  # certified, wider
         assert np.all(hi2 - lo2 >= hi - lo - 1e-9)
 
@@ -214,6 +217,32 @@ def test_a_loaded_release_gives_the_intervals_of_the_live_one(kinds, name):
         pytest.skip("a chunked layout keeps a variance bound, not the variances")
     np.testing.assert_allclose(got.confidence_intervals(0.95), want.confidence_intervals(0.95), rtol=1e-12, atol=1e-9)
     assert got.error_report().interval_method() == want.error_report().interval_method()
+
+
+def test_the_table_of_a_topdown_release_gives_the_intervals_of_its_published_counts(tmp_path):
+    """A TopDown release's table() gives the intervals the release itself gives for its published
+    counts (sparsedp.topdown.intervals: integers, never below 0), not answer -+ half-width."""
+    from test_topdown import table as topdown_table
+
+    from sparsedp.topdown import topdown
+    from sparsedp.topdown.intervals import count_intervals
+
+    td = topdown(topdown_table(seed=1, high=4), rho=0.5, rng=7)  # small counts: many zero cells
+    rel = td.to_release()
+    lo, hi = td.confidence_intervals()  # the TopDown release's own method
+    half = rel.error_report().half_widths(0.95)
+    assert (rel.answers - half < 0).any()  # answer -+ half-width would reach below 0
+    want = count_intervals(rel.answers, rel.arrays["estimate"], half)
+    for got in (rel, load_release(td.save(tmp_path / "td.npz"))):
+        t = got.table()
+        for end, own, formula in ((t["lower"], lo, want[0]), (t["upper"], hi, want[1])):
+            np.testing.assert_array_equal(end, own)
+            np.testing.assert_array_equal(end, formula)
+            assert (end == np.round(end)).all()
+        assert (t["lower"] >= 0).all() and (t["lower"] <= t["answer"]).all() and (t["answer"] <= t["upper"]).all()
+        part = got.table(rows=slice(10, 30))
+        np.testing.assert_array_equal(part["lower"], lo[10:30])
+        np.testing.assert_array_equal(part["upper"], hi[10:30])
 
 
 def _release_classes():
