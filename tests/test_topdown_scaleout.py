@@ -285,9 +285,12 @@ def test_command_line_with_dask(tmp_path, capsys):
             "--rho", "0.5"]
     args = parser.parse_args(base + ["--out", str(tmp_path / "r.npz")])
     assert args.func(args) == 0
+    in_process = _error_lines(capsys.readouterr().out)
     args = parser.parse_args(base + ["--executor", "dask", "--workers", "1", "--out", str(tmp_path / "rel")])
     assert args.func(args) == 0
-    assert "chunked by state" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "chunked by state" in printed
+    assert len(in_process) == 6 and _error_lines(printed) == in_process  # the same error table, per level
     a, b = load_topdown(tmp_path / "r.npz"), load_topdown(tmp_path / "rel")
     for x, y in zip(a.counts, b.counts):
         assert np.array_equal(x, y)
@@ -297,6 +300,32 @@ def test_command_line_with_dask(tmp_path, capsys):
         args = parser.parse_args(base + bad)
         with pytest.raises(SparseDPError):
             args.func(args)
+
+
+def _error_lines(printed):
+    """The lines of the printed error table (its title, header and one row per level)."""
+    lines = printed.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("error by level"))
+    return lines[start:start + 2 + sum(1 for line in lines[start + 2:] if line.startswith("  "))]
+
+
+@pytest.mark.parametrize("cfg", [dict(rho=0.5, invariants=["state:total"]), dict(epsilon=1.0, split=[1, 1, 2, 3])])
+def test_the_error_table_of_a_chunked_release_is_its_design_s(tmp_path, cfg):
+    """The chunked release keeps no design: its error table is the design planned again on the
+    hierarchy (given, or read from the release's files), the in-process release's; its sd of a
+    cell is the root mean of the variances the chunked release published, level by level."""
+    from sparsedp.topdown.cli import chunked_error_table, error_table
+
+    t = table(4, high=12)
+    crel = topdown_scaleout(t, tmp_path / "rel", rng=3, progress=False, **cfg)
+    want = error_table(topdown(t, rng=3, **cfg).design)
+    assert chunked_error_table(crel, **cfg) == want  # the hierarchy read from the files
+    assert chunked_error_table(crel, t.hierarchy, **cfg) == want
+    rows = [line.split() for line in want.splitlines()[2:]]
+    for d, row in enumerate(rows):
+        assert float(row[2]) == pytest.approx(np.sqrt(crel.level(d, "variance").mean()), abs=1e-3)
+    with pytest.raises(SparseDPError, match="differs"):  # another plan than the one that ran: no table
+        chunked_error_table(crel, t.hierarchy, **{**cfg, "split": [3, 1, 1, 1]})
 
 
 @pytest.mark.parametrize("cfg", [

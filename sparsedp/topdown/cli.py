@@ -12,8 +12,9 @@ marginal EXACTLY (not private).  The count columns must partition the people (on
 person and unit: not also a total); ``--cells-per-person K`` declares columns that overlap (a person
 in up to ``K`` of them) and calibrates the noise to it.  Output: ``.npz`` -- the release file
 (:func:`sparsedp.topdown.load_topdown`, :func:`sparsedp.load_release`, ``sparsedp ledger``); ``.csv``
-/ ``.parquet`` -- one row per unit (level, codes, one column per cell) with the release record
-(ledger, parameters) in ``OUT.release.json`` next to it.
+/ ``.parquet`` -- one row per unit (level, codes, its full code ``55/025/000150``, its total, one
+column per cell: :mod:`sparsedp.topdown.table_file`) with the release record (ledger, parameters)
+in ``OUT.release.json`` next to it.  Both paths print the error by level (:func:`error_table`).
 
 Record rows (one row per record: a person, an event) are read with ``--categories age,sex``
 instead of ``--counts``, each category's values given by ``--domain age=young,old`` (public) and
@@ -44,7 +45,8 @@ from ..errors import SparseDPError
 from ..privacy import Accountant
 from ..privacy_unit_cli import add_unit_arguments, id_warnings_on_stderr, unit_from_args
 from ..release_file import release_record
-from .hierarchy import read_table
+from .design import plan_topdown
+from .hierarchy import HierarchicalTable, Hierarchy, read_table
 from .release import topdown
 from .units import read_records, with_bound_choice
 
@@ -101,6 +103,12 @@ def run(args: argparse.Namespace) -> int:
               f"{args.executor}, chunked by {crel.description['subtree_level']}; invariants: "
               f"{', '.join(args.invariant or ()) or 'none'}; violations: {crel.check()}")
         _print_notices(crel.description)
+        hierarchy = source.hierarchy if isinstance(source, HierarchicalTable) else None
+        try:
+            print(chunked_error_table(crel, hierarchy, rho=args.rho, epsilon=args.epsilon, split=_split(args.split),
+                                      invariants=list(args.invariant or ())))
+        except SparseDPError as exc:  # the release is written and charged: say why the table is missing
+            print(f"note: {exc}")
         print(f"--out: {out}")
         return 0
     rho, eps, choice = args.rho, args.epsilon, None
@@ -155,6 +163,31 @@ def error_table(design: Any) -> str:
         lines.append(f"  {r['level']:{width}s} {r['units']:8d} {r['sd_cell']:9.3f} {r['half_width_cell']:9.3f} "
                      f"{r['sd_total']:9.3f} {r['half_width_total']:9.3f}{note}")
     return "\n".join(lines)
+
+
+def chunked_error_table(crel: Any, hierarchy: Hierarchy | None = None, **plan: Any) -> str:
+    """:func:`error_table` of a chunked release (:class:`~sparsedp.topdown.scaleout.ChunkedTopDownRelease`),
+    as the in-process command prints it.  The chunked release keeps its description, not its
+    design (it was planned on a skeleton of the hierarchy), so the design is planned again --
+    :func:`~sparsedp.topdown.plan_topdown` on the real ``hierarchy`` (public: the units and cells;
+    ``None``: read from the release's files) with the run's ``plan`` arguments (``rho`` /
+    ``epsilon``, ``split``, ``invariants``) and its cells per person -- and used only if it is the
+    plan that ran (the same budgets, queries and scales per level, the same skipped levels).
+    Data-free, like the in-process table; it holds ``O(units x cells)`` numbers on the driver."""
+    desc = crel.description
+    if hierarchy is None:
+        hierarchy = crel.to_topdown().hierarchy
+    design = plan_topdown(hierarchy, contributions_per_person=int(desc.get("contributions_per_person", 1)), **plan)
+    ran = _plain({k: desc.get(k) for k in ("levels", "skipped")})
+    if _plain({k: design.describe()[k] for k in ("levels", "skipped")}) != ran:
+        raise SparseDPError("the design planned again differs from the one the chunked release ran: no error table")
+    return error_table(design)
+
+
+def _plain(obj: Any) -> Any:
+    """``obj`` as JSON gives it back (tuples as lists, numbers as floats): descriptions compare
+    alike whether read from a file or held in memory."""
+    return json.loads(json.dumps(obj, default=str))
 
 
 def _records_args(args: argparse.Namespace, chunked: bool) -> dict[str, Any] | None:
