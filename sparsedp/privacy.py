@@ -20,6 +20,7 @@ import numbers
 import threading
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Sequence
 
 import numpy as np
 
@@ -274,6 +275,17 @@ class Accountant:
             left = self._total - self._spent
         if amount > left:
             raise self._refuse(amount, left)
+
+    def check_all(self, costs: Sequence[PrivacyCost]) -> None:
+        """Raise :class:`BudgetExceededError` unless ``costs``, spent one after another, all fit
+        (the exact sum of what each is charged: a float sum of the costs can round above it);
+        spend nothing."""
+        amounts = [self._amount(c) for c in costs]
+        total = sum(amounts, Fraction(0))
+        with self._lock:
+            left = self._total - self._spent
+        if total > left:
+            raise self._refuse(total, left)
 
     def spend(self, cost: PrivacyCost, label: str = "", *, entry: LedgerEntry | None = None) -> None:
         """Record ``cost`` if it fits exactly, else raise :class:`BudgetExceededError` and record

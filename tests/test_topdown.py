@@ -999,10 +999,10 @@ def test_the_cells_per_person_rule_does_not_cover_a_unit_of_records(cfg, L):
     total = cfg.get("rho", cfg.get("epsilon"))
     frame, units = record_frame(2)
     t = record_table(frame, units, PrivacyUnit("pid", max_rows=L))
-    cells_block = plan_topdown(t.hierarchy, rho=1.0).levels[0].blocks[0]
+    cells_block = plan_topdown(t.hierarchy, rho=1.0, split="equal").levels[0].blocks[0]  # the cells histogram
     assert person_sensitivity(t.cells, cells_block, 1.0, L, "gaussian") < L  # sqrt(L): distinct cells assumed
     assert person_sensitivity(t.cells, cells_block, 1.0, 5, "laplace") == 4  # at most every cell once
-    cpp = plan_topdown(t.hierarchy, contributions_per_person=L, **cfg)
+    cpp = plan_topdown(t.hierarchy, contributions_per_person=L, split="equal", **cfg)  # the cells histogram
     M, scales = full_matrix(cpp)
     assert float(_loss(M.toarray() * L, scales, gauss).max()) > total * 1.2  # L records in one cell
     rel = topdown(t, rng=0, **cfg)

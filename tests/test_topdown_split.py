@@ -48,6 +48,10 @@ def table(seed: int = 0, counts_seed: int | None = None) -> HierarchicalTable:
                                          root="nation")
 
 
+#: the optimiser's objective before workloads: per-level expected MAE per cell, absolute, unconstrained
+PER_CELL = dict(workload={"cells": 1}, relative=False, cap=None)
+
+
 def objective(design, weights, kind: str) -> float:
     E = np.asarray(design.level_errors())
     w = np.asarray(weights, dtype=float)
@@ -70,8 +74,14 @@ def test_model_is_the_exact_gls_of_the_planned_design(kw):
     c = design.split_choice
     assert isinstance(c, SplitChoice)
     np.testing.assert_allclose(c.predicted_mae, design.level_errors(), rtol=1e-6)
-    eq = plan_topdown(h, **kw)  # the default (equal) split
-    np.testing.assert_allclose(c.equal_mae, eq.level_errors(), rtol=1e-6)
+    eq = plan_topdown(h, split="equal", queries=None, **{k: v for k, v in kw.items() if k != "queries"})
+    totals = [np.sqrt(2 / np.pi) * np.sqrt(v).mean() for v in design.total_variances()]
+    plain_totals = [np.sqrt(2 / np.pi) * np.sqrt(v).mean() for v in eq.total_variances()]
+    for (level, marg), e, p in zip(c.terms, c.predicted_term_mae, c.plain_term_mae):
+        d = h.level_index(level)  # every workload term against the full GLS of its design
+        assert e == pytest.approx(design.level_errors()[d] if marg == "cells" else totals[d], rel=1e-6)
+        assert p == pytest.approx(eq.level_errors()[d] if marg == "cells" else plain_totals[d], rel=1e-6)
+        assert e <= p * 1.002 * (1 + 1e-5)  # the default cap: no term worse than 1.002 x the plain design's
     assert c.value <= c.equal_value * (1 + 1e-9)
     assert abs(sum(c.level_shares) - 1.0) < 1e-12
     for d, q in enumerate(c.query_shares):
@@ -80,7 +90,7 @@ def test_model_is_the_exact_gls_of_the_planned_design(kw):
 
 def test_optimum_beats_the_equal_split_and_random_splits():
     h = table().hierarchy
-    design = plan_topdown(h, rho=1.0, split="optimal", invariants=["state:total"])
+    design = plan_topdown(h, rho=1.0, split=OptimalSplit(**PER_CELL), invariants=["state:total"])
     best = objective(design, [1, 1, 1, 1], "mae")
     gen = np.random.default_rng(7)
     others = [objective(plan_topdown(h, rho=1.0, split=list(gen.dirichlet(np.ones(4))), invariants=["state:total"]),
@@ -101,10 +111,10 @@ def test_optimum_beats_the_equal_split_and_random_splits():
 
 def test_minimax_equalises_the_levels_and_targets_scale_them():
     h = table().hierarchy
-    d = plan_topdown(h, rho=1.0, split=OptimalSplit(objective="max"))
+    d = plan_topdown(h, rho=1.0, split=OptimalSplit(objective="max", **PER_CELL))
     E = np.asarray(d.level_errors())
     assert E.max() / E.min() < 1.01  # every level at the same expected error
-    eq = np.asarray(plan_topdown(h, rho=1.0).level_errors())
+    eq = np.asarray(plan_topdown(h, rho=1.0, split="equal").level_errors())
     assert E.max() < eq.max()
     targets = [0.8, 1.0, 1.1, 1.2]
     dt = plan_topdown(h, rho=1.0, split=OptimalSplit.for_targets(targets))
@@ -118,23 +128,24 @@ def test_minimax_equalises_the_levels_and_targets_scale_them():
 
 def test_level_weights_move_the_budget():
     h = table().hierarchy
-    base = plan_topdown(h, rho=1.0, split="optimal")
-    heavy = plan_topdown(h, rho=1.0, split=OptimalSplit(level_weights=[4, 1, 1, 1]))
-    named = plan_topdown(h, rho=1.0, split=OptimalSplit(level_weights={"nation": 4, "state": 1, "county": 1, "vtd": 1}))
+    base = plan_topdown(h, rho=1.0, split=OptimalSplit(**PER_CELL))
+    heavy = plan_topdown(h, rho=1.0, split=OptimalSplit(level_weights=[4, 1, 1, 1], **PER_CELL))
+    named = plan_topdown(h, rho=1.0, split=OptimalSplit(level_weights={"nation": 4, "state": 1, "county": 1, "vtd": 1},
+                                                        **PER_CELL))
     assert heavy.split == named.split
     assert heavy.split[0] > base.split[0] + 0.05
     assert heavy.level_errors()[0] < base.level_errors()[0]
     # a level with weight 0 is not in the objective: with only the districts counted, the upper levels
     # get what helps the districts (little), the districts almost everything
-    leaf = plan_topdown(h, rho=1.0, split=OptimalSplit(level_weights=[0, 0, 0, 1]))
+    leaf = plan_topdown(h, rho=1.0, split=OptimalSplit(level_weights=[0, 0, 0, 1], **PER_CELL))
     assert leaf.split[3] > 0.9
 
 
 def test_query_shares_are_optimised_within_levels():
     h = table().hierarchy
     q = {"cells": 1, "total": 1}
-    both = plan_topdown(h, rho=1.0, split="optimal", queries=q)
-    fixed = plan_topdown(h, rho=1.0, split=OptimalSplit(queries=False), queries=q)
+    both = plan_topdown(h, rho=1.0, split=OptimalSplit(**PER_CELL), queries=q)
+    fixed = plan_topdown(h, rho=1.0, split=OptimalSplit(queries=False, **PER_CELL), queries=q)
     for d in (both, fixed):
         np.testing.assert_allclose(d.split_choice.predicted_mae, d.level_errors(), rtol=1e-6)
     assert both.split_choice.value <= fixed.split_choice.value * (1 + 1e-9)
@@ -167,7 +178,7 @@ def test_split_depends_on_the_public_design_only_and_is_charged_exactly():
 
 def test_equal_keyword_and_zero_level():
     h = table().hierarchy
-    assert plan_topdown(h, rho=1.0, split="equal").split == plan_topdown(h, rho=1.0).split
+    assert plan_topdown(h, rho=1.0, split="equal").split == plan_topdown(h, rho=1.0, split=[1, 1, 1, 1]).split
     # a non-leaf level may get nothing when only the districts count; the design stays valid
     d = plan_topdown(h, rho=1.0, split=OptimalSplit(level_weights=[0, 0, 0, 1], decimals=2))
     assert all(b >= 0 for b in d.split) and d.split[2] > 0 and d.split[3] > 0  # county leaves keep a budget

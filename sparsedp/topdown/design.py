@@ -37,9 +37,11 @@ from ..operators import SparseOperator, scale_rows
 from ..privacy import PrivacyCost, sequential
 from ..validation import budget_fraction, check_epsilon, check_rho
 from .hierarchy import CellDomain, Hierarchy, check_contributions
+from .gls import class_variances, shape_classes
+from .workload import Residual, key_axes, marginal_mix, parse_queries, parse_workload, query_key, query_name
 
 __all__ = ["QueryBlock", "LevelPlan", "TopDownDesign", "Invariant", "OptimalSplit", "SplitChoice", "optimal_split",
-           "plan_topdown", "person_sensitivity"]
+           "chosen_shares", "plan_topdown", "person_sensitivity"]
 
 #: the 97.5% quantile of the standard normal: a 95% half-width is this many standard deviations
 _Z95 = 1.959963984540054
@@ -62,6 +64,10 @@ class QueryBlock:
     start: int
     size: int
     components: tuple[int, ...] | None = None
+    #: the strategy query's name as :func:`~sparsedp.topdown.workload.query_key` reads it
+    #: (``"cells"``, ``"total"``, ``"residual:age"``; ``name`` says ``"cells | total"`` when an
+    #: invariant pins part of the cells)
+    query: str = ""
 
 
 @dataclass(frozen=True, eq=False)
@@ -327,34 +333,50 @@ def _level_weights(h: Hierarchy, split: Any) -> list[Any]:
 
 _OBJECTIVES = ("mae", "variance", "max")
 
+#: how far past its cap a term may end (the optimiser's tolerance and the shares' rounding)
+_CAP_SLACK = 1e-5
+
 
 @dataclass(frozen=True)
 class OptimalSplit:
-    """``split=OptimalSplit(...)`` (or ``split="optimal"``: the defaults): choose the budget shares
-    of the levels -- and, where a level measures several queries, of its queries -- that minimise
-    a level-weighted error of the GLS estimate, computed exactly from the public design (the
-    hierarchy's shape, the cells, the queries, the invariants' form; never the counts).
+    """``split=OptimalSplit(...)`` (or ``split="optimal"``, the default of :func:`plan_topdown`):
+    choose what each level measures and with how much of the budget -- the levels' shares and,
+    within a level, its strategy queries' shares -- to minimise the error of a **workload** (the
+    marginals users read at each level, with weights), computed exactly from the public design
+    (the hierarchy's shape, the cells, the invariants' form; never the counts).
 
-    With ``E_l = sqrt(2 / pi) * mean_{units, cells of level l} sqrt(Var(xhat))`` (the expected mean
-    absolute error per cell of the GLS estimate at level ``l``) and ``V_l`` the mean variance:
+    With ``E_{l,S} = sqrt(2 / pi) * mean_{units of level l, cells of marginal S} sqrt(Var)`` (the
+    expected mean absolute error of the GLS estimate of a cell of marginal ``S`` -- a cell, a
+    unit's total -- at level ``l``), ``V_{l,S}`` the mean variance, ``w_{l,S} = w_l u_{l,S}`` (level
+    weight times workload weight), and each term divided by the plain design's ``E0_{l,S}`` (the
+    equal split measuring each level's cells) when ``relative`` (the default):
 
-    * ``objective="mae"`` (default): minimise ``sum_l w_l E_l / sum_l w_l``;
-    * ``objective="variance"``: minimise ``sum_l w_l V_l / sum_l w_l``;
-    * ``objective="max"``: minimise ``max_l w_l E_l`` (minimax; with ``w_l = 1 / t_l`` it makes the
-      worst ratio of a level's error to its target ``t_l`` as small as possible, see
-      :meth:`for_targets`).
+    * ``objective="mae"`` (default): minimise ``sum w_{l,S} E_{l,S} / E0_{l,S} / sum w``;
+    * ``objective="variance"``: the same with ``V`` (and ``V0``);
+    * ``objective="max"``: minimise ``max w_{l,S} E_{l,S} / E0_{l,S}`` (minimax; with the cells'
+      workload, ``relative=False`` and ``w_l = 1 / t_l`` it makes the worst ratio of a level's
+      error to its target ``t_l`` as small as possible, see :meth:`for_targets`).
 
     ``level_weights``: one weight per level (root first) or ``{level: weight}`` (missing levels 0);
     default 1 each: every *level* counts the same, however many units and cells it has, so the
-    coarse levels are not sacrificed to the many leaves (weighting by the number of cells would give
-    the leaves almost everything).  ``queries=False`` keeps the query shares within a level as given
-    (``queries=`` of :func:`plan_topdown`) and optimises the levels' shares only.  The chosen
-    fractions are rounded to ``decimals`` digits (they are then charged exactly as any split)."""
+    coarse levels are not sacrificed to the many leaves.  ``queries=False`` keeps the query shares
+    within a level as given (``queries=`` of :func:`plan_topdown`) and optimises the levels'
+    shares only.  The chosen fractions are rounded to ``decimals`` digits (they are then charged
+    exactly as any split)."""
 
     level_weights: Any = None
     objective: str = "mae"
     queries: bool = True
-    decimals: int = 4
+    decimals: int = 6
+    #: the errors the objective adds up: ``None`` (the ``workload`` given to :func:`plan_topdown`,
+    #: by default every unit's cells and total) or a workload (:mod:`sparsedp.topdown.workload`)
+    workload: Any = None
+    #: each term relative to the plain design's (the equal split measuring each level's cells):
+    #: ``E_{l,S} / E0_{l,S}``, so terms of different sizes (a cell, a total) weigh alike
+    relative: bool = True
+    #: no workload term worse than ``cap`` times the plain design's (``E_t <= cap E0_t``, a
+    #: constraint of the ``"mae"`` and ``"variance"`` objectives); ``None``: unconstrained
+    cap: float | None = 1.002
 
     @classmethod
     def for_targets(cls, targets: Any) -> "OptimalSplit":
@@ -368,16 +390,19 @@ class OptimalSplit:
                 raise SparseDPError(f"error targets must be finite numbers > 0, got {t!r}")
             inv[k] = 1.0 / float(t)
         weights: Any = inv if isinstance(targets, Mapping) else [inv[i] for i in range(len(inv))]
-        return cls(level_weights=weights, objective="max")
+        return cls(level_weights=weights, objective="max", workload={"cells": 1}, relative=False, cap=None)
 
 
 @dataclass(frozen=True)
 class SplitChoice:
     """What :func:`optimal_split` chose, and why: the fractions of the total budget per level
-    (``level_shares``, root first) and per query of each level (``query_shares``: ``{marginal:
-    fraction of the total}``), the objective and its weights, the objective's value, and per level
-    the expected mean absolute error per cell of the GLS estimate (``predicted_mae``, from the
-    exact variances of the planned design) next to the equal split's (``equal_mae``)."""
+    (``level_shares``, root first) and per query of each level (``query_shares``: ``{query:
+    fraction of the total}``), the objective and its weights, the objective's value (and at the
+    start, ``equal_value``), per level the expected mean absolute error per cell of the GLS estimate
+    (``predicted_mae``, from the exact variances of the planned design) next to the start's
+    (``equal_mae``), and per workload term ``(level, marginal)`` its weight, its predicted error
+    per marginal cell and the plain design's (``plain_term_mae``: the equal split measuring each
+    level's cells)."""
 
     level_shares: tuple[float, ...]
     query_shares: tuple[dict[str, float], ...]
@@ -388,16 +413,31 @@ class SplitChoice:
     predicted_mae: tuple[float, ...]
     equal_mae: tuple[float, ...]
     evaluations: int
+    terms: tuple[tuple[str, str], ...] = ()
+    term_weights: tuple[float, ...] = ()
+    predicted_term_mae: tuple[float, ...] = ()
+    plain_term_mae: tuple[float, ...] = ()
+    relative: bool = True
+    #: ``(depth, why)`` of the levels that carry no information (:func:`uninformative_levels`)
+    skipped: tuple[tuple[int, str], ...] = ()
 
     def describe(self) -> dict[str, Any]:
         return {"method": "optimal (data-free: exact GLS variances of the design)", "objective": self.objective,
+                "relative_to_plain_design": self.relative,
                 "level_weights": list(self.level_weights), "level_shares": list(self.level_shares),
                 "query_shares": [dict(q) for q in self.query_shares], "value": self.value,
-                "equal_split_value": self.equal_value, "predicted_gls_mae": list(self.predicted_mae),
-                "equal_split_predicted_gls_mae": list(self.equal_mae)}
+                "start_value": self.equal_value, "predicted_gls_mae": list(self.predicted_mae),
+                "start_predicted_gls_mae": list(self.equal_mae),
+                "workload": [{"level": lev, "marginal": m, "weight": w, "predicted_gls_mae": e, "plain_design_mae": p}
+                             for (lev, m), w, e, p in zip(self.terms, self.term_weights, self.predicted_term_mae,
+                                                          self.plain_term_mae)]}
 
 
 def _optimal_spec(split: Any) -> OptimalSplit | None:
+    """The optimiser's spec of a ``split`` argument: ``None`` (the default) and ``"optimal"`` give
+    :class:`OptimalSplit` 's defaults; ``"equal"`` and weights give ``None``."""
+    if split is None:
+        return OptimalSplit()
     if isinstance(split, OptimalSplit):
         return split
     if isinstance(split, str):
@@ -415,6 +455,9 @@ def _check_spec(h: Hierarchy, spec: OptimalSplit) -> np.ndarray:
     if isinstance(spec.decimals, (bool, np.bool_)) or not isinstance(spec.decimals, (int, np.integer)) \
             or not 2 <= int(spec.decimals) <= 12:
         raise SparseDPError(f"decimals must be an integer in [2, 12], got {spec.decimals!r}")
+    if spec.cap is not None and (isinstance(spec.cap, (bool, np.bool_)) or not isinstance(
+            spec.cap, (int, float, np.integer, np.floating)) or not np.isfinite(float(spec.cap)) or float(spec.cap) <= 0):
+        raise SparseDPError(f"cap must be None or a finite number > 0, got {spec.cap!r}")
     raw = _level_weights(h, spec.level_weights)
     w = []
     for x in raw:
@@ -438,10 +481,11 @@ class _LevelErrorModel:
     variances, so the GLS runs on one column per such group (``O(units x groups)``; 2 groups for a
     total invariant), and the cells whose variance mixes the groups alike are evaluated once."""
 
-    def __init__(self, ref: TopDownDesign) -> None:
+    def __init__(self, ref: TopDownDesign, terms: Sequence[tuple[int, tuple[int, ...]]] = (),
+                 h: Hierarchy | None = None) -> None:
         from ..noise import discrete_gaussian_variance
 
-        h = ref.hierarchy
+        h = ref.hierarchy if h is None else h  # the reference plan may be planned on a miniature of h
         C = h.cells.size
         comp = h.cells.component_attributes()
         self.h, self.total = h, float(ref.total)
@@ -477,15 +521,23 @@ class _LevelErrorModel:
         group = np.asarray(group).reshape(-1)
         self.coef = coef_m[:, first]  # (blocks, groups)
         self.pinned = pinned[:, first]  # (levels, groups)
-        B2 = ref.basis * ref.basis
-        M = np.zeros((len(first), C))
-        np.add.at(M, group, B2)  # M[g, c] = sum_{k in g} B[k, c]^2
-        self.mix, self.mix_count = np.unique(M, axis=1, return_counts=True)
         self.C = C
         self.evaluations = 0
+        self.classes = shape_classes(h)
 
-    def errors(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per level, ``E_l`` (expected MAE per cell) and ``V_l`` (mean variance per cell)."""
+        def grouped(axes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+            M = np.zeros((len(first), h.cells.marginal_size(axes)))
+            np.add.at(M, group, marginal_mix(h.cells, ref.basis, axes))  # M[g, m] = sum_{k in g} (Q B^T)[m, k]^2
+            return np.unique(M, axis=1, return_counts=True)
+
+        self.mix, self.mix_count = grouped(h.cells.axes("cells"))
+        #: the workload's terms ``(level, marginal)`` and, per distinct marginal, its grouped mix
+        self.terms = tuple((int(d), tuple(ax)) for d, ax in terms)
+        self.term_mix = {ax: grouped(ax) for ax in {ax for _, ax in self.terms}}
+
+    def errors(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per level, ``E_l`` (expected MAE per cell) and ``V_l`` (mean variance per cell); per
+        workload term ``(l, S)``, ``E_{l,S}`` and ``V_{l,S}`` (per cell of the marginal)."""
         self.evaluations += 1
         h = self.h
         beta = np.maximum(x, 0.0) * self.total
@@ -495,64 +547,77 @@ class _LevelErrorModel:
             u = self.u0[on] * (self.beta0[on] / beta[on]) ** (1.0 / self.root)
             ratio[on] = self.g0[on] / self.g(u)
         info_b = self.coef * ratio[:, None]
-        own, own_var = [], []
+        own_var = []
         for d in range(h.depth + 1):
             info = info_b[self.level_of == d].sum(axis=0)
             with np.errstate(divide="ignore"):
                 v = np.where(info > 0, 1.0 / np.where(info > 0, info, 1.0), np.inf)
-            v = np.where(self.pinned[d], 0.0, v)
-            own.append(np.zeros((h.sizes[d], v.size)))
-            own_var.append(np.broadcast_to(v, (h.sizes[d], v.size)))
-        from .gls import hierarchy_gls
+            own_var.append(np.where(self.pinned[d], 0.0, v))
+        var = class_variances(self.classes, own_var)  # per level, (contexts, groups)
 
-        var = hierarchy_gls(h, own, own_var).variance
+        def mean_errors(vd: np.ndarray, wt: np.ndarray, mix: np.ndarray, count: np.ndarray) -> tuple[float, float]:
+            cv = np.maximum(vd @ mix, 0.0)  # (contexts, distinct marginal cells)
+            n = float(count.sum()) * float(wt.sum())
+            return (float(np.sqrt(2.0 / np.pi) * ((wt @ np.sqrt(cv)) @ count) / n), float(((wt @ cv) @ count) / n))
+
+        wts = [w_.astype(np.float64) for w_ in self.classes.weight]
         E, V = np.zeros(h.depth + 1), np.zeros(h.depth + 1)
         for d, vd in enumerate(var):
-            cell_var = np.maximum(vd @ self.mix, 0.0)  # (units, distinct cells)
-            E[d] = float(np.sqrt(2.0 / np.pi) * (np.sqrt(cell_var).mean(axis=0) @ self.mix_count) / self.C)
-            V[d] = float((cell_var.mean(axis=0) @ self.mix_count) / self.C)
-        return E, V
+            E[d], V[d] = mean_errors(vd, wts[d], self.mix, self.mix_count)
+        TE, TV = np.zeros(len(self.terms)), np.zeros(len(self.terms))
+        for i, (d, ax) in enumerate(self.terms):
+            TE[i], TV[i] = mean_errors(var[d], wts[d], *self.term_mix[ax])
+        return E, V, TE, TV
 
 
 def _minimise(model: _LevelErrorModel, P: np.ndarray, lower: np.ndarray, y0: np.ndarray, w: np.ndarray,
-              objective: str) -> np.ndarray:
+              objective: str, cap: np.ndarray | None = None) -> np.ndarray:
     """``argmin`` over ``y >= lower``, ``sum y = 1`` of the objective of ``x = P y`` (SLSQP, forward
-    differences that stay inside the bounds)."""
+    differences that stay inside the bounds); ``w``: per workload term, its weight (divided by the
+    plain design's error when relative), applied to ``E_{l,S}`` (``V_{l,S}`` for ``"variance"``).
+    ``cap``: per term, ``c_t`` with the constraint ``c_t E_t <= 1`` (``None``: none)."""
     from scipy.optimize import minimize
 
     keep = w > 0
     n = y0.size
     step = 1e-7
-    cache: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+    cache: dict[bytes, np.ndarray] = {}
 
-    def ev(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def terms(y: np.ndarray) -> np.ndarray:  # every term's error, E (V for "variance")
         key = np.asarray(y, dtype=np.float64).tobytes()
         if key not in cache:
-            cache[key] = model.errors(P @ np.clip(y, lower, None))
+            ev = model.errors(P @ np.clip(y, lower, None))
+            cache[key] = ev[3] if objective == "variance" else ev[2]
         return cache[key]
 
-    def vec(y: np.ndarray) -> np.ndarray:  # the weighted per-level terms
-        E, V = ev(y)
-        return (w * (V if objective == "variance" else E))[keep]
-
-    def jac_vec(y: np.ndarray) -> np.ndarray:
-        f0 = vec(y)
+    def jac_terms(y: np.ndarray) -> np.ndarray:
+        f0 = terms(y)
         J = np.empty((f0.size, n))
         for i in range(n):
             e = np.zeros(n)
             e[i] = step if y[i] + step <= 1.0 else -step
-            J[:, i] = (vec(y + e) - f0) / e[i]
+            J[:, i] = (terms(y + e) - f0) / e[i]
         return J
+
+    def vec(y: np.ndarray) -> np.ndarray:  # the weighted workload terms
+        return (w * terms(y))[keep]
+
+    def jac_vec(y: np.ndarray) -> np.ndarray:
+        return (w[:, None] * jac_terms(y))[keep]
 
     simplex = {"type": "eq", "fun": lambda y: np.array([y[:n].sum() - 1.0]),
                "jac": lambda y: np.r_[np.ones(n), np.zeros(y.size - n)][None, :]}
     if objective in ("mae", "variance"):
         sw = float(w.sum())
+        cons: list[dict[str, Any]] = [simplex]
+        if cap is not None:
+            cons.append({"type": "ineq", "fun": lambda y: 1.0 - cap * terms(y),
+                         "jac": lambda y: -cap[:, None] * jac_terms(y)})
         res = minimize(lambda y: float(vec(y).sum() / sw), y0, jac=lambda y: jac_vec(y).sum(axis=0) / sw,
-                       method="SLSQP", bounds=list(zip(lower, np.ones(n))), constraints=[simplex],
+                       method="SLSQP", bounds=list(zip(lower, np.ones(n))), constraints=cons,
                        options={"maxiter": 200, "ftol": 1e-12})
         return np.clip(res.x, lower, None)
-    # minimax: minimise t subject to w_l E_l(y) <= t
+    # minimax: minimise t subject to w_t E_t(y) <= t
     t0 = float(vec(y0).max())
     cons = [simplex, {"type": "ineq", "fun": lambda z: z[n] - vec(z[:n]),
                       "jac": lambda z: np.hstack([-jac_vec(z[:n]), np.ones((int(keep.sum()), 1))])}]
@@ -582,41 +647,73 @@ def _round_shares(x: np.ndarray, lower: np.ndarray, decimals: int) -> np.ndarray
 def optimal_split(h: Hierarchy, *, rho: float | None = None, epsilon: float | None = None, noise: str | None = None,
                   queries: Any = None, invariants: Sequence[Any] = (), secure: bool = True,
                   measure_invariants: bool | None = None, spec: OptimalSplit | str = "optimal",
-                  contributions_per_person: int = 1, shape: Sequence[tuple[int, int]] | None = None) -> SplitChoice:
-    """The data-free split of :class:`OptimalSplit` ``spec`` for a release planned with these
+                  contributions_per_person: int = 1, shape: Sequence[tuple[int, int]] | None = None,
+                  workload: Any = None) -> SplitChoice:
+    """The data-free design of :class:`OptimalSplit` ``spec`` for a release planned with these
     arguments (those of :func:`plan_topdown`).
 
-    Model: at level ``d`` a unit's information on basis component ``k`` (its inverse noise
+    **Strategy.**  With ``queries`` given, those are each level's candidate queries.  With
+    ``queries=None`` the candidates come from the workload (:mod:`sparsedp.topdown.workload`): for
+    Gaussian noise every residual of the cells that a workload marginal of any level sees (all of
+    them at levels with leaves, whose cells must be determined), each level's starting shares those
+    :func:`sparsedp.optimize` chooses for the union of the workload's marginals on the cell domain
+    (the residual family: ResidualPlanner's optimum under zCDP); for Laplace noise the workload's
+    marginals (and the cells at levels with leaves), equal starting shares.  The optimisation
+    below then sets every candidate's share, across levels and within them (0: not measured).
+
+    **Model.**  At level ``d`` a unit's information on basis component ``k`` (its inverse noise
     variance) is ``I_dk = sum_S c_Sk / Var_S(beta_S)`` over the level's queries ``S`` with budgets
     ``beta_S`` (Gaussian: ``sigma_S = Delta_S / sqrt(2 rho_S)``, variance ``~ sigma_S^2``; Laplace:
     ``b_S = Delta_S / epsilon_S``, variance ``~ 2 b_S^2``; the exact variance of the noise the plan
-    draws, discrete or not), ``c_Sk`` read from a reference plan (the equal split); invariant
-    components are exact (variance 0).  The exact variances of the hierarchy GLS (Hay
-    et al., VLDB 2010, generalised in :mod:`sparsedp.topdown.gls`) then give ``E_l`` and ``V_l``
-    (see :class:`OptimalSplit`), and SLSQP minimises the objective over the simplex of budget
-    fractions (a leaf level keeps at least ``10^-3`` of the budget on its queries; another level
-    may get 0 and is then estimated from the levels around it).  Nothing here reads counts: the
-    split is a function of the hierarchy's shape, the cells, the queries and the invariants' form,
-    so choosing it costs no privacy.  The optimum is a local one (the objective is smooth; the
-    reference start is the equal split); the value at the equal split is reported next to it."""
+    draws, discrete or not), ``c_Sk`` read from a reference plan; invariant components are exact
+    (variance 0).  The exact variances of the hierarchy GLS (Hay et al., VLDB 2010, generalised in
+    :mod:`sparsedp.topdown.gls`) then give every workload term ``E_{l,S}`` (see
+    :class:`OptimalSplit`), and SLSQP minimises the objective over the simplex of budget fractions
+    (a leaf level keeps at least ``10^-3`` of the budget on each query; another level or query may
+    get 0).  Nothing here reads counts: the design is a function of the hierarchy's shape, the
+    cells, the workload and the invariants' form, so choosing it costs no privacy.  The optimum is
+    a local one (the objective is smooth); the value at the start and the plain design's errors are
+    reported next to it."""
     spec = _optimal_spec(spec) if isinstance(spec, str) else spec
     if not isinstance(spec, OptimalSplit):
         raise SparseDPError(f"spec must be 'optimal' or an OptimalSplit, got {spec!r}")
-    w = _check_spec(h, spec)
-    ref = plan_topdown(h, rho=rho, epsilon=epsilon, noise=noise, split=None, queries=queries, invariants=invariants,
-                       secure=secure, measure_invariants=measure_invariants,
-                       contributions_per_person=contributions_per_person, shape=shape)
-    model = _LevelErrorModel(ref)
+    lw = _check_spec(h, spec)
     D1 = h.depth + 1
+    wl = parse_workload(h.cells, spec.workload if spec.workload is not None else workload, D1)
+    kind = "laplace" if (noise == "laplace" or (noise is None and epsilon is not None and rho is None)) else "gaussian"
+    common = dict(rho=rho, epsilon=epsilon, noise=noise, invariants=invariants, secure=secure,
+                  measure_invariants=measure_invariants, contributions_per_person=contributions_per_person,
+                  shape=list(shape) if shape is not None else real_shape(h))
+    start = queries if queries is not None else _candidate_queries(h, wl, kind)
+    mini = miniature(h)  # the reference plans need one unit per kind of unit: plan them small
+    ref = plan_topdown(mini, split="equal", queries=start, **common)
+    pins = _pinned(h, [(h.level_index(iv.level), h.cells.axes(iv.marginal)) for iv in map(Invariant.parse, invariants)])
+    # a marginal the invariants publish exactly at a level has no error there, and a level without
+    # information (a twin of the next) has its twin's errors: neither is a term
+    live = [(d, ax, u * lw[d]) for d in range(D1) for ax, u in wl[d]
+            if u * lw[d] > 0 and (pins[d] is None or not set(ax) <= set(pins[d])) and ref.levels[d].skipped is None]
+    if not live:
+        raise SparseDPError("nothing to measure: the invariants publish every marginal of the workload exactly")
+    terms = [(d, ax) for d, ax, _ in live]
+    tw = np.array([w_ for _, _, w_ in live])
+    model = _LevelErrorModel(ref, terms, h)
     nb = len(model.blocks)
     if nb == 0:  # pragma: no cover - plan_topdown refuses a design that measures nothing at its leaves
         raise SparseDPError("nothing is measured")
+    plain = _LevelErrorModel(plan_topdown(mini, split="equal", queries=None, **common), terms, h)
+    _, _, PE, PV = plain.errors(np.array([b.budget for _, b in plain.blocks]) / float(ref.total))
+    scale0 = PV if spec.objective == "variance" else PE
+    scale = scale0 if spec.relative else np.ones(len(terms))
+    w = tw / np.where(scale > 0, scale, 1.0)
     x_ref = np.array([b.budget for _, b in model.blocks]) / float(ref.total)
     has_leaf = np.array([bool(h.leaves(d).any()) for d in range(D1)])
     if spec.queries:
         P = np.eye(nb)
         y0 = x_ref / x_ref.sum()
-        lower = np.where(has_leaf[model.level_of], 1e-3, 0.0)  # the leaves' cells stay determined
+        # the leaves' cells stay determined: every query that measures components (residuals, the
+        # cells but what is pinned) or the cells at a level with leaves keeps 10^-3 of the budget
+        needed = np.array([b.components is not None or b.axes == h.cells.axes("cells") for _, b in model.blocks])
+        lower = np.where(has_leaf[model.level_of] & needed, 1e-3, 0.0)
     else:
         levels = sorted(set(model.level_of.tolist()))
         P = np.zeros((nb, len(levels)))
@@ -626,53 +723,121 @@ def optimal_split(h: Hierarchy, *, rho: float | None = None, epsilon: float | No
         y0 = np.array([x_ref[model.level_of == d].sum() for d in levels])
         y0 = y0 / y0.sum()
         lower = np.array([1e-3 if has_leaf[d] else 0.0 for d in levels])
-    E0, V0 = model.errors(P @ y0)
-    y = _minimise(model, P, lower, y0, w, spec.objective)
+    capped = spec.cap is not None and spec.objective != "max"
+    cap = 1.0 / (float(spec.cap) * np.where(scale0 > 0, scale0, 1.0)) if capped else None
+    if capped and spec.queries:  # start where the cap holds: the plain design, when the candidates can say it
+        xp = _plain_point(model, plain, h)
+        if xp is not None and np.allclose(model.errors(xp)[2], PE, rtol=1e-9, atol=0):
+            y0 = np.maximum(xp, lower) / np.maximum(xp, lower).sum()
+    ev0 = model.errors(P @ y0)
+    y = _minimise(model, P, lower, y0, w, spec.objective, cap)
     x = _round_shares(P @ y, P @ lower, int(spec.decimals))
-    E1, V1 = model.errors(x)
 
-    def value(E: np.ndarray, V: np.ndarray) -> float:
-        if spec.objective == "max":
-            return float(np.max((w * E)[w > 0]))
-        return float(np.sum(w * (V if spec.objective == "variance" else E)) / w.sum())
+    def value(ev: tuple[np.ndarray, ...]) -> float:
+        t = w * (ev[3] if spec.objective == "variance" else ev[2])
+        return float(np.max(t[w > 0])) if spec.objective == "max" else float(np.sum(t) / tw.sum())
 
-    if value(E1, V1) > value(E0, V0):  # the start was better (a flat objective, a tolerance): keep it
+    def excess(ev: tuple[np.ndarray, ...]) -> float:  # how far past the cap the worst term is
+        return 0.0 if cap is None else max(0.0, float(np.max(cap * (ev[3] if spec.objective == "variance" else ev[2])))
+                                           - 1.0 - _CAP_SLACK)
+
+    ev1 = model.errors(x)
+    if (excess(ev1), value(ev1)) > (excess(ev0), value(ev0)):  # the start was better (a tolerance): keep it
         x = _round_shares(P @ y0, P @ lower, int(spec.decimals))
     level = np.zeros(D1)
     np.add.at(level, model.level_of, x)
     qs: list[dict[str, float]] = [{} for _ in range(D1)]
     for (d, b), xb in zip(model.blocks, x):
-        qs[d][h.cells.marginal_name(b.axes)] = float(xb)
-    Ef, Vf = model.errors(x)
-    return SplitChoice(tuple(float(v) for v in level), tuple(qs), tuple(float(v) for v in w), spec.objective,
-                       value(Ef, Vf), value(E0, V0), tuple(float(e) for e in Ef), tuple(float(e) for e in E0),
-                       model.evaluations)
+        qs[d][b.query or h.cells.marginal_name(b.axes)] = float(xb)
+    evf = model.errors(x)
+    names = tuple((h.levels[d], h.cells.marginal_name(ax)) for d, ax in terms)
+    return SplitChoice(tuple(float(v) for v in level), tuple(qs), tuple(float(v) for v in lw), spec.objective,
+                       value(evf), value(ev0), tuple(float(e) for e in evf[0]), tuple(float(e) for e in ev0[0]),
+                       model.evaluations, names, tuple(float(v) for v in tw), tuple(float(e) for e in evf[2]),
+                       tuple(float(e) for e in PE), spec.relative,
+                       tuple((lp.depth, lp.skipped) for lp in ref.levels if lp.skipped is not None))
 
 
-def _queries(cells: CellDomain, spec: Any, levels: int) -> list[list[tuple[tuple[int, ...], Any]]]:
-    """Per level, ``[(axes, weight)]``: ``None`` (the cells), a mapping ``{marginal: weight}`` or a
-    sequence of marginals (equal weights) for every level, or a list of those, one per level."""
+def _plain_point(model: _LevelErrorModel, plain: _LevelErrorModel, h: Hierarchy) -> np.ndarray | None:
+    """The plain design (the equal split measuring each level's cells) in the model's block shares
+    -- a residual block gets its level's share times its part of the cells' components, a cells
+    block the whole share -- or ``None`` when the model's candidates cannot say it."""
+    comp = h.cells.component_attributes()
+    share = {d: b.budget for d, b in plain.blocks}
+    total = sum(share.values())
+    x = np.zeros(len(model.blocks))
+    for i, (d, b) in enumerate(model.blocks):
+        if d not in share:
+            continue
+        pb = [pb_ for dd, pb_ in plain.blocks if dd == d][0]
+        measured = len(pb.components) if pb.components is not None else len(comp)
+        if b.components is not None and b.query.startswith("residual:"):
+            x[i] = share[d] / total * len(b.components) / measured
+        elif b.axes == pb.axes and b.components == pb.components:  # the plain level's own query
+            x[i] = share[d] / total
+    return x if x.sum() > 0 else None
 
-    def one(q: Any) -> list[tuple[tuple[int, ...], Any]]:
-        if q is None:
-            return [(cells.axes("cells"), 1)]
-        if isinstance(q, str):
-            q = [q]
-        items = list(q.items()) if isinstance(q, Mapping) else [(m, 1) for m in q]
-        out: list[tuple[tuple[int, ...], Any]] = []
-        for m, w in items:
-            ax = cells.axes(m)
-            if any(ax == a for a, _ in out):
-                raise ShapeError(f"the marginal {cells.marginal_name(ax)!r} is listed twice")
-            out.append((ax, w))
-        if not out:
-            raise ShapeError("a level's query list is empty (give it a zero budget to skip it)")
-        return out
 
-    if isinstance(spec, (list, tuple)) and len(spec) == levels and spec and all(
-            s is None or isinstance(s, (Mapping, list, tuple)) for s in spec):
-        return [one(s) for s in spec]
-    return [one(spec)] * levels
+def real_shape(h: Hierarchy) -> list[tuple[int, int]]:
+    """``(units, leaf units)`` per level of ``h`` (what :func:`uninformative_levels` reads)."""
+    return [(int(h.sizes[d]), int(h.leaves(d).sum())) for d in range(h.depth + 1)]
+
+
+def miniature(h: Hierarchy) -> Hierarchy:
+    """A hierarchy with ``h``'s levels and cells and at most two units per level: one with
+    children (above the deepest level) and one leaf where ``h`` has leaves.  Every plan of a level
+    is the same per unit whatever the number of units, so a design planned on it (with
+    ``shape=real_shape(h)``) has ``h``'s queries, scales and budgets at a fraction of the cost."""
+    D = h.depth
+    parents, codes = [np.array([-1], dtype=np.int64)], [np.asarray(h.codes[0], dtype=object)]
+    for d in range(1, D + 1):
+        n = (1 if d < D else 0) + (1 if d == D or bool(h.leaves(d).any()) else 0)
+        parents.append(np.zeros(n, dtype=np.int64))
+        codes.append(np.array([f"m{i}" for i in range(n)], dtype=object))
+    return Hierarchy(tuple(h.levels), tuple(parents), tuple(codes), h.cells)
+
+
+def _candidate_queries(h: Hierarchy, wl: Sequence[Sequence[tuple[tuple[int, ...], float]]],
+                       noise: str) -> list[dict[Any, float]]:
+    """Per level, the candidate strategy queries and their starting weights (:func:`optimal_split`)."""
+    cells = h.cells
+    D1 = h.depth + 1
+    read = sorted({ax for lev in wl for ax, u in lev if u > 0}, key=lambda a: (len(a), a))
+    all_ax = cells.axes("cells")
+    if noise == "laplace":
+        return [{ax: 1.0 for ax in (read + ([all_ax] if h.leaves(d).any() and all_ax not in read else []))}
+                for d in range(D1)]
+    groups = sorted(set(cells.component_attributes()), key=lambda a: (len(a), a))
+    seen = [A for A in groups if any(set(A) <= set(S) for S in read)]
+    start = _residual_start(cells, wl)
+    out = []
+    for d in range(D1):
+        cand = groups if h.leaves(d).any() else seen
+        out.append({Residual(A): max(start.get(A, 0.0), 1e-3) for A in cand})
+    return out
+
+
+def _residual_start(cells: CellDomain, wl: Sequence[Sequence[tuple[tuple[int, ...], float]]]) -> dict[tuple[int, ...], float]:
+    """``{residual: share}``: the budget shares :func:`sparsedp.optimize` (the residual family,
+    zCDP) gives the union of the workload's marginals on the cell domain (each marginal's weight
+    its largest over the levels), normalised to add up to one."""
+    from ..marginals import Domain
+    from ..marginals.workload import marginal_workload
+    from ..optimize import optimize
+
+    weight: dict[tuple[int, ...], float] = {}
+    for lev in wl:
+        for ax, u in lev:
+            if u > 0:
+                weight[ax] = max(weight.get(ax, 0.0), float(u))
+    dom = Domain(cells.names, cells.sizes)
+    ms = sorted(weight, key=lambda a: (len(a), a))
+    res = optimize(marginal_workload(dom, [list(m) for m in ms], weights=[weight[m] for m in ms]),
+                   noise="gaussian", family="residual", rho=1.0)
+    sel = res.strategy
+    shares = np.asarray(sel.p, dtype=np.float64) / (2.0 * np.asarray(sel.sigma2, dtype=np.float64))
+    shares = shares / shares.sum()
+    return {tuple(A): float(f) for A, f in zip(sel.residuals, shares)}
 
 
 def _marginal_matrix(cells: CellDomain, axes: tuple[int, ...]) -> sp.csr_matrix:
@@ -736,6 +901,18 @@ def _largest_set_norm(rows: np.ndarray, k: int, p: int) -> float | None:
     return best * (1.0 + 2.0**-40)
 
 
+def _block_components(cells: CellDomain, key: Any, pinned: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """The basis components a strategy query measures directly (``None``: a marginal, measured as
+    its sums): a residual's components (those whose contrast set is its ``axes``), or the cells'
+    components that the ``pinned`` invariant marginal does not determine."""
+    comp = cells.component_attributes()
+    if isinstance(key, Residual):
+        return tuple(k for k, a in enumerate(comp) if a == key.axes)
+    if pinned is not None and tuple(key) == cells.axes("cells"):
+        return tuple(k for k, a in enumerate(comp) if not set(a) <= set(pinned))
+    return None
+
+
 def _plan_level(h: Hierarchy, d: int, budget: float, queries: list[tuple[tuple[int, ...], Any]], noise: str,
                 secure: bool, pinned: tuple[int, ...] | None, contributions: int = 1) -> LevelPlan:
     """The plan of level ``d``.  ``pinned``: the invariant marginal at this level when its
@@ -744,24 +921,24 @@ def _plan_level(h: Hierarchy, d: int, budget: float, queries: list[tuple[tuple[i
     is calibrated to :func:`person_sensitivity` within its share of the level's budget."""
     cells = h.cells
     n, C = h.sizes[d], cells.size
-    all_axes = cells.axes("cells")
     if budget == 0:
-        blocks = tuple(QueryBlock(ax, cells.marginal_name(ax), 0.0, 0, cells.marginal_size(ax)) for ax, _ in queries)
+        blocks = tuple(QueryBlock(key_axes(ax), query_name(cells, ax), 0.0, 0, len(_comps)
+                                  if (_comps := _block_components(cells, ax, None)) is not None
+                                  else cells.marginal_size(ax), _comps, query_name(cells, ax)) for ax, _ in queries)
         return LevelPlan(d, h.levels[d], n, 0.0, blocks, None)
     budgets = _shares([w for _, w in queries], budget_fraction(budget), f"level {h.levels[d]!r} query")
-    comp = cells.component_attributes()
     blocks, start = [], 0
     for (ax, _), b in zip(queries, budgets):
         if b == 0:
             continue
-        comps = None
-        if pinned is not None and ax == all_axes:
-            comps = tuple(k for k, a in enumerate(comp) if not set(a) <= set(pinned))
-            if not comps:  # the invariant publishes every cell: nothing to measure
-                continue
-        m = len(comps) if comps is not None else cells.marginal_size(ax)
-        name = cells.marginal_name(ax) if comps is None else f"cells | {cells.marginal_name(pinned)}"
-        blocks.append(QueryBlock(ax, name, b, start, m, comps))
+        comps = _block_components(cells, ax, pinned)
+        if comps is not None and not comps:  # the invariant publishes every cell: nothing to measure
+            continue
+        axes = key_axes(ax)
+        m = len(comps) if comps is not None else cells.marginal_size(axes)
+        name = (query_name(cells, ax) if comps is None or isinstance(ax, Residual)
+                else f"cells | {cells.marginal_name(pinned)}")
+        blocks.append(QueryBlock(axes, name, b, start, m, comps, query_name(cells, ax)))
         start += n * m
     if not blocks:
         return LevelPlan(d, h.levels[d], n, 0.0, (), None)
@@ -783,7 +960,7 @@ def _plan_level(h: Hierarchy, d: int, budget: float, queries: list[tuple[tuple[i
             p = 1 if noise == "laplace" else 2
             sens.append(float(np.max(np.sum(np.abs(Bb) ** p, axis=0)) ** (1.0 / p)))
     weighted = any(b.components is not None for b in blocks)
-    if len(blocks) == 1 and blocks[0].components is None and blocks[0].axes == all_axes:
+    if len(blocks) == 1 and blocks[0].components is None and blocks[0].axes == cells.axes("cells"):
         A: Any = sp.identity(n * C, format="csr")
     else:
         A = rows[0] if len(rows) == 1 else sp.vstack(rows, format="csr")
@@ -810,15 +987,20 @@ def _plan_level(h: Hierarchy, d: int, budget: float, queries: list[tuple[tuple[i
 def plan_topdown(h: Hierarchy, *, rho: float | None = None, epsilon: float | None = None, noise: str | None = None,
                  split: Any = None, queries: Any = None, invariants: Sequence[Any] = (),
                  secure: bool = True, measure_invariants: bool | None = None,
-                 contributions_per_person: int = 1, shape: Sequence[tuple[int, int]] | None = None) -> TopDownDesign:
+                 contributions_per_person: int = 1, shape: Sequence[tuple[int, int]] | None = None,
+                 workload: Any = None) -> TopDownDesign:
     """Plan a release (nothing is measured or charged): ``rho`` (zCDP, discrete Gaussian noise) or
-    ``epsilon`` (pure DP, discrete Laplace noise) in total; ``split``: the levels' weights (a list,
-    one per level, or ``{level: weight}``; default ``None`` or ``"equal"``: equal), each level's
-    budget its share of the total (rounded down); or ``"optimal"`` / an :class:`OptimalSplit`: the
-    level (and query) shares that minimise a level-weighted error of the GLS, chosen from the public
-    design only (:func:`optimal_split`; recorded in ``design.split_choice``); ``queries``: what each
-    level measures, ``None`` (the cells' full histogram),
-    ``{marginal: weight}`` / a list of marginals for every level, or a list of those per level;
+    ``epsilon`` (pure DP, discrete Laplace noise) in total; ``split``: ``None`` (the default) or
+    ``"optimal"`` / an :class:`OptimalSplit`: each level's strategy queries and the budget shares
+    of the levels and queries that minimise the error of the ``workload``, chosen from the public
+    design only (:func:`optimal_split`; recorded in ``design.split_choice``); or the levels'
+    weights (a list, one per level, or ``{level: weight}``; ``"equal"``: equal), each level's budget
+    its share of the total (rounded down); ``queries``: what each level may measure, ``None`` (with
+    the optimiser: chosen from the workload; with given weights: the cells' full histogram),
+    ``{query: weight}`` / a list of queries (marginals, or residuals ``"residual:age"``: see
+    :mod:`sparsedp.topdown.workload`) for every level, or a list of those per level;
+    ``workload``: what the release is for, per level ``{marginal: weight}`` (default every unit's
+    cells and total, equally weighted; :mod:`sparsedp.topdown.workload`), read by the optimiser;
     ``invariants``: ``"level:marginal"`` strings or :class:`Invariant` s (checked here for form;
     their values are taken or checked when the data are read); ``measure_invariants``: whether the
     cells query also measures what the invariants publish exactly (default: not for Gaussian noise,
@@ -851,11 +1033,8 @@ def plan_topdown(h: Hierarchy, *, rho: float | None = None, epsilon: float | Non
     if opt is not None:
         choice = optimal_split(h, rho=rho, epsilon=epsilon, noise=noise, queries=queries, invariants=invariants,
                                secure=secure, measure_invariants=measure_invariants, spec=opt,
-                               contributions_per_person=k, shape=shape)
-        split = list(choice.level_shares)
-        given = _queries(h.cells, queries, h.depth + 1)
-        queries = [{h.cells.axes(m): f for m, f in q.items()} if q else {ax: w for ax, w in given[d]}
-                   for d, q in enumerate(choice.query_shares)]
+                               contributions_per_person=k, shape=shape, workload=workload)
+        split, queries = chosen_shares(h, choice, queries)
     elif isinstance(split, str):  # "equal"
         split = None
     inv = []
@@ -863,9 +1042,12 @@ def plan_topdown(h: Hierarchy, *, rho: float | None = None, epsilon: float | Non
         iv = Invariant.parse(spec)
         inv.append((h.level_index(iv.level), h.cells.axes(iv.marginal)))
     pins = _pinned(h, inv)
-    qs = _informative_queries(h, _queries(h.cells, queries, h.depth + 1), pins)
+    qs = _informative_queries(h, parse_queries(h.cells, queries, h.depth + 1), pins)
     given = _level_weights(h, split)
-    skipped = uninformative_levels(h, qs, pins, shape, [not _is_zero(w) for w in given])
+    # the optimiser's reference plan found the levels without information; a zero share it chose
+    # on purpose is not one
+    skipped = (dict(choice.skipped) if choice is not None else
+               uninformative_levels(h, qs, pins, shape, [not _is_zero(w) for w in given]))
     weights = [0 if d in skipped else w for d, w in enumerate(given)]
     if len(skipped) == h.depth + 1:
         raise SparseDPError("no level carries information (" + "; ".join(
@@ -886,6 +1068,17 @@ def plan_topdown(h: Hierarchy, *, rho: float | None = None, epsilon: float | Non
     return design
 
 
+def chosen_shares(h: Hierarchy, choice: SplitChoice, queries: Any = None) -> tuple[list[float], list[dict[Any, float]]]:
+    """``(split, queries)``: the explicit level weights and per-level query weights that plan what
+    ``choice`` (:func:`optimal_split`) chose -- e.g. on a skeleton of the hierarchy it was chosen
+    for (the chunked release) -- with ``queries`` (those given to :func:`optimal_split`) for a
+    level the choice leaves empty."""
+    given = parse_queries(h.cells, queries, h.depth + 1)
+    return (list(choice.level_shares),
+            [{query_key(h.cells, m): f for m, f in q.items()} if q else {ax: w for ax, w in given[d]}
+             for d, q in enumerate(choice.query_shares)])
+
+
 def _is_zero(w: Any) -> bool:
     try:
         return float(w) == 0.0
@@ -901,7 +1094,7 @@ def _informative_queries(h: Hierarchy, qs: list[list[tuple[tuple[int, ...], Any]
     out = []
     for d, q in enumerate(qs):
         pin = pins[d]
-        out.append([(ax, w) for ax, w in q if pin is None or not set(ax) <= set(pin)])
+        out.append([(ax, w) for ax, w in q if pin is None or not set(key_axes(ax)) <= set(pin)])
     return out
 
 
@@ -921,7 +1114,7 @@ def uninformative_levels(h: Hierarchy, qs: Sequence[Sequence[tuple[tuple[int, ..
     and as many units as the next.  ``weighted``: per level, whether the split gives it a budget
     (default: all); of two levels with the same units, one is skipped only for a twin that has one."""
     if shape is None:
-        shape = [(int(h.sizes[d]), int(h.leaves(d).sum())) for d in range(h.depth + 1)]
+        shape = real_shape(h)
     if len(shape) != h.depth + 1:
         raise ShapeError(f"shape has {len(shape)} levels, the hierarchy {h.depth + 1}")
     out: dict[int, str] = {}
@@ -937,7 +1130,7 @@ def uninformative_levels(h: Hierarchy, qs: Sequence[Sequence[tuple[tuple[int, ..
         if pins[d] == pins[d + 1] and upper <= lower and (weighted is None or weighted[d + 1]):
             out[d] = f"its units equal those of {h.levels[d + 1]!r}, which is measured"
         elif (not shape[d + 1][1] and (weighted is None or weighted[d])
-              and {ax for ax in lower if pins[d] is None or not set(ax) <= set(pins[d])} <= upper):
+              and {ax for ax in lower if pins[d] is None or not set(key_axes(ax)) <= set(pins[d])} <= upper):
             out[d + 1] = f"its units equal those of {h.levels[d]!r}, which is measured"
     return dict(sorted(out.items()))
 

@@ -55,7 +55,7 @@ from .subtrees import (
     subtree_ranges,
     unit_plan,
 )
-from .units import declared_unit, design_unit_cost, plan_for_unit, unit_description, unit_entry
+from .units import declared_unit, design_unit_charge, plan_for_unit, unit_cost, unit_description, unit_entry
 from .rounding import (
     project_children,
     project_marginal,
@@ -497,15 +497,20 @@ def topdown(table: HierarchicalTable, *, rho: float | None = None, epsilon: floa
             secure: bool = True, accountant: Accountant | None = None, rng: Any = None, weights: str = "variance",
             design: TopDownDesign | None = None, keep_noisy: bool = True,
             measure_invariants: bool | None = None, subtree_level: Any = 1,
-            contributions_per_person: int | None = None) -> TopDownRelease:
+            contributions_per_person: int | None = None, workload: Any = None) -> TopDownRelease:
     """Release every level of ``table`` (a :class:`HierarchicalTable`): the counts of every unit
     and cell, non-negative integers, every parent the sum of its children, the ``invariants``
     exact (module docstring).
 
     ``rho`` (zCDP, discrete Gaussian noise; the default kind) or ``epsilon`` (pure DP, discrete
-    Laplace); ``split``: the levels' budget weights (default equal; a list, one per level root
-    first, or ``{level: weight}``; 0 skips a non-leaf level); ``queries``: per level, ``None`` (the
-    full histogram of the cells) or marginals with weights (``{"cells": 3, "total": 1}``), one spec
+    Laplace); ``workload``: what the release is for, per level ``{marginal: weight}`` (default
+    every unit's cells and total; :mod:`sparsedp.topdown.workload`); ``split``: ``None`` (the
+    default) or ``"optimal"`` / an :class:`~sparsedp.topdown.OptimalSplit`: each level's queries and
+    the budget shares chosen for the workload from the public design alone
+    (:func:`~sparsedp.topdown.design.optimal_split`), or the levels' budget weights (``"equal"``,
+    a list, one per level root first, or ``{level: weight}``; 0 skips a non-leaf level);
+    ``queries``: per level, ``None`` (chosen by the optimiser; the cells' histogram with given
+    weights) or queries with weights (``{"cells": 3, "total": 1}``, ``"residual:age"``), one spec
     for every level or a list; ``invariants``: ``"state:total"``-style strings or
     :class:`~sparsedp.topdown.Invariant` s (published exactly: not private); ``accountant``: charged
     once per measured level, with ledger entries, after every check; ``rng``: ``None`` (secure
@@ -540,7 +545,7 @@ def topdown(table: HierarchicalTable, *, rho: float | None = None, epsilon: floa
         def plan(r: Any, e: Any) -> TopDownDesign:
             return plan_topdown(table.hierarchy, rho=r, epsilon=e, noise=noise, split=split, queries=queries,
                                 invariants=invariants, secure=secure, measure_invariants=measure_invariants,
-                                contributions_per_person=k)
+                                contributions_per_person=k, workload=workload)
 
         design = plan(rho, epsilon) if pu is None else plan_for_unit(plan, pu, rho, epsilon, noise)
     elif design.hierarchy is not table.hierarchy:
@@ -555,7 +560,8 @@ def topdown(table: HierarchicalTable, *, rho: float | None = None, epsilon: floa
     if accountant is not None:
         if not isinstance(accountant, Accountant):
             raise InvalidPrivacyParameterError(f"accountant must be an Accountant, got {type(accountant).__name__}")
-        accountant.check(design.cost() if pu is None else design_unit_cost(design, pu))
+        accountant.check_all([lp.plan.cost if pu is None else unit_cost(lp.plan.cost, pu, design.noise)
+                              for lp in design.measured])
     for c in table.counts:  # the checks every plan makes, for all levels before the first charge
         if c.size and (c.min() < 0 or float(c.max()) > MAX_MAGNITUDE):  # pragma: no cover - checked on construction
             raise NegativeCountError("counts must be non-negative integers below 2^50")
@@ -576,8 +582,7 @@ def topdown(table: HierarchicalTable, *, rho: float | None = None, epsilon: floa
                              "the units and cells are the public domain"),
                 units_observed=bool(table.units_observed), privacy_unit=ONE_ROW.describe())
     if pu is not None:
-        spent = design_unit_cost(design, pu)
-        desc = unit_description(desc, pu, design.noise, spent.epsilon if design.noise == "laplace" else spent.rho)
+        desc = unit_description(desc, pu, design.noise, float(design_unit_charge(design, pu)))
     return TopDownRelease(h, counts, est, var, tuple(ys) if keep_noisy else (), published, tuple(ledger), private,
                           design.noise, design.secure, desc, design)
 

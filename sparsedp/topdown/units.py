@@ -41,8 +41,9 @@ from typing import Any, Callable
 from ..errors import SparseDPError
 from ..privacy import LedgerEntry, PrivacyCost, sequential
 from ..privacy_unit import PrivacyUnit, scaled_up
+from ..validation import budget_fraction
 
-__all__ = ["declared_unit", "per_record_budget", "plan_for_unit", "design_unit_cost", "unit_cost", "unit_entry",
+__all__ = ["declared_unit", "per_record_budget", "plan_for_unit", "design_unit_cost", "design_unit_charge", "unit_cost", "unit_entry",
            "unit_description", "resolve_records_unit", "with_bound_choice", "read_unit_ids", "probe_unit",
            "read_records"]
 
@@ -82,8 +83,7 @@ def plan_for_unit(plan: Callable[[float | None, float | None], Any], unit: Priva
     row = per_record_budget(unit, kind, budget)
     for _ in range(64):
         design = plan(*((None, row) if kind == "laplace" else (row, None)))
-        total = design_unit_cost(design, unit)
-        if Fraction(total.epsilon if kind == "laplace" else total.rho) <= Fraction(budget):
+        if design_unit_charge(design, unit) <= budget_fraction(budget):
             return design
         row = math.nextafter(row, 0.0)
     raise SparseDPError("cannot fit the per-unit cost in the budget")  # pragma: no cover - a float step suffices
@@ -92,6 +92,14 @@ def plan_for_unit(plan: Callable[[float | None, float | None], Any], unit: Priva
 def design_unit_cost(design: Any, unit: PrivacyUnit) -> PrivacyCost:
     """What a per-record design costs one unit: its measured levels' costs made per unit, added."""
     return sequential(*(unit_cost(lp.plan.cost, unit, design.noise) for lp in design.measured))
+
+
+def design_unit_charge(design: Any, unit: PrivacyUnit) -> Fraction:
+    """What an :class:`~sparsedp.privacy.Accountant` charges one unit for the design, exactly: the
+    sum of each measured level's per-unit cost as the number it reads (a float sum of the costs
+    can round above it)."""
+    costs = (unit_cost(lp.plan.cost, unit, design.noise) for lp in design.measured)
+    return sum((budget_fraction(c.epsilon if design.noise == "laplace" else c.rho) for c in costs), Fraction(0))
 
 
 def unit_cost(cost: PrivacyCost, unit: PrivacyUnit, noise: str) -> PrivacyCost:
