@@ -36,6 +36,7 @@ from sparsedp.topdown import (
     CellDomain,
     HierarchicalTable,
     Invariant,
+    OptimalSplit,
     estimate_from_measurements,
     hierarchy_gls,
     load_topdown,
@@ -1186,6 +1187,7 @@ WORKLOAD_DESIGNS = [
     dict(rho=1.1, workload={"cells": 1, "total": 2, "race": 1}, invariants=["county:age"]),
     dict(rho=0.8, workload=[{"total": 1}, {"cells": 1}, {"cells": 1, "total": 1}, {"cells": 1}]),
     dict(rho=0.6, queries={"cells": 1, "total": 1, "residual:age+race": 1}),
+    dict(rho=0.9, split=OptimalSplit(family="residual"), invariants=["state:total"]),  # a residual per query
     dict(epsilon=1.2),  # Laplace: marginal candidates
     dict(epsilon=0.8, workload={"total": 1, "age": 1}, invariants=["state:total"]),
 ]

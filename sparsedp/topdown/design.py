@@ -377,6 +377,11 @@ class OptimalSplit:
     #: no workload term worse than ``cap`` times the plain design's (``E_t <= cap E0_t``, a
     #: constraint of the ``"mae"`` and ``"variance"`` objectives); ``None``: unconstrained
     cap: float | None = 1.002
+    #: the candidate queries when ``queries`` is not given: ``"marginals"`` (the workload's, the
+    #: cells, and the marginal on each residual :func:`sparsedp.optimize` selects: sparse rows, one
+    #: per marginal cell) or ``"residual"`` (Gaussian: each residual with its own scale, the most
+    #: general marginal strategy, dense over a unit's cells: more memory and planning time)
+    family: str = "marginals"
 
     @classmethod
     def for_targets(cls, targets: Any) -> "OptimalSplit":
@@ -653,13 +658,15 @@ def optimal_split(h: Hierarchy, *, rho: float | None = None, epsilon: float | No
     arguments (those of :func:`plan_topdown`).
 
     **Strategy.**  With ``queries`` given, those are each level's candidate queries.  With
-    ``queries=None`` the candidates come from the workload (:mod:`sparsedp.topdown.workload`): for
-    Gaussian noise every residual of the cells that a workload marginal of any level sees (all of
-    them at levels with leaves, whose cells must be determined), each level's starting shares those
-    :func:`sparsedp.optimize` chooses for the union of the workload's marginals on the cell domain
-    (the residual family: ResidualPlanner's optimum under zCDP); for Laplace noise the workload's
-    marginals (and the cells at levels with leaves), equal starting shares.  The optimisation
-    below then sets every candidate's share, across levels and within them (0: not measured).
+    ``queries=None`` the candidates come from the workload (:mod:`sparsedp.topdown.workload`): the
+    workload's marginals of every level, the cells at levels with leaves (whose cells must be
+    determined), and for Gaussian noise the marginal on each residual that :func:`sparsedp.optimize`
+    selects for the union of the workload's marginals on the cell domain (the residual family,
+    ResidualPlanner's optimum under zCDP), started at its shares; ``spec.family="residual"``
+    measures the residuals themselves (every residual a marginal of the workload sees; all of
+    them at levels with leaves).  The optimisation below then sets every candidate's share,
+    across levels and within them (0: not measured); with the default cap it starts from the
+    plain design, which meets the cap.
 
     **Model.**  At level ``d`` a unit's information on basis component ``k`` (its inverse noise
     variance) is ``I_dk = sum_S c_Sk / Var_S(beta_S)`` over the level's queries ``S`` with budgets
@@ -684,7 +691,9 @@ def optimal_split(h: Hierarchy, *, rho: float | None = None, epsilon: float | No
     common = dict(rho=rho, epsilon=epsilon, noise=noise, invariants=invariants, secure=secure,
                   measure_invariants=measure_invariants, contributions_per_person=contributions_per_person,
                   shape=list(shape) if shape is not None else real_shape(h))
-    start = queries if queries is not None else _candidate_queries(h, wl, kind)
+    if spec.family not in ("marginals", "residual") or (spec.family == "residual" and kind == "laplace"):
+        raise SparseDPError(f"family must be 'marginals' or (Gaussian noise) 'residual', got {spec.family!r}")
+    start = queries if queries is not None else _candidate_queries(h, wl, kind, spec.family)
     mini = miniature(h)  # the reference plans need one unit per kind of unit: plan them small
     ref = plan_topdown(mini, split="equal", queries=start, **common)
     pins = _pinned(h, [(h.level_index(iv.level), h.cells.axes(iv.marginal)) for iv in map(Invariant.parse, invariants)])
@@ -798,8 +807,11 @@ def miniature(h: Hierarchy) -> Hierarchy:
 
 
 def _candidate_queries(h: Hierarchy, wl: Sequence[Sequence[tuple[tuple[int, ...], float]]],
-                       noise: str) -> list[dict[Any, float]]:
-    """Per level, the candidate strategy queries and their starting weights (:func:`optimal_split`)."""
+                       noise: str, family: str) -> list[dict[Any, float]]:
+    """Per level, the candidate strategy queries and their starting weights (:func:`optimal_split`):
+    ``family="marginals"``: the workload's marginals, the cells at levels with leaves, and (Gaussian)
+    the marginal on each residual :func:`sparsedp.optimize` selects for the workload, started at its
+    shares; ``"residual"`` (Gaussian): the residuals themselves."""
     cells = h.cells
     D1 = h.depth + 1
     read = sorted({ax for lev in wl for ax, u in lev if u > 0}, key=lambda a: (len(a), a))
@@ -807,14 +819,15 @@ def _candidate_queries(h: Hierarchy, wl: Sequence[Sequence[tuple[tuple[int, ...]
     if noise == "laplace":
         return [{ax: 1.0 for ax in (read + ([all_ax] if h.leaves(d).any() and all_ax not in read else []))}
                 for d in range(D1)]
+    start = _residual_start(cells, wl)
+    if family == "marginals":
+        cand = sorted(set(read) | set(start), key=lambda a: (len(a), a))
+        return [{ax: max(start.get(ax, 0.0), 1e-3) for ax in
+                 cand + ([all_ax] if h.leaves(d).any() and all_ax not in cand else [])} for d in range(D1)]
     groups = sorted(set(cells.component_attributes()), key=lambda a: (len(a), a))
     seen = [A for A in groups if any(set(A) <= set(S) for S in read)]
-    start = _residual_start(cells, wl)
-    out = []
-    for d in range(D1):
-        cand = groups if h.leaves(d).any() else seen
-        out.append({Residual(A): max(start.get(A, 0.0), 1e-3) for A in cand})
-    return out
+    return [{Residual(A): max(start.get(A, 0.0), 1e-3) for A in (groups if h.leaves(d).any() else seen)}
+            for d in range(D1)]
 
 
 def _residual_start(cells: CellDomain, wl: Sequence[Sequence[tuple[tuple[int, ...], float]]]) -> dict[tuple[int, ...], float]:
