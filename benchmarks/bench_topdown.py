@@ -113,7 +113,7 @@ SPLITS = {
 }
 #: data-free optimiser rows (the first: its defaults, with --target-reps releases)
 #: (the per-cell objective these rows were measured with: each level's expected MAE per cell, absolute,
-#: unconstrained -- the library's default since optimises a cells-and-totals workload, see
+#: unconstrained; the library's default optimises a cells-and-totals workload instead, see
 #: bench_topdown_workload.py)
 PER_CELL = dict(workload={"cells": 1}, relative=False, cap=None)
 OPTIMISED = {
