@@ -12,9 +12,17 @@ every level, non-negative integers, every parent the sum of its children, the in
     cells_per_person = 1                      # optional: the most count columns one person is in (1:
                                               # they partition the people; more for overlapping ones)
 
+    [workload]
+    marginals = { cells = 1, total = 1 }      # optional: what the release is for (the default: every
+                                              # unit's cells and total); { total = 1 }: totals first;
+                                              # { "age+race" = 2, race = 1 }; per level: a list of
+                                              # tables (root first) or { state = { total = 1 }, ... }
+
     [strategy]
     kind = "topdown"                          # the default when [data] has geo
-    split = [0.25, 0.25, 0.25, 0.25]          # optional: each level's share of the budget (root first)
+    # split = [0.25, 0.25, 0.25, 0.25]        # optional: each level's share of the budget (root first)
+                                              # instead of the design optimised for the workload
+                                              # (the default; "equal": the plain design)
 
     [privacy]
     rho = 1.0                                 # zCDP, exact discrete Gaussian noise (or epsilon: Laplace)
@@ -46,8 +54,8 @@ at most ``max_rows`` records (or ``max_groups`` (leaf unit, cell) groups of ``ma
 Neighbours add or remove one person (one unit in one cell of the leaf, and so of every level), or,
 with a declared unit, one whole entity with all of its (truncated) records.
 Everything is checked before the budget is charged: the keys (those of the other kinds are
-refused), the table (missing columns, non-numeric or negative counts), the budget, the split and
-the invariants, and the outputs.  The report and plot show what the release's own variances say
+refused), the table (missing columns, non-numeric or negative counts), the budget, the workload,
+the split and the invariants, and the outputs.  The report and plot show what the release's own variances say
 (data-free: they depend on the hierarchy, the budget and the split), never the data.
 """
 
@@ -72,6 +80,7 @@ from .spec_file import (
     save_then_report,
     spec_record,
 )
+from .topdown.cli import workload_by_level
 from .topdown.hierarchy import read_table
 from .topdown.release import TopDownRelease, topdown, topdown_from_result
 from .topdown.units import read_records, with_bound_choice
@@ -81,7 +90,7 @@ __all__ = ["TOPDOWN_ONLY", "is_topdown_spec", "run_topdown_spec", "topdown_plot"
 #: Keys of the other kinds that a TopDown spec would ignore: refused.
 _OTHERS: dict[str, frozenset[str]] = {
     "data": frozenset({"column", "bins", "clip", "columns", "sizes"}),
-    "workload": frozenset({"*"}),
+    "workload": frozenset({"kind", "ranges", "k", "lower"}),
     "strategy": frozenset({"branching", "time_limit"}),
     "consistency": frozenset({"total", "nonnegative"}),
 }
@@ -123,6 +132,44 @@ def _split(strategy: dict[str, Any]) -> Any:
     return list(split)
 
 
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _workload(spec: dict[str, Any], levels: list[str], split: Any) -> Any:
+    """``[workload] marginals``: the ``workload=`` of :func:`~sparsedp.topdown.topdown` (``None``:
+    the default, every unit's cells and total).  A marginal (``"total"``) or a list of them (equal
+    weights), a table ``{marginal = weight}`` for every level, a list of such tables (one per
+    level, root first), or ``{level = {marginal = weight}}`` (the levels not named keep the
+    default).  Its form is checked here, the marginals' names when the design is planned: both
+    before anything is read or charged."""
+    if "marginals" not in spec.get("workload", {}):
+        return None
+    w = spec["workload"]["marginals"]
+    if split not in (None, "optimal"):
+        raise SparseDPError("[workload] marginals is what the optimised design is for (strategy.split absent or "
+                            f"'optimal'); with strategy.split = {split!r} it would be ignored")
+    form = ("workload.marginals must be a marginal, a list of marginals, a table {marginal = weight}, a list of "
+            f"such tables (one per level, root first: {levels}) or a table {{level = {{marginal = weight}}}}, got {w!r}")
+
+    def table(t: Any) -> dict[str, float]:
+        if not isinstance(t, dict) or not t or not all(isinstance(k, str) and _number(v) for k, v in t.items()):
+            raise SparseDPError(form)
+        return dict(t)
+
+    if isinstance(w, str) and w:
+        return w
+    if isinstance(w, list) and w and all(isinstance(m, str) and m for m in w):
+        return list(w)
+    if isinstance(w, list) and w and all(isinstance(t, dict) for t in w):
+        if len(w) != len(levels):
+            raise SparseDPError(f"workload.marginals has {len(w)} tables for {len(levels)} levels {levels} (root first)")
+        return [table(t) for t in w]
+    if isinstance(w, dict) and w and all(isinstance(t, dict) for t in w.values()):
+        return workload_by_level({k: table(t) for k, t in w.items()}, levels, None, "workload.marginals")
+    return table(w)
+
+
 def run_topdown_spec(spec: dict[str, Any], path: str | Path, *, rng: Any = None,
                      accountant: Accountant | None = None, force: bool = False
                      ) -> tuple[ReleaseResult, TopDownRelease, Accountant, dict[str, Path]]:
@@ -142,6 +189,7 @@ def run_topdown_spec(spec: dict[str, Any], path: str | Path, *, rng: Any = None,
     noise, total, secure = privacy_budget(spec["privacy"], "TopDown", noise_key=False)
     rho, eps = (total, None) if noise == "gaussian" else (None, total)
     split = _split(spec.get("strategy", {}))
+    workload = _workload(spec, [root] + geo, split)
     invariants = _names(spec.get("consistency", {}).get("invariants", []), "consistency.invariants", empty=True)
     if not isinstance(data.get("path"), str) or not data["path"]:
         raise SparseDPError(f"data.path must be a file name, got {data.get('path')!r}")
@@ -164,7 +212,7 @@ def run_topdown_spec(spec: dict[str, Any], path: str | Path, *, rng: Any = None,
                                                drop_missing_units=drop_missing, rng=rng, rho=rho, epsilon=eps,
                                                accountant=accountant)
     rel = with_bound_choice(topdown(table, rho=rho, epsilon=eps, split=split, invariants=invariants, secure=secure,
-                                    accountant=accountant, rng=rng, keep_noisy=False), choice)
+                                    accountant=accountant, rng=rng, keep_noisy=False, workload=workload), choice)
     del table
     result = rel.to_release()
     result = replace(result, description={**result.description, **spec_record(path, files_out)})

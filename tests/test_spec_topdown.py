@@ -91,7 +91,7 @@ def test_the_command_line_runs_a_topdown_spec(tmp_path, capsys):
     (lambda s: s.replace("rho = 0.5", "rho = 0.5\nepsilon = 1.0"), "exactly one"),
     (lambda s: s.replace("rho = 0.5", "rho = -1"), "rho"),
     (lambda s: s.replace("[strategy]", "[strategy]\nbranching = 4"), "not used by a TopDown"),
-    (lambda s: s + "\n[workload]\nkind = \"prefix\"\n", "no \\[workload\\]"),
+    (lambda s: s + "\n[workload]\nkind = \"prefix\"\n", "'kind': not used by a TopDown"),
     (lambda s: s.replace('attributes = ["age", "group"]', 'attributes = ["age", "group"]\ncolumns = ["a"]'),
      "two kinds"),
 ])
@@ -206,3 +206,66 @@ def test_a_counts_spec_takes_no_privacy_unit(tmp_path):
     with pytest.raises(SparseDPError, match="record rows"):
         run_spec(path)
 
+
+_OPTIMISED = SPEC.replace("split = [1, 1, 1, 1]\n", "")
+
+
+@pytest.mark.parametrize("marginals, want", [
+    ("{ total = 1 }", {"total": 1}),
+    ('{ "age+group" = 2, group = 1 }', {"age+group": 2, "group": 1}),
+    ('"total"', "total"),
+    ("[{ total = 1 }, { total = 1 }, { cells = 1 }, { cells = 1, total = 1 }]",
+     [{"total": 1}, {"total": 1}, {"cells": 1}, {"cells": 1, "total": 1}]),
+    ("{ county = { total = 1 }, district = { age = 2 } }", [None, None, {"total": 1}, {"age": 2}]),
+])
+def test_a_spec_workload_is_the_topdown_workload(tmp_path, marginals, want):
+    """``[workload] marginals`` (a table, a name, per level as a list root first or by level name)
+    gives the release ``topdown(workload=...)`` gives, its design optimised for it."""
+    path = _write(tmp_path, _OPTIMISED + f"\n[workload]\nmarginals = {marginals}\n")
+    res = run_spec(path, rng=5)
+    table = read_table(tmp_path / "counts.csv", ["state", "county", "district"], ["adult_*", "child_*"],
+                       attributes=["age", "group"])
+    rel = topdown(table, rho=0.5, workload=want, invariants=["state:total"], rng=5, keep_noisy=False)
+    for a, b in zip(res.release.counts, rel.counts):
+        np.testing.assert_array_equal(a, b)
+    assert res.release.design.split_choice.terms == rel.design.split_choice.terms
+    assert res.release.design.split == rel.design.split
+    assert res.accountant.spent == pytest.approx(0.5)
+
+
+def test_the_spec_workload_changes_the_design(tmp_path):
+    """Totals first measures the districts' totals with more of the budget than the default does,
+    and predicts a smaller error for them."""
+    designs = []
+    for i, extra in enumerate(("", "\n[workload]\nmarginals = { total = 1 }\n")):
+        d = tmp_path / str(i)
+        d.mkdir()
+        designs.append(run_spec(_write(d, _OPTIMISED + extra), rng=5).release.design)
+    mae = [dict(zip(c.split_choice.terms, c.split_choice.predicted_term_mae)) for c in designs]
+    assert mae[1][("district", "total")] < mae[0][("district", "total")]
+    assert designs[1].levels[3].plan is not None
+
+
+@pytest.mark.parametrize("marginals, match", [
+    ("{ nosuch = 1 }", "nosuch"),
+    ("{ total = -1 }", "weights"),
+    ("{ total = true }", "workload.marginals must be"),
+    ("[{ total = 1 }, { total = 1 }]", "2 tables for 4 levels"),
+    ("{ town = { total = 1 } }", "unknown level"),
+    ("[]", "workload.marginals must be"),
+    ("3", "workload.marginals must be"),
+])
+def test_bad_spec_workloads_are_refused_before_any_charge(tmp_path, marginals, match):
+    path = _write(tmp_path, _OPTIMISED + f"\n[workload]\nmarginals = {marginals}\n")
+    acc = Accountant(rho=1.0)
+    with pytest.raises(SparseDPError, match=match):
+        run_spec(path, accountant=acc)
+    assert not acc.ledger and not (tmp_path / "td.npz").exists()
+
+
+def test_a_spec_workload_with_a_given_split_is_refused(tmp_path):
+    path = _write(tmp_path, SPEC + "\n[workload]\nmarginals = { total = 1 }\n")
+    acc = Accountant(rho=1.0)
+    with pytest.raises(SparseDPError, match="would be ignored"):
+        run_spec(path, accountant=acc)
+    assert not acc.ledger

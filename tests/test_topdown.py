@@ -1237,3 +1237,116 @@ def test_audit_of_an_optimised_design():
     assert ok.epsilon_lower <= 1.0
     bad = audit(release(2.0), t, t1, trials=200_000, rng=2, batched=True)
     assert bad.epsilon_lower > 1.0
+
+
+# -- the command line's workload and design table ----------------------------------------------------
+
+def _cli_base(tmp_path):
+    small_frame(5).to_csv(tmp_path / "t.csv", index=False)
+    return ["topdown", str(tmp_path / "t.csv"), "--geo", "state,county,vtd", "--counts", "vap_*,u18_*",
+            "--attributes", "age,race", "--root", "nation", "--invariant", "state:total", "--seed", "1"]
+
+
+def _design_lines(printed: str) -> dict[str, str]:
+    """The design table's first line per level, by level name."""
+    lines = printed.split("design by level", 1)[1].split("error by level", 1)[0].splitlines()[1:]
+    return {line.split(":")[0].strip(): line for line in lines if line.startswith("  ") and not line.startswith("   ")}
+
+
+@pytest.mark.parametrize("option, workload", [
+    ([], None),
+    (["--workload", "total"], {"total": 1}),
+    (["--workload", "cells:1,total:2"], {"cells": 1, "total": 2}),
+    (["--workload", "age+race:2,race:1", "--workload", "county=total:1,cells:0"],
+     [{"age+race": 2, "race": 1}, {"age+race": 2, "race": 1}, {"total": 1, "cells": 0}, {"age+race": 2, "race": 1}]),
+    (["--workload", "vtd=race"], [None, None, None, {"race": 1}]),
+])
+def test_command_line_workload_is_the_library_workload_and_the_design_is_printed(tmp_path, capsys, option, workload):
+    """``--workload`` gives the release ``topdown(workload=...)`` gives (same seed, same counts);
+    the design table prints every level with its budget and its queries' budgets (adding up to
+    the level's, the levels' to the total, within the printed rounding) and the workload's
+    predicted errors next to the plain design's."""
+    from sparsedp.cli import main
+    from sparsedp.topdown.workload import DEFAULT_WORKLOAD
+
+    out = tmp_path / "r.npz"
+    assert main(_cli_base(tmp_path) + ["--rho", "0.5", "--out", str(out)] + option) == 0
+    printed = capsys.readouterr().out
+    t = HierarchicalTable.from_counts(small_frame(5), ["state", "county", "vtd"], "vap_*,u18_*",
+                                      attributes=("age", "race"), root="nation")
+    want = topdown(t, rho=0.5, invariants=["state:total"], rng=1, workload=workload)
+    for a, b in zip(load_topdown(out).counts, want.counts):
+        np.testing.assert_array_equal(a, b)
+    rows = _design_lines(printed)
+    assert list(rows) == list(t.hierarchy.levels)
+    total = 0.0
+    for lp in want.design.levels:
+        head, _, queries = rows[lp.name].partition(" = ")
+        if lp.plan is None:
+            assert "not measured" in head
+            continue
+        level = float(head.split()[-1])
+        parts = [q.rsplit(" ", 1) for q in queries.split(", ")]
+        assert level == pytest.approx(lp.budget, rel=1e-3)
+        assert sum(float(b) for _, b in parts) == pytest.approx(level, rel=2e-3)
+        assert {n for n, _ in parts} <= {b.name for b in lp.blocks}
+        total += level
+    assert total == pytest.approx(0.5, rel=2e-3)
+    choice = want.design.split_choice
+    for (lev, marg), e, e0 in zip(choice.terms, choice.predicted_term_mae, choice.plain_term_mae):
+        assert f"{marg} (weight " in printed and f"{e:.3g} (plain {e0:.3g})" in printed
+    if workload is None:  # the default workload: every unit's cells and total, weight 1
+        assert {m for _, m in choice.terms} == set(DEFAULT_WORKLOAD) and set(choice.term_weights) == {1.0}
+
+
+def test_command_line_plain_design_prints_the_budgets_and_no_workload(tmp_path, capsys):
+    from sparsedp.cli import main
+
+    assert main(_cli_base(tmp_path) + ["--epsilon", "1", "--split", "2,1,1,1", "--out", str(tmp_path / "r.npz")]) == 0
+    printed = capsys.readouterr().out
+    rows = _design_lines(printed)
+    assert [float(r.split(" = ")[0].split()[-1]) for r in rows.values()] == pytest.approx([0.4, 0.2, 0.2, 0.2])
+    assert "nation: epsilon 0.4 = " in rows["nation"] and "workload" not in printed.split("error by level")[0]
+
+
+@pytest.mark.parametrize("option, match", [
+    (["--workload", "total:-1"], "finite number >= 0"),
+    (["--workload", "total:x"], "finite number >= 0"),
+    (["--workload", "total:nan"], "finite number >= 0"),
+    (["--workload", "cells,,total"], "empty marginal"),
+    (["--workload", "total,total:2"], "listed twice"),
+    (["--workload", "total", "--workload", "cells"], "one SPEC for every level"),
+    (["--workload", "town=total"], "unknown level"),
+    (["--workload", "county=total", "--workload", "county=cells"], "names a level once"),
+    (["--workload", "nosuch:1"], "nosuch"),
+    (["--workload", "total:0"], "add up to 0"),
+    (["--workload", "total", "--split", "equal"], "would be ignored"),
+    (["--workload", "total", "--split", "1,1,1,1"], "would be ignored"),
+])
+def test_command_line_bad_workloads_are_refused_before_any_charge(tmp_path, capsys, monkeypatch, option, match):
+    from sparsedp.cli import main
+    from sparsedp.privacy import Accountant as Acc
+
+    charged = []
+    monkeypatch.setattr(Acc, "spend", lambda self, *a, **k: charged.append(a))
+    out = tmp_path / "r.npz"
+    assert main(_cli_base(tmp_path) + ["--rho", "0.5", "--out", str(out)] + option) == 2
+    assert match in capsys.readouterr().err  # the message names the problem
+    assert not charged and not out.exists()
+
+
+def test_command_line_workload_with_the_chunked_executor(tmp_path, capsys):
+    """The chunked path takes ``--workload`` when ``topdown_scaleout`` does, else refuses it
+    before anything is read or charged."""
+    import inspect
+
+    from sparsedp.cli import main
+    from sparsedp.topdown.scaleout import topdown_scaleout
+
+    args = _cli_base(tmp_path) + ["--rho", "0.5", "--workload", "total", "--executor", "dask", "--out",
+                                  str(tmp_path / "chunked")]
+    if "workload" in inspect.signature(topdown_scaleout).parameters:
+        pytest.skip("the chunked release takes a workload: tested with the chunked path")
+    assert main(args) == 2
+    assert "not taken by the chunked release" in capsys.readouterr().err
+    assert not (tmp_path / "chunked").exists()

@@ -6,15 +6,23 @@
 The table has one row per leaf unit: geography columns (outermost first; codes read as text, so
 leading zeros stay) and count columns (names or glob patterns).  Every level is measured with exact
 discrete Gaussian noise (``--rho``, zCDP) or discrete Laplace noise (``--epsilon``, pure DP), the
-budget split across levels by ``--split`` (default equal; ``optimal``: the data-free optimiser), then estimated by GLS and made
-non-negative integer and consistent.  ``--invariant LEVEL:MARGINAL`` (repeatable) publishes that
+design optimised for ``--workload`` (what the release is for: the marginals users read per level,
+default every unit's cells and total; ``--split equal`` or weights: the plain design), then estimated
+by GLS and made non-negative integer and consistent.  ``--invariant LEVEL:MARGINAL`` (repeatable) publishes that
 marginal EXACTLY (not private).  The count columns must partition the people (one column per
 person and unit: not also a total); ``--cells-per-person K`` declares columns that overlap (a person
 in up to ``K`` of them) and calibrates the noise to it.  Output: ``.npz`` -- the release file
 (:func:`sparsedp.topdown.load_topdown`, :func:`sparsedp.load_release`, ``sparsedp ledger``); ``.csv``
 / ``.parquet`` -- one row per unit (level, codes, its full code ``55/025/000150``, its total, one
 column per cell: :mod:`sparsedp.topdown.table_file`) with the release record (ledger, parameters)
-in ``OUT.release.json`` next to it.  Both paths print the error by level (:func:`error_table`).
+in ``OUT.release.json`` next to it.  Both paths print the design per level (:func:`design_table`:
+each level's measured queries and budgets, the workload's predicted errors against the plain
+design's) and the error by level (:func:`error_table`).
+
+``--workload`` (:func:`parse_workload_option`): ``cells:1,total:1`` (``MARGINAL:WEIGHT``, comma
+separated; a marginal without ``:WEIGHT`` weighs 1: ``--workload total`` puts totals first;
+``age+race:2,race:1``), the same for every level; or ``LEVEL=SPEC`` (repeatable) for one level,
+the levels not named keeping the spec given without ``LEVEL=`` (else the default).
 
 Record rows (one row per record: a person, an event) are read with ``--categories age,sex``
 instead of ``--counts``, each category's values given by ``--domain age=young,old`` (public) and
@@ -35,10 +43,12 @@ release in-process and on Dask.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
+import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from .._cli_util import warn_not_private
 from ..errors import SparseDPError
@@ -50,7 +60,7 @@ from .hierarchy import HierarchicalTable, Hierarchy, read_table
 from .release import topdown
 from .units import read_records, with_bound_choice
 
-__all__ = ["register", "run"]
+__all__ = ["register", "run", "parse_workload_option", "workload_by_level", "design_table", "error_table"]
 
 
 def _split(text: str | None) -> Any:
@@ -61,6 +71,73 @@ def _split(text: str | None) -> Any:
         return [float(t) for t in text.split(",") if t.strip()]
     except ValueError as exc:
         raise SparseDPError(f"--split must be 'optimal', 'equal' or comma-separated numbers, got {text!r}") from exc
+
+
+def _weight(text: str, item: str) -> float:
+    """A workload weight: a finite number >= 0."""
+    try:
+        w = float(text)
+    except ValueError:
+        w = float("nan")
+    if not math.isfinite(w) or w < 0:
+        raise SparseDPError(f"--workload: the weight of {item!r} must be a finite number >= 0")
+    return w
+
+
+def _workload_spec(text: str, where: str) -> dict[str, float]:
+    """``"cells:1,total:1"`` -> ``{"cells": 1.0, "total": 1.0}`` (a marginal without ``:WEIGHT``
+    weighs 1; a marginal is ``cells``, ``total``, an attribute or ``age+race``)."""
+    out: dict[str, float] = {}
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            raise SparseDPError(f"{where}: an empty marginal in {text!r} (write MARGINAL:WEIGHT,MARGINAL:WEIGHT)")
+        name, sep, weight = item.rpartition(":") if ":" in item else (item, "", "1")
+        name = name.strip()
+        if not name or "=" in name:
+            raise SparseDPError(f"{where}: cannot read {item!r} as MARGINAL:WEIGHT (e.g. cells:1,total:1)")
+        if name in out:
+            raise SparseDPError(f"{where}: the marginal {name!r} is listed twice")
+        out[name] = _weight(weight.strip(), item)
+    return out
+
+
+def workload_by_level(per_level: dict[str, Any], levels: Sequence[str], every: Any = None,
+                      where: str = "workload") -> list[Any]:
+    """The per-level list :func:`~sparsedp.topdown.topdown` takes (root first) from ``{level:
+    workload}``: a named level gets its own, the others ``every`` (``None``: the default, every
+    unit's cells and total).  Unknown level names raise (before anything is read or charged)."""
+    unknown = [k for k in per_level if k not in levels]
+    if unknown:
+        raise SparseDPError(f"{where} names unknown level(s) {unknown}; the levels are {list(levels)}")
+    return [per_level.get(name, every) for name in levels]
+
+
+def parse_workload_option(items: Sequence[str] | None, levels: Sequence[str]) -> Any:
+    """The ``workload=`` argument of :func:`~sparsedp.topdown.topdown` from the ``--workload``
+    options (``levels``: the hierarchy's level names, root first): ``None`` when none is given (the
+    library's default); one ``MARGINAL:WEIGHT,...`` (:func:`_workload_spec`) for every level; or,
+    with ``LEVEL=MARGINAL:WEIGHT,...`` options, a list per level (:func:`workload_by_level`), the
+    levels not named taking the option without ``LEVEL=`` (at most one) or the default.  Every
+    form is checked here, before the data are read or anything is charged; the marginals' names
+    are checked against the cells when the design is planned (also before any charge)."""
+    if not items:
+        return None
+    every: Any = None
+    per: dict[str, dict[str, float]] = {}
+    for text in items:
+        level, sep, spec = text.partition("=")
+        if not sep:
+            if every is not None:
+                raise SparseDPError("--workload: give one SPEC for every level; per level write LEVEL=SPEC")
+            every = _workload_spec(text, "--workload")
+            continue
+        level = level.strip()
+        if not level or level in per:
+            raise SparseDPError(f"--workload {text!r}: LEVEL=SPEC names a level once (e.g. state=cells:1,total:1)")
+        per[level] = _workload_spec(spec, f"--workload {level}=")
+    if not per:
+        return every
+    return workload_by_level(per, levels, every, "--workload")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -79,12 +156,21 @@ def run(args: argparse.Namespace) -> int:
         raise SparseDPError(f"--out must end in .npz (release file), .csv or .parquet, got {out.name}")
     attributes = [a.strip() for a in args.attributes.split(",")] if args.attributes else None
     records = _records_args(args, chunked)
+    split = _split(args.split)
+    workload = parse_workload_option(args.workload, [args.root] + [g.strip() for g in args.geo.split(",")])
+    if workload is not None and split not in (None, "optimal"):
+        raise SparseDPError("--workload is what the optimised design is for (--split optimal, the default); with "
+                            f"--split {args.split} the budget is split as given and the workload would be ignored")
+    plan_args: dict[str, Any] = {} if workload is None else {"workload": workload}
     acc = Accountant(rho=args.rho) if args.rho is not None else Accountant(epsilon=args.epsilon)
     private = warn_not_private(args.seed, False)
     subtree = _level(args.subtree_level)
     if chunked:
         from .scaleout import ParquetSource, topdown_scaleout
 
+        if plan_args and "workload" not in inspect.signature(topdown_scaleout).parameters:
+            raise SparseDPError(f"--workload is not taken by the chunked release yet (--executor {args.executor}): "
+                                "run it in process, or without --workload (the default workload)")
         data = Path(args.data)
         if data.is_dir() or data.suffix.lower() in (".parquet", ".pq"):
             source: Any = ParquetSource(str(data), args.geo, args.counts, attributes=attributes, sep=args.sep,
@@ -92,9 +178,9 @@ def run(args: argparse.Namespace) -> int:
         else:
             source = read_table(args.data, args.geo, args.counts, attributes=attributes, sep=args.sep, root=args.root,
                                 contributions_per_person=args.cells_per_person)
-        crel = topdown_scaleout(source, out, rho=args.rho, epsilon=args.epsilon, split=_split(args.split),
+        crel = topdown_scaleout(source, out, rho=args.rho, epsilon=args.epsilon, split=split,
                                 invariants=list(args.invariant or ()), accountant=acc, rng=args.seed,
-                                subtree_level=subtree, executor=args.executor, workers=args.workers)
+                                subtree_level=subtree, executor=args.executor, workers=args.workers, **plan_args)
         units = crel.description["hierarchy"]["units"]
         levels = " > ".join(f"{n} {u}" for n, u in zip(crel.description["hierarchy"]["levels"], units))
         cells = len(crel.description["hierarchy"]["cells"])
@@ -105,8 +191,10 @@ def run(args: argparse.Namespace) -> int:
         _print_notices(crel.description)
         hierarchy = source.hierarchy if isinstance(source, HierarchicalTable) else None
         try:
-            print(chunked_error_table(crel, hierarchy, rho=args.rho, epsilon=args.epsilon, split=_split(args.split),
-                                      invariants=list(args.invariant or ())))
+            design = chunked_design(crel, hierarchy, rho=args.rho, epsilon=args.epsilon, split=split,
+                                    invariants=list(args.invariant or ()), **plan_args)
+            print(design_table(design))
+            print(error_table(design))
         except SparseDPError as exc:  # the release is written and charged: say why the table is missing
             print(f"note: {exc}")
         print(f"--out: {out}")
@@ -117,9 +205,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         table = read_table(args.data, args.geo, args.counts, attributes=attributes, sep=args.sep, root=args.root,
                            contributions_per_person=args.cells_per_person)
-    rel = with_bound_choice(topdown(table, rho=rho, epsilon=eps, split=_split(args.split),
+    rel = with_bound_choice(topdown(table, rho=rho, epsilon=eps, split=split,
                                     invariants=list(args.invariant or ()), accountant=acc, rng=args.seed,
-                                    keep_noisy=False, subtree_level=subtree), choice)
+                                    keep_noisy=False, subtree_level=subtree, **plan_args), choice)
     if out.suffix.lower() == ".npz":
         rel.save(out, overwrite=bool(getattr(args, "force", False)))
     else:
@@ -139,6 +227,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"released {sum(c.size for c in rel.counts)} counts ({levels} x {h.cells.size} cells; {budget}, "
           f"exact noise); invariants: {', '.join(args.invariant or ()) or 'none'}")
     _print_notices(rel.description)
+    print(design_table(rel.design))
     print(error_table(rel.design))
     print(f"--out: {out}")
     return 0
@@ -165,6 +254,52 @@ def error_table(design: Any) -> str:
     return "\n".join(lines)
 
 
+def design_table(design: Any) -> str:
+    """The design per level, as printed lines (data-free: what was measured and why): per level its
+    budget and each measured query's (``county: rho 0.2506 = residual:total 0.0212, ...``), or why
+    it is not measured; then, when the design was optimised for a workload
+    (:attr:`~sparsedp.topdown.design.TopDownDesign.split_choice`), that level's workload terms with
+    their weights and the predicted expected mean absolute error per marginal cell of the GLS
+    estimate next to the plain design's (the equal split measuring each level's cells)."""
+    desc = design.describe()
+    unit = "rho" if design.noise == "gaussian" else "epsilon"
+    choice = design.split_choice
+    terms: dict[str, list[str]] = {}
+    if choice is not None:
+        for (lev, marg), w, e, e0 in zip(choice.terms, choice.term_weights, choice.predicted_term_mae,
+                                         choice.plain_term_mae):
+            terms.setdefault(lev, []).append(f"{marg} (weight {w:g}) {e:.3g} (plain {e0:.3g})")
+    skipped = {item["level"]: item["reason"] for item in desc["skipped"]}
+    width = max(len(lv["level"]) for lv in desc["levels"]) + 1
+    how = ("optimised for the workload" if choice is not None else "budget split as given")
+    lines = [f"design by level ({how}; chosen from the public design, never the counts):"]
+    for lv in desc["levels"]:
+        name = lv["level"]
+        if lv["measured"]:
+            queries = ", ".join(f"{q} {b:.4g}" for q, b in lv["queries"].items() if b > 0)
+            lines.append(f"  {name + ':':{width}s} {unit} {lv[unit]:.4g} = {queries}")
+        else:
+            why = skipped.get(name, "no budget: estimated from the levels around it")
+            lines.append(f"  {name + ':':{width}s} not measured ({why})")
+        if name in terms:
+            lines.append(f"  {'':{width}s}   workload, predicted MAE per cell: {'; '.join(terms[name])}")
+    return "\n".join(lines)
+
+
+def chunked_design(crel: Any, hierarchy: Hierarchy | None = None, **plan: Any) -> Any:
+    """The design of a chunked release (:class:`~sparsedp.topdown.scaleout.ChunkedTopDownRelease`)
+    planned again for the command's tables (see :func:`chunked_error_table`), checked to be the
+    plan that ran."""
+    desc = crel.description
+    if hierarchy is None:
+        hierarchy = crel.to_topdown().hierarchy
+    design = plan_topdown(hierarchy, contributions_per_person=int(desc.get("contributions_per_person", 1)), **plan)
+    ran = _plain({k: desc.get(k) for k in ("levels", "skipped")})
+    if _plain({k: design.describe()[k] for k in ("levels", "skipped")}) != ran:
+        raise SparseDPError("the design planned again differs from the one the chunked release ran: no error table")
+    return design
+
+
 def chunked_error_table(crel: Any, hierarchy: Hierarchy | None = None, **plan: Any) -> str:
     """:func:`error_table` of a chunked release (:class:`~sparsedp.topdown.scaleout.ChunkedTopDownRelease`),
     as the in-process command prints it.  The chunked release keeps its description, not its
@@ -174,14 +309,7 @@ def chunked_error_table(crel: Any, hierarchy: Hierarchy | None = None, **plan: A
     ``epsilon``, ``split``, ``invariants``) and its cells per person -- and used only if it is the
     plan that ran (the same budgets, queries and scales per level, the same skipped levels).
     Data-free, like the in-process table; it holds ``O(units x cells)`` numbers on the driver."""
-    desc = crel.description
-    if hierarchy is None:
-        hierarchy = crel.to_topdown().hierarchy
-    design = plan_topdown(hierarchy, contributions_per_person=int(desc.get("contributions_per_person", 1)), **plan)
-    ran = _plain({k: desc.get(k) for k in ("levels", "skipped")})
-    if _plain({k: design.describe()[k] for k in ("levels", "skipped")}) != ran:
-        raise SparseDPError("the design planned again differs from the one the chunked release ran: no error table")
-    return error_table(design)
+    return error_table(chunked_design(crel, hierarchy, **plan))
 
 
 def _plain(obj: Any) -> Any:
@@ -265,8 +393,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--root", default="root", help="name of the top level (default %(default)r)")
     p.add_argument("--rho", type=float, default=None, help="zCDP budget (discrete Gaussian noise)")
     p.add_argument("--epsilon", type=float, default=None, help="pure-DP budget (discrete Laplace noise)")
-    p.add_argument("--split", default=None, help="the budget split across levels: 'optimal' (chosen from the design only, "
-                   "never the data), 'equal', or comma-separated weights per level, root first (default equal)")
+    p.add_argument("--split", default=None, help="the design: 'optimal' (the default: each level's queries and budget "
+                   "shares chosen for --workload from the design only, never the data), 'equal' (the plain design: "
+                   "the cells of every level, equal shares), or comma-separated weights per level, root first")
+    p.add_argument("--workload", action="append", metavar="[LEVEL=]MARGINAL:WEIGHT,...",
+                   help="what the release is for: the marginals users read and their weights, e.g. cells:1,total:1 "
+                   "(the default), total (totals first), age+race:2,race:1; LEVEL=SPEC (repeatable) for one level, "
+                   "the levels not named keeping the SPEC given without LEVEL= (else the default)")
     p.add_argument("--invariant", action="append", metavar="LEVEL:MARGINAL",
                    help="publish this marginal EXACTLY (not private), e.g. state_fips:total; repeatable")
     p.add_argument("--seed", type=int, default=None, help="reproducible, NOT private noise (tests only)")
