@@ -647,12 +647,17 @@ def test_the_certified_loss_of_designs_with_skipped_levels_is_within_the_charge(
     _loss_within_charge(make(8), cfg)
 
 
-@pytest.mark.parametrize("states, skipped", [(["1", "1", "2"], []), (["1", "1", "1"], ["root"])])
-def test_audit_of_the_measurement_of_all_levels(states, skipped):
+@pytest.mark.parametrize("states, skipped, kw", [
+    (["1", "1", "2"], [], dict(split=[1, 1, 2])),
+    (["1", "1", "1"], ["root"], dict(split=[1, 1, 2])),
+    (["1", "1", "2"], [], dict(workload={"cells": 1, "total": 3})),  # the optimised design
+])
+def test_audit_of_the_measurement_of_all_levels(states, skipped, kw):
     """The measurement of every level (what the release post-processes), audited on neighbours that
     differ by one person in one leaf cell: the bound stays below the claim; a copy calibrated for
     twice the budget is flagged.  With one state (root and state the same units) the root is not
-    measured and the others take the whole budget: still within the claim."""
+    measured and the others take the whole budget: still within the claim.  The same for a design
+    the optimiser chose for a workload (pure DP: marginal queries)."""
     frame = pd.DataFrame({"st": states, "co": ["a", "b", "c"], "p": [3, 1, 2], "q": [0, 2, 1]})
     t = HierarchicalTable.from_counts(frame, ["st", "co"], ["p", "q"])
     frame1 = frame.copy()
@@ -660,9 +665,9 @@ def test_audit_of_the_measurement_of_all_levels(states, skipped):
     t1 = HierarchicalTable.from_counts(frame1, ["st", "co"], ["p", "q"])
 
     def release(eps):
-        design = plan_topdown(t.hierarchy, epsilon=eps, split=[1, 1, 2])
+        design = plan_topdown(t.hierarchy, epsilon=eps, **kw)
         assert [lp.name for lp in design.levels if lp.skipped] == skipped
-        assert design.spent == pytest.approx(eps, rel=1e-12)
+        assert design.spent == pytest.approx(eps, rel=1e-9)
         plans = [(lp.depth, plan_release(lp.plan)) for lp in design.measured]
 
         def run(tab, gen, k):
@@ -1211,32 +1216,6 @@ def test_the_optimised_design_is_the_same_whatever_the_counts(cfg):
         [[(q.name, q.budget) for q in lp.blocks] for lp in b.levels]
     assert [list(lp.plan.scales) if lp.plan else None for lp in a.levels] == \
         [list(lp.plan.scales) if lp.plan else None for lp in b.levels]
-
-
-def test_audit_of_an_optimised_design():
-    """The default design under pure DP (a total query beside the cells where it pays), audited
-    on neighbours one person apart: below the claim; the same design calibrated for twice the
-    budget is flagged."""
-    frame = pd.DataFrame({"st": ["1", "1", "2"], "co": ["a", "b", "c"], "p": [3, 1, 2], "q": [0, 2, 1]})
-    t = HierarchicalTable.from_counts(frame, ["st", "co"], ["p", "q"])
-    frame1 = frame.copy()
-    frame1.loc[0, "p"] += 1
-    t1 = HierarchicalTable.from_counts(frame1, ["st", "co"], ["p", "q"])
-
-    def release(eps):
-        design = plan_topdown(t.hierarchy, epsilon=eps, workload={"cells": 1, "total": 3})
-        assert design.spent == pytest.approx(eps, rel=1e-9)
-        plans = [(lp.depth, plan_release(lp.plan)) for lp in design.measured]
-
-        def run(tab, gen, k):
-            return np.hstack([p(tab.counts[d].ravel(), gen, k) for d, p in plans])
-
-        return run
-
-    ok = audit(release(1.0), t, t1, trials=200_000, rng=1, batched=True)
-    assert ok.epsilon_lower <= 1.0
-    bad = audit(release(2.0), t, t1, trials=200_000, rng=2, batched=True)
-    assert bad.epsilon_lower > 1.0
 
 
 # -- the command line's workload and design table ----------------------------------------------------
