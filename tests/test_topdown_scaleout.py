@@ -14,6 +14,7 @@ from test_topdown import CELLS, single_state, small_frame, table
 from sparsedp import Accountant
 from sparsedp.errors import (
     BudgetExceededError,
+    InfeasibleConstraintsError,
     InvalidPrivacyParameterError,
     NegativeCountError,
     ShapeError,
@@ -23,7 +24,7 @@ from sparsedp.errors import (
 from sparsedp.executors import DaskExecutor
 from sparsedp.measure import MeasurementPlan
 from sparsedp.releases import load_release
-from sparsedp.topdown import HierarchicalTable, Invariant, load_topdown, topdown, topdown_from_result
+from sparsedp.topdown import HierarchicalTable, Invariant, OptimalSplit, load_topdown, topdown, topdown_from_result
 from sparsedp.topdown.scaleout import (
     ParquetSource,
     SubtreeData,
@@ -35,6 +36,11 @@ from sparsedp.topdown.scaleout import (
 )
 
 CLEAN = {"negative": 0, "non_integer": 0, "inconsistent": 0, "invariant_violations": 0}
+
+
+def _county_totals(t):
+    """The table's county totals, ``(counties, 1)``."""
+    return t.counts[2].sum(axis=1, keepdims=True)
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +88,105 @@ def test_dask_release_is_the_in_process_release_bit_for_bit(tmp_path, cluster, c
     assert [(e.label, getattr(e.cost, key), e.rows, e.columns) for e in a.ledger] == [
         (e["label"], e[key], e["rows"], e["columns"]) for e in b.ledger]
     assert b.private is False and a.private is False  # seeded: reproducible, not private
+
+
+def _same_run(a, b, acc_a, acc_b):
+    """The chunked release ``b`` is the in-process ``a``: counts, estimates, variances bit for bit,
+    the same charge and ledger, the same design description (its optimised choice included)."""
+    import json
+
+    _same(a, b.to_topdown())
+    assert b.check() == CLEAN and a.check() == CLEAN
+    assert acc_a.spent_exact == acc_b.spent_exact
+    assert [e.as_dict()["label"] for e in a.ledger] == [e["label"] for e in b.ledger]
+    plain = json.loads(json.dumps(a.description, default=str))
+    for key in ("levels", "skipped", "split_choice", "invariants", "exact_disclosures", "spent"):
+        assert b.description.get(key) == plain.get(key), key
+
+
+@pytest.mark.parametrize("cfg", [
+    dict(rho=0.5),  # the default: the optimised design (split=None)
+    dict(rho=0.5, split="optimal", workload={"cells": 1, "age": 2}),
+    dict(rho=0.5, split=OptimalSplit(queries=False), invariants=["state:total"]),
+    dict(rho=0.6, workload=[{"total": 1}, {"total": 1}, {"cells": 1}, {"cells": 1, "race": 1}]),
+    dict(epsilon=1.0, invariants=["county:total"]),  # Laplace, an invariant below the subtree level
+    dict(rho=0.5, split="equal", workload={"total": 1}),  # the workload unused, as in process
+])
+def test_the_optimised_design_is_chosen_on_the_whole_structure(tmp_path, cfg):
+    """The optimised design (the default, ``"optimal"``, an OptimalSplit, for a workload) is chosen
+    on the whole public structure gathered from the parts -- not on the skeleton the chunked path
+    plans -- so the release, its ledger and its description (the choice) are the in-process ones."""
+    t = table(4, high=12)
+    acc_a, acc_b = _budget(cfg), _budget(cfg)
+    a = topdown(t, rng=9, accountant=acc_a, **cfg)
+    b = topdown_scaleout(t, tmp_path / "rel", rng=9, accountant=acc_b, per_part=2, progress=False, **cfg)
+    _same_run(a, b, acc_a, acc_b)
+    assert ("split_choice" in b.description) == (cfg.get("split") != "equal")
+
+
+@pytest.mark.parametrize("invariants, level", [
+    (["county:total"], 1),
+    (["vtd:age", "state:total"], 1),  # pinned at every level, the transport rounding below the subtrees' roots
+    (["county:cells"], 1),  # a level published exactly
+    (["vtd:total"], "county"),
+])
+def test_invariants_below_the_subtree_level_from_the_data(tmp_path, cluster, invariants, level):
+    """Invariants below the subtree level are taken by each task from its own subtrees' counts (read
+    again for the release: never written to the scratch files) and are exact; the release is the
+    in-process one bit for bit, on Dask."""
+    t = table(4, high=12)
+    cfg = dict(rho=0.8, invariants=invariants, subtree_level=level)
+    acc_a, acc_b = _budget(cfg), _budget(cfg)
+    a = topdown(t, rng=4, accountant=acc_a, **cfg)
+    b = topdown_scaleout(t, tmp_path / "rel", rng=4, accountant=acc_b, executor=cluster, per_part=2, progress=False,
+                         **cfg)
+    _same_run(a, b, acc_a, acc_b)
+    bt = b.to_topdown()
+    for spec in invariants:
+        lev, _, marg = spec.partition(":")
+        d = t.hierarchy.level_index(lev)
+        ax = t.cells.axes(marg)
+        assert np.array_equal(t.cells.marginal(bt.counts[d], ax), t.cells.marginal(t.counts[d], ax))
+
+
+def test_explicit_invariant_values(tmp_path):
+    """Explicit invariant values, at and below the subtree level (not the data's: the release keeps
+    the given ones), are checked on the driver before any charge and give the in-process release."""
+    t = table(4, high=12)
+    totals = _county_totals(t) + np.arange(t.hierarchy.sizes[2])[:, None] % 3  # not the data's totals
+    ages = t.cells.marginal(t.counts[1], t.cells.axes("age"))
+    for invariants in ([Invariant("county", "total", totals)],
+                       [Invariant("state", "age", ages), Invariant("county", "total", t.counts[2].sum(axis=1))]):
+        acc_a, acc_b = Accountant(rho=1.0), Accountant(rho=1.0)
+        a = topdown(t, rho=0.7, rng=2, accountant=acc_a, invariants=invariants)
+        b = topdown_scaleout(t, tmp_path / f"rel{len(invariants)}", rho=0.7, rng=2, accountant=acc_b,
+                             invariants=invariants, per_part=2, progress=False)
+        _same_run(a, b, acc_a, acc_b)
+    assert np.array_equal(b.to_topdown().counts[2].sum(axis=1), t.counts[2].sum(axis=1))
+    first = topdown_scaleout(t, tmp_path / "rel3", rho=0.7, rng=2, invariants=[Invariant("county", "total", totals)],
+                             progress=False)
+    assert np.array_equal(first.to_topdown().counts[2].sum(axis=1, keepdims=True), totals)
+
+
+@pytest.mark.parametrize("cfg", [dict(rho=0.5), dict(rho=0.5, invariants=["county:total"]),
+                                 dict(epsilon=1.0, split=[1, 1, 2, 3], invariants=["vtd:age"])])
+def test_the_error_summary_is_the_whole_hierarchy_s(tmp_path, cfg):
+    """The chunked design is planned on a skeleton, whose own error summary is not the real one; the
+    release records the summary of the whole public structure (shape classes, no data): the
+    in-process design's, level by level, and chunked_error_table prints it without planning again."""
+    from sparsedp.topdown.cli import chunked_error_table, error_table
+
+    t = table(4, high=12)
+    a = topdown(t, rng=3, **cfg)
+    b = topdown_scaleout(t, tmp_path / "rel", rng=3, progress=False, **cfg)
+    want = a.design.error_summary()
+    got = load_chunked(tmp_path / "rel").description["error_summary"]
+    assert [r["units"] for r in got] == list(t.hierarchy.sizes) == [r["units"] for r in want]
+    for r, w in zip(got, want):
+        assert r["level"] == w["level"] and r["skipped"] == w["skipped"]
+        for key in ("sd_cell", "half_width_cell", "sd_total", "half_width_total"):
+            assert r[key] == pytest.approx(w[key], rel=1e-9, abs=1e-12), (r["level"], key)
+    assert chunked_error_table(b) == error_table(a.design)
 
 
 @pytest.mark.parametrize("cfg", [dict(rho=0.8, invariants=["state:total"]), dict(rho=0.8, invariants=["nation:cells"])])
@@ -237,10 +342,19 @@ class _BadSource:
 
 @pytest.mark.parametrize("make, kw, error", [
     (lambda t: _BadSource(t), {}, NegativeCountError),
-    (lambda t: t, dict(invariants=["county:total"]), UnsupportedStructureError),  # below the subtree level
-    (lambda t: t, dict(invariants=[Invariant("state", "total", np.array([[1], [2], [3]]))]),
+    # below the subtree level, an invariant from the data meeting explicit values: known only on the workers
+    (lambda t: t, dict(invariants=["vtd:total", Invariant("county", "total", _county_totals(table(1, high=6)))]),
      UnsupportedStructureError),
-    (lambda t: t, dict(split="optimal"), UnsupportedStructureError),
+    (lambda t: t, dict(invariants=[Invariant("state", "total", np.array([[1], [2], [-3]]))]),
+     InfeasibleConstraintsError),  # explicit values: non-negative integers
+    (lambda t: t, dict(invariants=[Invariant("state", "total", np.array([[1], [2]]))]), ShapeError),
+    (lambda t: t, dict(invariants=["nation:total", Invariant("county", "total", _county_totals(table(1, high=6)) + 1)]),
+     InfeasibleConstraintsError),  # explicit county totals that do not add up to the data's nation total
+    (lambda t: t, dict(invariants=[Invariant("county", "age", np.ones((7, 2), dtype=np.int64)),
+                                   Invariant("county", "total", np.ones((7, 1), dtype=np.int64))]),
+     InfeasibleConstraintsError),  # two explicit invariants below the subtree level that disagree
+    (lambda t: t, dict(split="best"), ShapeError),
+    (lambda t: t, dict(workload={"nope": 1}), ShapeError),
     (lambda t: t, dict(subtree_level=0), ShapeError),
     (lambda t: t, dict(subtree_level="block"), ShapeError),
     (lambda t: t, dict(weights="l1"), SparseDPError),
@@ -274,7 +388,8 @@ def test_an_existing_output_directory_is_refused(tmp_path):
 
 def test_command_line_with_dask(tmp_path, capsys):
     """``--executor dask`` (a LocalCluster of one worker process here): the chunked release of the
-    in-process command's release, read back by ``load_topdown``."""
+    in-process command's release (the design optimised for ``--workload``, an invariant below the
+    subtree level), read back by ``load_topdown``."""
     from sparsedp.topdown.cli import register
 
     small_frame(5).to_csv(tmp_path / "t.csv", index=False)
@@ -282,7 +397,7 @@ def test_command_line_with_dask(tmp_path, capsys):
     register(parser.add_subparsers(dest="command"))
     base = ["topdown", str(tmp_path / "t.csv"), "--geo", "state,county,vtd", "--counts", "vap_*,u18_*",
             "--attributes", "age,race", "--root", "nation", "--invariant", "state:total", "--seed", "1",
-            "--rho", "0.5"]
+            "--rho", "0.5", "--workload", "cells:1,total:2", "--invariant", "county:total"]
     args = parser.parse_args(base + ["--out", str(tmp_path / "r.npz")])
     assert args.func(args) == 0
     in_process = _error_lines(capsys.readouterr().out)
@@ -392,13 +507,13 @@ def test_scratch_is_private_holds_no_count_and_is_removed_on_every_exit(tmp_path
     real = sc.release_part
     seen = []
 
-    def inspect(spec, summaries, finals, offsets, out):
+    def inspect(spec, summaries, finals, offsets, out, *rest):
         d = os.path.dirname(summaries[0].path)
         seen.append(stat.S_IMODE(os.stat(d).st_mode))
         for s in summaries:
             with np.load(s.path) as f:
                 assert all(k.startswith(("parent", "code", "y")) for k in f.files), f.files
-        return real(spec, summaries, finals, offsets, out)
+        return real(spec, summaries, finals, offsets, out, *rest)
 
     monkeypatch.setattr(sc, "release_part", inspect)
     t = table(3)

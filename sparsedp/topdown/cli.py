@@ -303,12 +303,20 @@ def chunked_design(crel: Any, hierarchy: Hierarchy | None = None, **plan: Any) -
 def chunked_error_table(crel: Any, hierarchy: Hierarchy | None = None, **plan: Any) -> str:
     """:func:`error_table` of a chunked release (:class:`~sparsedp.topdown.scaleout.ChunkedTopDownRelease`),
     as the in-process command prints it.  The chunked release keeps its description, not its
-    design (it was planned on a skeleton of the hierarchy), so the design is planned again --
-    :func:`~sparsedp.topdown.plan_topdown` on the real ``hierarchy`` (public: the units and cells;
-    ``None``: read from the release's files) with the run's ``plan`` arguments (``rho`` /
-    ``epsilon``, ``split``, ``invariants``) and its cells per person -- and used only if it is the
-    plan that ran (the same budgets, queries and scales per level, the same skipped levels).
-    Data-free, like the in-process table; it holds ``O(units x cells)`` numbers on the driver."""
+    design (it was planned on a skeleton of the hierarchy), but its description records the
+    design's error summary on the whole public structure (``error_summary``, computed on the
+    driver from the hierarchy compressed by subtree shape: data-free, ``O(contexts x cells)``):
+    printed as it is when no ``hierarchy`` is given.  Else (or for a release without one) the
+    design is planned again -- :func:`~sparsedp.topdown.plan_topdown` on the real ``hierarchy``
+    (public: the units and cells; ``None``: read from the release's files) with the run's ``plan``
+    arguments (``rho`` / ``epsilon``, ``split``, ``invariants``, ``workload``) and its cells per
+    person -- and used only if it is the plan that ran (the same budgets, queries and scales per
+    level, the same skipped levels); that holds ``O(units x cells)`` numbers on the driver."""
+    from types import SimpleNamespace
+
+    rows = crel.description.get("error_summary")
+    if hierarchy is None and rows is not None:
+        return error_table(SimpleNamespace(error_summary=lambda: [dict(r) for r in rows]))
     return error_table(chunked_design(crel, hierarchy, **plan))
 
 

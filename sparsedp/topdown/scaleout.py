@@ -49,7 +49,7 @@ import tempfile
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -57,6 +57,7 @@ import numpy as np
 
 from .. import noise as _noise
 from ..errors import (
+    InfeasibleConstraintsError,
     InputBoundError,
     InvalidPrivacyParameterError,
     ShapeError,
@@ -70,8 +71,17 @@ from ..release_file import FORMAT
 from ..releases import register_reader
 from ..safe_files import resolve_inside
 from ..validation import MAX_MAGNITUDE
-from .design import Invariant, TopDownDesign, plan_topdown
-from .gls import Upward, downward_level, upward_level
+from .design import (
+    _Z95,
+    Invariant,
+    TopDownDesign,
+    _optimal_spec,
+    chosen_shares,
+    optimal_split,
+    pinned_axes,
+    plan_topdown,
+)
+from .gls import Upward, class_variances, downward_level, shape_classes, upward_level
 from .hierarchy import (
     CellDomain,
     HierarchicalTable,
@@ -86,9 +96,9 @@ from .release import (
     check_weights,
     own_level,
     resolve_contributions,
-    resolve_invariants,
     round_level,
     to_cells,
+    _explicit_values,
     _project_values,
 )
 from .subtrees import measure_units, noise_seeds, stream, subtree_ranges, unit_plan
@@ -397,6 +407,8 @@ class RootInfo:
     leaves: tuple[int, ...]  # leaves of the subtree per level
     counts: np.ndarray  # the root's exact (cells,) counts: the top levels are measured from them
     total: int
+    #: the subtree's public structure: per level ``s .. depth``, its units' parent indices within it
+    parents: tuple[np.ndarray, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -433,7 +445,8 @@ def validate_part(part: Any, ex: _Expect) -> list[RootInfo]:
         if total > MAX_MAGNITUDE:
             raise InputBoundError(f"subtree {sub.path}: the total count exceeds {MAX_MAGNITUDE:.0f}")
         out.append(RootInfo(sub.path, h.sizes, tuple(int(h.leaves(d).sum()) for d in range(h.depth + 1)),
-                            np.asarray(sub.counts[0][0], dtype=np.int64).copy(), total))
+                            np.asarray(sub.counts[0][0], dtype=np.int64).copy(), total,
+                            tuple(np.asarray(p, dtype=np.int64) for p in h.parents)))
     return out
 
 
@@ -444,9 +457,17 @@ class _Spec:
     design: TopDownDesign  # the skeleton's: per-level plans, blocks, information
     s: int
     ups: tuple[Any, ...]  # UnitPlan per level s .. depth (None: not measured)
-    pin_axes: tuple[int, ...] | None  # the invariant marginal pinned at level s, if any
+    #: per level ``s .. depth``, the invariant marginal pinned there (``None``: none is); level ``s``'s
+    #: values come from the driver, a deeper level's from the subtree's own counts or the explicit values
+    pin_axes: tuple[tuple[int, ...] | None, ...]
     weights: str
     label: str
+
+    @property
+    def reads_pins(self) -> bool:
+        """Whether a level below ``s`` has an invariant (then the release task reads its part again
+        for the values taken from the data: they are never written to the scratch files)."""
+        return any(ax is not None for ax in self.pin_axes[1:])
 
 
 @dataclass(frozen=True)
@@ -460,10 +481,10 @@ class RootSummary:
     path: str
 
 
-def _own_all(spec: _Spec, h: Hierarchy, ys: Sequence[np.ndarray | None], pin: Any) -> tuple[list, list]:
+def _own_all(spec: _Spec, h: Hierarchy, ys: Sequence[np.ndarray | None], pins: Sequence[Any]) -> tuple[list, list]:
     own, var = [], []
     for i in range(h.depth + 1):
-        e, v = own_level(spec.design, spec.s + i, h.sizes[i], ys[i], pin if i == 0 else None)
+        e, v = own_level(spec.design, spec.s + i, h.sizes[i], ys[i], pins[i])
         own.append(e)
         var.append(v)
     return own, var
@@ -477,32 +498,43 @@ def _upward_all(h: Hierarchy, own: list, var: list) -> list[Upward]:
     return ups
 
 
-def _pin_values(spec: _Spec, root_counts: np.ndarray) -> np.ndarray | None:
-    """The invariant marginal pinned at a subtree's root (``None``: none is)."""
-    if spec.pin_axes is None:
-        return None
-    return spec.design.hierarchy.cells.marginal(np.asarray(root_counts).reshape(1, -1), spec.pin_axes)
+def _subtree_pins(spec: _Spec, sub: SubtreeData | None, root: np.ndarray | None,
+                  given: Sequence[np.ndarray | None]) -> list[Any]:
+    """Per level ``s .. depth`` of one subtree, its pin ``(axes, values)`` (``None``: no invariant
+    there): the root's ``root`` values (from the driver), a deeper level's explicit values
+    ``given[i]`` (sliced by the driver) or, from the data, the marginal of the subtree's own counts
+    ``sub.counts[i]`` -- the rows of that level's pin in the whole hierarchy, as
+    :func:`~sparsedp.topdown.resolve_invariants` computes them."""
+    cells = spec.design.hierarchy.cells
+    out: list[Any] = [None if spec.pin_axes[0] is None or root is None else (spec.pin_axes[0], root)]
+    for i, ax in enumerate(spec.pin_axes[1:], start=1):
+        if ax is None:
+            out.append(None)
+        elif i < len(given) and given[i] is not None:
+            out.append((ax, given[i]))
+        else:
+            out.append((ax, cells.marginal(sub.counts[i], ax)))  # type: ignore[union-attr]
+    return out
 
 
-def _root_pin(spec: _Spec, values: np.ndarray | None) -> Any:
-    return None if values is None or spec.pin_axes is None else (spec.pin_axes, values)
-
-
-def measure_part(spec: _Spec, part: Any, index: Sequence[int], seeds: Sequence[Any], scratch: str
-                 ) -> list[RootSummary]:
+def measure_part(spec: _Spec, part: Any, index: Sequence[int], seeds: Sequence[Any], scratch: str,
+                 given: Sequence[Sequence[np.ndarray | None]] | None = None) -> list[RootSummary]:
     """Measure the part's subtrees (``index``: their global numbers at level ``s``; ``seeds``: their
-    streams), no charge (the driver charged every level); run each subtree's upward pass; keep the
-    measurements and the subtree's shape in a scratch file unique to this attempt."""
+    streams; ``given``: per subtree, per level ``s .. depth``, the invariant's values where the
+    driver has them -- the root's, explicit ones -- else ``None``), no charge (the driver charged
+    every level); run each subtree's upward pass; keep the measurements and the subtree's shape in
+    a scratch file unique to this attempt."""
     subs = part.read()
     if len(subs) != len(index):
         raise SparseDPError("a part changed between validation and measurement")
+    given = given if given is not None else [[None] * len(spec.ups)] * len(subs)
     out = []
     cache: dict = {}
-    for sub, g, seed in zip(subs, index, seeds):
+    for sub, g, seed, giv in zip(subs, index, seeds, given):
         h = sub.hierarchy
         gen = stream(seed)
         ys = [None if up is None else measure_units(cache, up, sub.counts[i], gen) for i, up in enumerate(spec.ups)]
-        own, var = _own_all(spec, h, ys, _root_pin(spec, _pin_values(spec, sub.counts[0][0])))
+        own, var = _own_all(spec, h, ys, _subtree_pins(spec, sub, giv[0], giv))
         ups = _upward_all(h, own, var)
         path = os.path.join(scratch, f"subtree{g:07d}-{uuid.uuid4().hex}.npz")
         arrays: dict[str, np.ndarray] = {}  # the public geography and the noisy measurements only
@@ -542,21 +574,31 @@ def _load_scratch(spec: _Spec, path: str) -> tuple[Hierarchy, list]:
 
 
 def release_part(spec: _Spec, summaries: Sequence[RootSummary], finals: Sequence[_RootFinal],
-                 offsets: Sequence[Sequence[int]], out: str) -> dict[str, Any]:
+                 offsets: Sequence[Sequence[int]], out: str, part: Any = None,
+                 given: Sequence[Sequence[np.ndarray | None]] | None = None) -> dict[str, Any]:
     """The final values of the part's subtrees (levels below ``s``): the downward pass from each
-    root's estimate, the rounding from its integer counts, written to ``out`` (``.npz``); small
-    metadata back (units per level, violations counted).  ``offsets[j]``: the global index, per
-    level ``s .. depth``, of subtree ``j``'s first unit.  No noise is drawn."""
+    root's estimate, the rounding from its integer counts (with the invariants of its levels),
+    written to ``out`` (``.npz``); small metadata back (units per level, violations counted).
+    ``offsets[j]``: the global index, per level ``s .. depth``, of subtree ``j``'s first unit;
+    ``part`` (read again only when a level below ``s`` has an invariant taken from the data) and
+    ``given``: as :func:`measure_part`.  No noise is drawn."""
     D = spec.design.hierarchy.depth
     s = spec.s
     cells = spec.design.hierarchy.cells
     C = cells.size
     cols: dict[str, list] = {k: [] for k in ("depth", "code", "parent", "counts", "estimate", "variance")}
     per_level = np.zeros(D + 1, dtype=np.int64)
-    bad = {"negative": 0, "non_integer": 0, "inconsistent": 0}
-    for summary, fin, off in zip(summaries, finals, offsets):
+    bad = {"negative": 0, "non_integer": 0, "inconsistent": 0, "invariant_violations": 0}
+    subs: list[Any] = part.read() if spec.reads_pins and part is not None else [None] * len(summaries)
+    if len(subs) != len(summaries):
+        raise SparseDPError("a part changed between measurement and release")
+    given = given if given is not None else [[None] * len(spec.ups)] * len(summaries)
+    for summary, fin, off, sub, giv in zip(summaries, finals, offsets, subs, given):
+        if sub is not None and int(sub.counts[0].sum()) != summary.total:
+            raise SparseDPError(f"subtree {sub.path} changed between measurement and release")
         h, ys = _load_scratch(spec, summary.path)
-        own, var = _own_all(spec, h, ys, _root_pin(spec, fin.pin))
+        pins = _subtree_pins(spec, sub, fin.pin, giv)
+        own, var = _own_all(spec, h, ys, pins)
         ups: list[Any] = _upward_all(h, own, var)
         del own, ys  # the downward pass needs the upward pass and the own variances only
         est, out_side = fin.est.reshape(1, C), fin.outside.reshape(1, C)
@@ -571,7 +613,11 @@ def release_part(spec: _Spec, summaries: Sequence[RootSummary], finals: Sequence
             ups[i - 1] = var[i - 1] = None  # done with the level above: free it
             ec, vc = to_cells(spec.design, est, v)
             del v
-            ci = round_level(cells, s + i, ec, vc, None, h.parents[i], counts, spec.weights)
+            ci = round_level(cells, s + i, ec, vc, pins[i], h.parents[i], counts, spec.weights)
+            for d_inv, ax in spec.design.invariants:  # each invariant checked at its own level
+                if d_inv == s + i:
+                    want = _project_values(cells, pins[i][1], pins[i][0], ax)
+                    bad["invariant_violations"] += int((cells.marginal(ci, ax) != want).sum())
             if i == 1:
                 have = h.children_sum(0, ci)
                 bad["inconsistent"] += int((have[0] != fin.counts).sum()) if h.sizes[1] else 0
@@ -670,26 +716,136 @@ def _skeleton(top: Hierarchy, infos: list[RootInfo], levels: tuple[str, ...]) ->
 
 
 def _check_plan_args(split: Any, invariants: Sequence[Any], s: int, levels: tuple[str, ...], rng: Any) -> None:
-    if isinstance(split, str) or type(split).__name__ == "OptimalSplit":
-        raise UnsupportedStructureError("the chunked release takes explicit split weights (a list or {level: weight}); "
-                                        "a split chosen from the whole hierarchy (split='optimal') must be computed "
-                                        "first and passed as weights")
+    """The plan's arguments that need no data, checked before anything is read: the split's form
+    (weights, ``"equal"``, ``"optimal"`` or an :class:`~sparsedp.topdown.OptimalSplit`), the
+    invariants' levels, the generator.  A level below ``s`` where an invariant from the data meets
+    one with explicit values is refused: their agreement would be known only on the workers, after
+    the charge."""
+    _optimal_spec(split)  # ShapeError for an unknown string, before any part is read
+    kinds: list[set[bool]] = [set() for _ in levels]  # per level, whether its invariants are explicit
     for spec in invariants:
         iv = Invariant.parse(spec)
-        if iv.values is not None:
-            raise UnsupportedStructureError("the chunked release takes invariants from the data ('level:marginal'), "
-                                            "not explicit values")
         lev = iv.level
         d = levels.index(lev) if isinstance(lev, str) and lev in levels else lev
-        if not isinstance(d, (int, np.integer)) or not 0 <= int(d) < len(levels):
+        if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or not 0 <= int(d) < len(levels):
             raise ShapeError(f"unknown level {lev!r}: the hierarchy has {levels}")
-        if int(d) > s:
+        for e in range(int(d) + 1):
+            kinds[e].add(iv.values is not None)
+    for e in range(s + 1, len(levels)):
+        if len(kinds[e]) > 1:
             raise UnsupportedStructureError(
-                f"invariant {spec!r}: the chunked release keeps invariants at the subtree level "
-                f"({levels[s]!r}) or above; choose a deeper subtree_level")
+                f"at level {levels[e]!r}, below the subtree level {levels[s]!r}, an invariant taken from the data "
+                "meets one with explicit values: give both from the data, both explicit, or a deeper subtree_level")
     if isinstance(rng, _noise.SecureRandomBits):
         raise SparseDPError("the chunked release takes rng=None (OS entropy) or a seed, not a SecureRandomBits")
     noise_seeds(rng if not isinstance(rng, np.random.Generator) else None, 0)
+
+
+def _full_structure(top: Hierarchy, infos: Sequence[RootInfo], levels: tuple[str, ...]) -> Hierarchy:
+    """The whole hierarchy's public structure on the driver: the top levels as they are, and below
+    the subtree level every subtree's parent indices shifted by its first unit's index (the units in
+    the order of the whole release), codes left as placeholders (one shared string; the codes stay in
+    the parts).  What the optimised design and the error summary read: the shape, never a count
+    (``O(units)`` integers)."""
+    s = top.depth
+    parents, codes = list(top.parents), list(top.codes)
+    for i in range(1, len(levels) - s):
+        above = np.array([info.sizes[i - 1] for info in infos], dtype=np.int64)
+        off = np.concatenate(([0], np.cumsum(above)[:-1]))
+        p = np.concatenate([info.parents[i] + o for info, o in zip(infos, off)]) if infos else np.zeros(0, np.int64)
+        parents.append(p.astype(np.int64, copy=False))
+        codes.append(np.broadcast_to(np.array([""], dtype=object), p.shape))
+    return Hierarchy(tuple(levels), tuple(parents), tuple(codes), top.cells)
+
+
+def _plan(h_full: Hierarchy, skel: Hierarchy, shape: list[tuple[int, int]], split: Any, queries: Any,
+          workload: Any, **common: Any) -> TopDownDesign:
+    """The design :func:`~sparsedp.topdown.plan_topdown` gives on the whole hierarchy, planned on the
+    skeleton: with an optimised split (the default, ``"optimal"``, an :class:`OptimalSplit`) the
+    choice is made on the whole public structure ``h_full`` (:func:`optimal_split`, data-free),
+    the skeleton planned with its explicit shares (:func:`chosen_shares`), the levels the choice
+    found without information skipped alike, and the choice recorded (``design.split_choice``);
+    else the skeleton planned with the given split (the workload is then unused, as in process)."""
+    opt = _optimal_spec(split)
+    if opt is None:
+        return plan_topdown(skel, split=split, queries=queries, shape=shape, **common)
+    choice = optimal_split(h_full, queries=queries, spec=opt, workload=workload, **common)
+    shares, qs = chosen_shares(h_full, choice, queries)
+    design = plan_topdown(skel, split=shares, queries=qs, shape=shape, **common)
+    skipped = dict(choice.skipped)
+    levels = tuple(replace(lp, skipped=skipped.get(lp.depth)) for lp in design.levels)
+    return replace(design, levels=levels, split_choice=choice)
+
+
+def _resolve_pins(h: Hierarchy, top_counts: Sequence[np.ndarray], design: TopDownDesign, invariants: Sequence[Any],
+                  s: int) -> list[np.ndarray | None]:
+    """Per level of the whole hierarchy ``h`` (public structure), the values of the invariant
+    marginal pinned there (:func:`~sparsedp.topdown.design.pinned_axes`) where the driver has them:
+    levels ``0 .. s`` (from the subtree roots' counts ``top_counts``, or explicit values summed up),
+    and deeper levels with explicit values; ``None`` where nothing is pinned or the workers take the
+    values from their own counts.  Checked as :func:`~sparsedp.topdown.resolve_invariants` does
+    (explicit values: non-negative integers of the level's shape; invariants that meet agree), so
+    bad values are refused before any charge."""
+    cells = h.cells
+    specs = [Invariant.parse(x) for x in invariants]
+    per_level: list[list[tuple[tuple[int, ...], np.ndarray]]] = [[] for _ in range(h.depth + 1)]
+    for spec, (d, axes) in zip(specs, design.invariants):
+        if spec.values is None:
+            for e in range(min(d, s) + 1):
+                per_level[e].append((axes, cells.marginal(top_counts[e], axes)))
+            continue
+        vals = _explicit_values(spec, h, d, axes)
+        for e in range(d, -1, -1):
+            per_level[e].append((axes, vals))
+            if e:
+                vals = h.children_sum(e - 1, vals)
+    out: list[np.ndarray | None] = []
+    for d, finest in enumerate(pinned_axes(design)):
+        if finest is None or not per_level[d]:
+            out.append(None)
+            continue
+        ref = next(v for ax, v in per_level[d] if ax == finest)
+        for ax, v in per_level[d]:
+            if not np.array_equal(_project_values(cells, ref, finest, ax), v):
+                raise InfeasibleConstraintsError(
+                    f"the invariants disagree at level {h.levels[d]!r}: {cells.marginal_name(ax)!r} is not the "
+                    f"sum of {cells.marginal_name(finest)!r} (or of the level below)")
+        out.append(ref)
+    return out
+
+
+def full_error_summary(design: TopDownDesign, h: Hierarchy) -> list[dict[str, Any]]:
+    """:meth:`TopDownDesign.error_summary` for the whole hierarchy ``h`` (public structure) of a
+    design planned on a skeleton of it: per level the root mean variance of the GLS estimate of a
+    cell and of a unit's total as standard deviations and 95% half-widths, no data.  Every unit of
+    level ``d`` has own variance ``1 / information(d)`` per component (0 where an invariant pins it,
+    ``inf`` unmeasured), so the exact GLS variances come per context of ``h`` compressed by subtree
+    shape (:func:`~sparsedp.topdown.gls.shape_classes`, :func:`~sparsedp.topdown.gls.class_variances`)
+    and their means are weighted by the contexts' units: ``O(contexts x cells)``, not ``O(units x
+    cells)`` as :meth:`TopDownDesign.error_summary` on ``h`` would hold."""
+    C = h.cells.size
+    comp = h.cells.component_attributes()
+    pins = pinned_axes(design)
+    own_var = []
+    for d, lp in enumerate(design.levels):
+        info = design.information(d) if lp.plan is not None else np.zeros(C)
+        v = np.where(info > 0, 1.0 / np.where(info > 0, info, 1.0), np.inf)
+        if pins[d] is not None:
+            v[[set(a) <= set(pins[d]) for a in comp]] = 0.0
+        own_var.append(v)
+    sc = shape_classes(h)
+    var = class_variances(sc, own_var)
+    B2 = design.basis * design.basis
+    k = comp.index(())
+    rows = []
+    for d, (lp, vd) in enumerate(zip(design.levels, var)):
+        w = sc.weight[d].astype(np.float64)
+        n = float(w.sum())
+        cell = float(np.sqrt(max(float((w @ (vd @ B2)).sum()) / (n * C), 0.0))) if n else 0.0
+        total = float(np.sqrt(max(C * float(w @ vd[:, k]) / n, 0.0))) if n else 0.0
+        rows.append({"level": lp.name, "units": int(h.sizes[d]), "budget": lp.budget, "skipped": lp.skipped,
+                     "sd_cell": cell, "half_width_cell": _Z95 * cell, "sd_total": total, "half_width_total": _Z95 * total})
+    return rows
 
 
 def _exit_on_signal(signum: int, frame: Any) -> None:
@@ -737,7 +893,7 @@ def topdown_scaleout(data: Any, out: str | Path, *, rho: float | None = None, ep
                      rng: Any = None, weights: str = "variance", measure_invariants: bool | None = None,
                      subtree_level: Any = 1, executor: Any = None, workers: int | None = None, per_part: int = 1,
                      scratch: str | Path | None = None, progress: bool | None = None,
-                     contributions_per_person: int | None = None) -> "ChunkedTopDownRelease":
+                     contributions_per_person: int | None = None, workload: Any = None) -> "ChunkedTopDownRelease":
     """The release of :func:`sparsedp.topdown.topdown` chunked by subtree (module docstring),
     written to the directory ``out``; returns its :class:`ChunkedTopDownRelease`.
 
@@ -815,18 +971,21 @@ def topdown_scaleout(data: Any, out: str | Path, *, rho: float | None = None, ep
         # 2. plan and check, before any charge
         top = _top_hierarchy(paths, levels, cells)
         skel = _skeleton(top, infos, levels)
-        design = plan_topdown(skel, rho=rho, epsilon=epsilon, noise=noise, split=split, queries=queries,
-                              invariants=invariants, secure=secure, measure_invariants=measure_invariants,
-                              contributions_per_person=k, shape=_real_shape(top, infos, len(levels)))
-        top_counts = [np.zeros((n, cells.size), dtype=np.int64) for n in skel.sizes]
+        whole = _full_structure(top, infos, levels)  # public: units and parents, no count
+        design = _plan(whole, skel, _real_shape(top, infos, len(levels)), split, queries, workload, rho=rho,
+                       epsilon=epsilon, noise=noise, invariants=invariants, secure=secure,
+                       measure_invariants=measure_invariants, contributions_per_person=k)
+        top_counts: list[np.ndarray] = [np.zeros((0, cells.size), dtype=np.int64)] * (s + 1)
         top_counts[s] = np.stack([i.counts for i in infos]).astype(np.int64)
         for d in range(s - 1, -1, -1):
             top_counts[d] = top.children_sum(d, top_counts[d + 1])
-        pins = resolve_invariants(HierarchicalTable(skel, tuple(top_counts)), design, invariants)
-        if any(p is not None for p in pins[s + 1:]):  # pragma: no cover - refused above
-            raise UnsupportedStructureError("invariants below the subtree level")
-        if accountant is not None:
-            accountant.check(design.cost())
+        pin_axes = pinned_axes(design)
+        pin_values = _resolve_pins(whole, top_counts, design, invariants, s)
+        pins = [None if pin_axes[d] is None else (pin_axes[d], pin_values[d]) for d in range(s + 1)]
+        errors = full_error_summary(design, whole)  # data-free: the whole structure's, not the skeleton's
+        del whole
+        if accountant is not None:  # the exact sum of the levels' charges (a float sum may round above it)
+            accountant.check_all([lp.plan.cost for lp in design.measured])
         n_s = len(infos)
         top_seed, seeds = noise_seeds(rng, n_s)
         seeded = rng is not None
@@ -849,12 +1008,26 @@ def topdown_scaleout(data: Any, out: str | Path, *, rho: float | None = None, ep
         gen = stream(top_seed)
         ys_top = [None if lp.plan is None else lp.plan.measure(top_counts[d].ravel(), rng=gen, label=lp.label).y
                   for d, lp in enumerate(design.levels[:s])]
-        spec = _Spec(design, s, tuple(unit_plan(lp) for lp in design.levels[s:]),
-                     None if pins[s] is None else pins[s][0], weights, "topdown")
+        spec = _Spec(design, s, tuple(unit_plan(lp) for lp in design.levels[s:]), tuple(pin_axes[s:]), weights,
+                     "topdown")
         index = [[gidx[(q, j)] for j in range(len(infos_by_part[q]))] for q in range(len(parts))]
         part_seeds = [[seeds[g] for g in idx] for idx in index]
-        res = _run(ex, measure_part, [[spec] * len(parts), parts, index, part_seeds, [scratch_dir] * len(parts)],
-                   "measure", progress)
+        starts = [np.zeros(1, dtype=np.int64)]  # per level s .. depth, each subtree's first unit
+        for d in range(s + 1, len(levels)):
+            sizes = np.array([i.sizes[d - s] for i in infos], dtype=np.int64)
+            starts.append(np.concatenate(([0], np.cumsum(sizes)[:-1])))
+
+        def given(g: int) -> list[np.ndarray | None]:  # subtree g's rows of the pins the driver holds
+            out: list[np.ndarray | None] = [None if pin_values[s] is None else pin_values[s][g:g + 1]]
+            for d in range(s + 1, len(levels)):
+                v = pin_values[d]
+                lo = int(starts[d - s][g])
+                out.append(None if v is None else v[lo:lo + infos[g].sizes[d - s]])
+            return out
+
+        part_given = [[given(g) for g in idx] for idx in index]
+        res = _run(ex, measure_part, [[spec] * len(parts), parts, index, part_seeds, [scratch_dir] * len(parts),
+                                      part_given], "measure", progress)
         by_g: dict[int, RootSummary] = {r.g: r for rs in res for r in rs}
         summaries = [by_g[g] for g in range(n_s)]
         for r, info in zip(summaries, infos):
@@ -890,40 +1063,39 @@ def topdown_scaleout(data: Any, out: str | Path, *, rho: float | None = None, ep
                    "inconsistent": int(sum((top.children_sum(d, counts[d + 1]) != counts[d]).sum() for d in range(s)))}
         inv_bad = 0
         published = []
-        for d, ax in design.invariants:
-            vals = _project_values(cells, pins[d][1], pins[d][0], ax)  # type: ignore[index]
-            inv_bad += int((cells.marginal(counts[d], ax) != vals).sum())
+        for d, ax in design.invariants:  # those below s are checked by the release tasks
+            if d <= s:
+                vals = _project_values(cells, pins[d][1], pins[d][0], ax)  # type: ignore[index]
+                inv_bad += int((cells.marginal(counts[d], ax) != vals).sum())
             published.append({"level": levels[d], "marginal": cells.marginal_name(ax)})
         timings["top"] = time.perf_counter() - t0
 
         # 6. every part: the downward pass, the rounding, its output
         t0 = time.perf_counter()
         _write_units(out_dir / "top.npz", top, counts, est_c, var_c)
-        starts = [np.zeros(1, dtype=np.int64)]
-        for d in range(s + 1, len(levels)):
-            sizes = np.array([i.sizes[d - s] for i in infos], dtype=np.int64)
-            starts.append(np.concatenate(([0], np.cumsum(sizes)[:-1])))
-        finals = [_RootFinal(est[s][g], var[s][g], outside[g], counts[s][g], _pin_values(spec, infos[g].counts))
-                  for g in range(n_s)]
+        finals = [_RootFinal(est[s][g], var[s][g], outside[g], counts[s][g],
+                             None if pin_values[s] is None else pin_values[s][g:g + 1]) for g in range(n_s)]
         offs = [[[int(g)] + [int(starts[i][g]) for i in range(1, len(levels) - s)] for g in idx] for idx in index]
         files = [str(out_dir / "parts" / f"part-{q:05d}.npz") for q in range(len(parts))]
         metas = _run(ex, release_part, [[spec] * len(parts), [[by_g[g] for g in idx] for idx in index],
-                                        [[finals[g] for g in idx] for idx in index], offs, files], "release", progress)
+                                        [[finals[g] for g in idx] for idx in index], offs, files, parts, part_given],
+                     "release", progress)
         timings["downward+round+write"] = time.perf_counter() - t0
     finally:
         work.remove()
         if owns:
             ex.close()
-    checks = dict(top_bad)
+    checks = dict(top_bad, invariant_violations=inv_bad)
     for m in metas:
         for k, v in m["violations"].items():
             checks[k] += v
-    checks["invariant_violations"] = inv_bad
     h_desc = {"levels": list(levels), "units": units, "cells": list(cells.columns),
               "attributes": {n: list(v) for n, v in zip(cells.names, cells.values)},
               "leaves": _leaf_counts(top, infos, s, len(levels))}
     desc = design.describe()
-    desc.update(hierarchy=h_desc, weights=weights, subtree_level=levels[s], parts=len(parts),
+    for item, (d, _) in zip(desc["exact_disclosures"], design.invariants):  # the whole level's, not the skeleton's
+        item.update(units=units[d], values=units[d] * int(item["cells"]))
+    desc.update(hierarchy=h_desc, weights=weights, subtree_level=levels[s], parts=len(parts), error_summary=errors,
                 non_private=("the invariants are the true values, published exactly by request (not private); the "
                              "units and cells are the public domain" if design.invariants else
                              "the units and cells are the public domain"),
