@@ -9,24 +9,30 @@ summary per subtree.  On the driver, in this order:
 
 1. **validate** (tasks, no noise): every part is read and checked (non-negative integer counts,
    the declared levels and cells); each task returns, per subtree, its root's codes, its units per
-   level, the levels where it has leaves, and its root's exact counts (kept on the driver, never
-   published: the top levels are measured from them);
+   level, the levels where it has leaves, its units' parent indices (the public structure) and its
+   root's exact counts (kept on the driver, never published: the top levels are measured from
+   them);
 2. **plan and check**, before any charge: the design (:func:`~sparsedp.topdown.plan_topdown` on a
    skeleton: the real top levels and, below ``s``, a few units with leaves where the table has
-   them -- every level's plan is per unit, so its scales, grid and cost are the real level's),
-   the invariants (at level ``s`` or above, from the data), the generator, the accountant;
+   them -- every level's plan is per unit, so its scales, grid and cost are the real level's;
+   the optimised design, the default, chosen by :func:`~sparsedp.topdown.design.optimal_split` on
+   the whole public structure gathered from the parts, then planned on the skeleton with its
+   shares), its error summary on the whole structure (data-free), the invariants (levels ``0 ..
+   s`` from the roots' counts or explicit values, deeper explicit values; those deeper and from the
+   data are taken by each task from its own subtrees), the generator, the accountant;
 3. **charge** every measured level once, one ledger entry each (its whole-level rows);
 4. **measure**: the top levels on the driver from the top stream; every subtree on a worker from
    its own stream (:mod:`sparsedp.topdown.subtrees`), then the subtree's part of the GLS upward
-   pass; the measurements go to a scratch file, the root's upward estimate and variance (one
-   vector of components each) back to the driver;
+   pass (with the invariants of its levels); the measurements go to a scratch file, the root's
+   upward estimate and variance (one vector of components each) back to the driver;
 5. **top**: the driver finishes the upward pass, runs the downward pass over the top levels, and
    rounds the top levels (levels ``0 .. s``: the subtree roots' counts are fixed here, with the
    invariants); it writes them;
 6. **release**: every task reads back its subtrees' measurements, repeats the (deterministic)
    upward pass, runs the downward pass from its root's estimate, rounds its levels given its
-   root's integer counts, writes its part of the output and returns small metadata (units per
-   level, violations counted).
+   root's integer counts (and its levels' invariants: a part is read again when they come from the
+   data, so that no count is ever written to the scratch files), writes its part of the output and
+   returns small metadata (units per level, violations counted).
 
 The release directory holds ``topdown.json`` (the manifest: the ledger, the description, the
 files), ``top.npz`` (levels ``0 .. s``) and ``parts/part-NNNNN.npz`` (every level below ``s`` of
@@ -104,7 +110,7 @@ from .release import (
 from .subtrees import measure_units, noise_seeds, stream, subtree_ranges, unit_plan
 
 __all__ = ["SubtreeData", "TableSource", "ParquetSource", "SyntheticNation", "ChunkedTopDownRelease",
-           "topdown_scaleout", "load_chunked", "split_subtrees", "MANIFEST"]
+           "topdown_scaleout", "load_chunked", "split_subtrees", "full_error_summary", "MANIFEST"]
 
 #: The manifest of a chunked TopDown release directory.
 MANIFEST = "topdown.json"
@@ -900,8 +906,12 @@ def topdown_scaleout(data: Any, out: str | Path, *, rho: float | None = None, ep
     ``data``: a :class:`HierarchicalTable` (cut into parts of ``per_part`` subtrees on the driver),
     a :class:`ParquetSource` (each worker reads its own part), a :class:`SyntheticNation`, or any
     object with ``levels``, ``cells`` and ``parts(s)`` (each part's ``read()`` giving
-    :class:`SubtreeData`).  The privacy parameters are :func:`~sparsedp.topdown.topdown`'s (split
-    as explicit weights; invariants from the data, at the subtree level or above).
+    :class:`SubtreeData`).  The privacy parameters are :func:`~sparsedp.topdown.topdown`'s:
+    ``split`` (``None``, the default, ``"optimal"`` or an :class:`~sparsedp.topdown.OptimalSplit`:
+    the optimised design for ``workload``, chosen on the whole public structure; ``"equal"`` or
+    weights), ``queries``, ``workload``, ``invariants`` (at any level, from the data or with
+    explicit values; below the subtree level, not both kinds at one level).  The description's
+    ``error_summary`` is the design's on the whole hierarchy (:func:`full_error_summary`).
     ``subtree_level``: a level name or index (default 1); for the same seed and subtree level the
     release is bit for bit :func:`~sparsedp.topdown.topdown`'s.  ``contributions_per_person``:
     as :func:`~sparsedp.topdown.topdown` (default: the source's own, 1 unless declared).
@@ -969,6 +979,7 @@ def topdown_scaleout(data: Any, out: str | Path, *, rho: float | None = None, ep
         timings["validate"] = time.perf_counter() - t0
 
         # 2. plan and check, before any charge
+        t0 = time.perf_counter()
         top = _top_hierarchy(paths, levels, cells)
         skel = _skeleton(top, infos, levels)
         whole = _full_structure(top, infos, levels)  # public: units and parents, no count
@@ -984,6 +995,7 @@ def topdown_scaleout(data: Any, out: str | Path, *, rho: float | None = None, ep
         pins = [None if pin_axes[d] is None else (pin_axes[d], pin_values[d]) for d in range(s + 1)]
         errors = full_error_summary(design, whole)  # data-free: the whole structure's, not the skeleton's
         del whole
+        timings["plan"] = time.perf_counter() - t0  # the design and its errors (data-free), the invariants
         if accountant is not None:  # the exact sum of the levels' charges (a float sum may round above it)
             accountant.check_all([lp.plan.cost for lp in design.measured])
         n_s = len(infos)
