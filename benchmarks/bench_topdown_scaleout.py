@@ -5,7 +5,7 @@ Two configurations, each in its own subprocess (its peak RSS is the driver's):
 * ``nation``: :class:`sparsedp.topdown.SyntheticNation` (``--states`` states, nation > state >
   county > tract > block, on average 64 counties, 25 tracts and 125 blocks each, sizes varying by
   +-50%; 16 cells = 2 ages x 8 races; Poisson(1.5) counts, ~22% zeros), generated state by state
-  on the workers (nothing of the nation's size on the driver), released with
+  on the workers (no count of the nation on the driver: its public structure only), released with
   :func:`sparsedp.topdown.topdown_scaleout` on a fresh 2-worker ``LocalCluster`` (one thread
   each, ``--memory`` limit each): rho = 1, the default design (optimised on the whole public
   structure for the default workload; ``--design equal``: the equal split), ``--invariants``

@@ -1,11 +1,12 @@
 """The TopDown release chunked by subtree, on Dask (or any executor of :mod:`sparsedp.executors`).
 
 :func:`topdown_scaleout` publishes the release of :func:`sparsedp.topdown.topdown` -- the same
-bits, for the same seed and ``subtree_level`` -- without the table, the hierarchy or the output
-ever being on one process: each task owns whole subtrees of the *subtree level* ``s`` (default 1:
-the states), reads them itself (a part of a Parquet dataset, a slice of an in-memory table, or a
-synthetic generator keyed by part), and the driver holds only the levels above ``s`` and one
-summary per subtree.  On the driver, in this order:
+bits, for the same seed and ``subtree_level`` -- without the table or the output ever being on
+one process: each task owns whole subtrees of the *subtree level* ``s`` (default 1: the states),
+reads them itself (a part of a Parquet dataset, a slice of an in-memory table, or a synthetic
+generator keyed by part), and the driver holds the levels above ``s``, one summary per subtree
+and, while it plans, the hierarchy's public structure (one parent index per unit, no code and no
+count).  On the driver, in this order:
 
 1. **validate** (tasks, no noise): every part is read and checked (non-negative integer counts,
    the declared levels and cells); each task returns, per subtree, its root's codes, its units per
@@ -305,7 +306,7 @@ class _SyntheticPart:
 @dataclass(frozen=True)
 class SyntheticNation:
     """A synthetic nation generated subtree by subtree (a benchmark input: each part is one state,
-    made by its worker from ``(seed, state)``; nothing of the nation's size is ever on the
+    made by its worker from ``(seed, state)``; no count of the nation is ever on the
     driver): ``states`` states, each with ``counties`` counties, ``tracts`` tracts per county and
     ``blocks`` blocks per tract on average (sizes drawn uniformly within +-50% when ``vary``),
     ``cells`` = ``ages`` x ``races`` cells, counts Poisson with mean ``mean`` (many zeros).  Levels:
@@ -468,12 +469,9 @@ class _Spec:
     pin_axes: tuple[tuple[int, ...] | None, ...]
     weights: str
     label: str
-
-    @property
-    def reads_pins(self) -> bool:
-        """Whether a level below ``s`` has an invariant (then the release task reads its part again
-        for the values taken from the data: they are never written to the scratch files)."""
-        return any(ax is not None for ax in self.pin_axes[1:])
+    #: whether a level below ``s`` has an invariant taken from the data: the release task then reads
+    #: its part again for the values (they are never written to the scratch files)
+    reads_part: bool = False
 
 
 @dataclass(frozen=True)
@@ -595,7 +593,7 @@ def release_part(spec: _Spec, summaries: Sequence[RootSummary], finals: Sequence
     cols: dict[str, list] = {k: [] for k in ("depth", "code", "parent", "counts", "estimate", "variance")}
     per_level = np.zeros(D + 1, dtype=np.int64)
     bad = {"negative": 0, "non_integer": 0, "inconsistent": 0, "invariant_violations": 0}
-    subs: list[Any] = part.read() if spec.reads_pins and part is not None else [None] * len(summaries)
+    subs: list[Any] = part.read() if spec.reads_part and part is not None else [None] * len(summaries)
     if len(subs) != len(summaries):
         raise SparseDPError("a part changed between measurement and release")
     given = given if given is not None else [[None] * len(spec.ups)] * len(summaries)
@@ -1021,7 +1019,7 @@ def topdown_scaleout(data: Any, out: str | Path, *, rho: float | None = None, ep
         ys_top = [None if lp.plan is None else lp.plan.measure(top_counts[d].ravel(), rng=gen, label=lp.label).y
                   for d, lp in enumerate(design.levels[:s])]
         spec = _Spec(design, s, tuple(unit_plan(lp) for lp in design.levels[s:]), tuple(pin_axes[s:]), weights,
-                     "topdown")
+                     "topdown", any(pin_axes[d] is not None and pin_values[d] is None for d in range(s + 1, len(levels))))
         index = [[gidx[(q, j)] for j in range(len(infos_by_part[q]))] for q in range(len(parts))]
         part_seeds = [[seeds[g] for g in idx] for idx in index]
         starts = [np.zeros(1, dtype=np.int64)]  # per level s .. depth, each subtree's first unit
