@@ -981,6 +981,10 @@ def topdown_scaleout(data: Any, out: str | Path, *, rho: float | None = None, ep
         top = _top_hierarchy(paths, levels, cells)
         skel = _skeleton(top, infos, levels)
         whole = _full_structure(top, infos, levels)  # public: units and parents, no count
+        infos = [replace(i, parents=()) for i in infos]  # the structure is held once, until planned
+        in_part = [len(x) for x in infos_by_part]
+        flat.clear()  # the per-part copies of the structure go too
+        infos_by_part.clear()
         design = _plan(whole, skel, _real_shape(top, infos, len(levels)), split, queries, workload, rho=rho,
                        epsilon=epsilon, noise=noise, invariants=invariants, secure=secure,
                        measure_invariants=measure_invariants, contributions_per_person=k)
@@ -1020,7 +1024,7 @@ def topdown_scaleout(data: Any, out: str | Path, *, rho: float | None = None, ep
                   for d, lp in enumerate(design.levels[:s])]
         spec = _Spec(design, s, tuple(unit_plan(lp) for lp in design.levels[s:]), tuple(pin_axes[s:]), weights,
                      "topdown", any(pin_axes[d] is not None and pin_values[d] is None for d in range(s + 1, len(levels))))
-        index = [[gidx[(q, j)] for j in range(len(infos_by_part[q]))] for q in range(len(parts))]
+        index = [[gidx[(q, j)] for j in range(in_part[q])] for q in range(len(parts))]
         part_seeds = [[seeds[g] for g in idx] for idx in index]
         starts = [np.zeros(1, dtype=np.int64)]  # per level s .. depth, each subtree's first unit
         for d in range(s + 1, len(levels)):
