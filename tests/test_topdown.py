@@ -7,6 +7,7 @@ noise is drawn or budget charged."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from fractions import Fraction
@@ -1329,3 +1330,29 @@ def test_command_line_workload_with_the_chunked_executor(tmp_path, capsys):
     assert main(args) == 2
     assert "not taken by the chunked release" in capsys.readouterr().err
     assert not (tmp_path / "chunked").exists()
+
+
+def test_a_totals_first_workload_rounds_the_totals_before_the_cells():
+    """A workload that reads the totals and not the cells: each unit's total is made an integer
+    first and its cells rounded to add up to it, so the released totals keep the accuracy the
+    design bought (the per-cell rounding splits each parent's cells among the children and loses
+    it); the counts are still non-negative integers that add up, the invariants exact."""
+    t = table(3, high=60)
+    truth = [c.sum(axis=1) for c in t.counts]
+    design = plan_topdown(t.hierarchy, rho=0.5, workload={"total": 1}, invariants=["state:total"])
+    assert design.totals_first == (True,) * 4 and design.describe()["totals_first"] == list(t.hierarchy.levels)
+    plain_rounding = dataclasses.replace(design, totals_first=())
+    err, err_cells_rounding, err_gls = [], [], []
+    for seed in range(6):
+        a = topdown(t, design=design, rng=seed, invariants=["state:total"])
+        b = topdown(t, design=plain_rounding, rng=seed, invariants=["state:total"])
+        assert a.check() == {"negative": 0, "non_integer": 0, "inconsistent": 0, "invariant_violations": 0}
+        err.append([np.abs(a.counts[d].sum(axis=1) - truth[d]).mean() for d in range(4)])
+        err_cells_rounding.append([np.abs(b.counts[d].sum(axis=1) - truth[d]).mean() for d in range(4)])
+        err_gls.append([np.abs(a.estimate[d].sum(axis=1) - truth[d]).mean() for d in range(4)])
+    err, err_cells_rounding, err_gls = (np.mean(e, axis=0) for e in (err, err_cells_rounding, err_gls))
+    assert np.all(err[2:] < 0.5 * err_cells_rounding[2:])  # the totals survive the rounding...
+    assert np.all(err[2:] < err_gls[2:] + 1.0)  # ...within about the rounding of the GLS totals
+    # a workload that reads the cells keeps the per-cell rounding
+    assert plan_topdown(t.hierarchy, rho=0.5).totals_first == (False,) * 4
+    assert plan_topdown(t.hierarchy, rho=0.5, split="equal", workload={"total": 1}).totals_first == ()

@@ -68,6 +68,7 @@ CONFIGS = [
     (dict(rho=0.7, queries={"cells": 2, "total": 1, "age": 1}, split=[2, 1, 1, 1], invariants=["state:total"]), 1),
     (dict(rho=0.6, queries={"cells": 3, "race": 1}, split=[1, 0, 1, 1]), 1),
     (dict(rho=0.5, invariants=["county:age", "state:total"]), "county"),  # transport rounding at the top
+    (dict(rho=0.5, workload={"total": 1}, invariants=["state:total"]), 1),  # totals rounded before cells
 ]
 
 

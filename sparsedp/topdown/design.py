@@ -41,7 +41,7 @@ from .gls import class_variances, shape_classes
 from .workload import Residual, key_axes, marginal_mix, parse_queries, parse_workload, query_key, query_name
 
 __all__ = ["QueryBlock", "LevelPlan", "TopDownDesign", "Invariant", "OptimalSplit", "SplitChoice", "optimal_split",
-           "chosen_shares", "plan_topdown", "person_sensitivity"]
+           "chosen_shares", "totals_first_levels", "plan_topdown", "person_sensitivity"]
 
 #: the 97.5% quantile of the standard normal: a 95% half-width is this many standard deviations
 _Z95 = 1.959963984540054
@@ -154,6 +154,9 @@ class TopDownDesign:
     basis: np.ndarray  # (cells, cells) orthonormal rows: the components
     split_choice: "SplitChoice | None" = None  # how the split was chosen, when split="optimal"
     contributions_per_person: int = 1  # cells of its unit one person may be counted in
+    #: per level, whether its units' totals are rounded before their cells (the workload reads the
+    #: level's totals and not its cells: the cells are then rounded to add up to those totals)
+    totals_first: tuple[bool, ...] = ()
 
     @property
     def split(self) -> tuple[float, ...]:
@@ -289,6 +292,7 @@ class TopDownDesign:
                            f"add or remove one person (up to {self.contributions_per_person} cells of one leaf unit, "
                            "hence of every level, by one each)"),
             "contributions_per_person": self.contributions_per_person,
+            "totals_first": [lp.name for lp, t in zip(self.levels, self.totals_first) if t],
         }
 
 
@@ -1076,7 +1080,9 @@ def plan_topdown(h: Hierarchy, *, rho: float | None = None, epsilon: float | Non
     skip = (noise == "gaussian") if measure_invariants is None else not bool(measure_invariants)
     levels = tuple(replace(_plan_level(h, d, budgets[d], qs[d], noise, bool(secure), pins[d] if skip else None, k),
                            skipped=skipped.get(d)) for d in range(h.depth + 1))
-    design = TopDownDesign(h, noise, bool(secure), total, levels, tuple(inv), h.cells.basis(), choice, k)
+    design = TopDownDesign(h, noise, bool(secure), total, levels, tuple(inv), h.cells.basis(), choice, k,
+                           totals_first_levels(h, workload if opt is None or opt.workload is None else opt.workload)
+                           if choice is not None else ())
     _check_identifiable(design)
     return design
 
@@ -1090,6 +1096,16 @@ def chosen_shares(h: Hierarchy, choice: SplitChoice, queries: Any = None) -> tup
     return (list(choice.level_shares),
             [{query_key(h.cells, m): f for m, f in q.items()} if q else {ax: w for ax, w in given[d]}
              for d, q in enumerate(choice.query_shares)])
+
+
+def totals_first_levels(h: Hierarchy, workload: Any) -> tuple[bool, ...]:
+    """Per level, whether the workload reads its totals (weight > 0) and not its cells (weight 0):
+    the release then rounds each unit's total before its cells (:func:`~sparsedp.topdown.release.round_level`),
+    so the accuracy the design bought for the totals survives the rounding."""
+    wl = parse_workload(h.cells, workload, h.depth + 1)
+    all_ax = h.cells.axes("cells")
+    return tuple(any(ax == () and u > 0 for ax, u in lev) and not any(ax == all_ax and u > 0 for ax, u in lev)
+                 for lev in wl)
 
 
 def _is_zero(w: Any) -> bool:

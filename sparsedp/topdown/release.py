@@ -220,15 +220,27 @@ def check_weights(weights: Any) -> str:
 
 
 def round_level(cells: CellDomain, d: int, est: np.ndarray, var: np.ndarray, pin: Pin | None,
-                parents: np.ndarray | None, above: np.ndarray | None, weights: str = "variance") -> np.ndarray:
+                parents: np.ndarray | None, above: np.ndarray | None, weights: str = "variance",
+                totals_first: bool = False) -> np.ndarray:
     """The non-negative integer counts of one level's units: the root (``d == 0``: ``parents`` and
     ``above`` unused) projected and rounded; below it, each parent's children (``parents``: their
     parent indices into ``above``, the parents' integer counts) projected onto ``{v >= 0, sum v =
     parent}`` per cell and rounded (with the level's invariant ``pin``, the transportation problem).
-    Per parent: the same for a family whether its level is rounded whole or by parts."""
+    ``totals_first`` (a level without invariant): each unit's total is made a non-negative integer
+    first (the children's totals adding up to their parent's, weighted by the sum of their cells'
+    variances), then its cells with that total as an exact row sum (the transportation problem,
+    slower: a linear program per block of families).  Per parent: the same for a family whether
+    its level is rounded whole or by parts."""
     w = _weights(var, weights)
     if pin is not None and pin[0] == cells.axes("cells"):
         return pin[1].astype(np.int64)
+    if pin is None and totals_first:
+        tot, tw = est.sum(axis=1, keepdims=True), _weights(var.sum(axis=1, keepdims=True), weights)
+        if d == 0:
+            pin = ((), np.maximum(np.rint(tot), 0.0).astype(np.int64))
+        else:
+            up = above.sum(axis=1, keepdims=True)  # type: ignore[union-attr]
+            pin = ((), round_children(project_children(tot, tw, parents, up), parents, up))
     if d == 0:
         if pin is None:
             return np.maximum(np.rint(est), 0.0).astype(np.int64)
@@ -250,7 +262,8 @@ def integer_counts(design: TopDownDesign, estimate: Sequence[np.ndarray], varian
     out: list[np.ndarray] = []
     for d in range(h.depth + 1):
         out.append(round_level(h.cells, d, estimate[d], variance[d], pins[d], h.parents[d] if d else None,
-                               out[d - 1] if d else None, weights))
+                               out[d - 1] if d else None, weights,
+                               bool(design.totals_first[d]) if design.totals_first else False))
     return tuple(out)
 
 

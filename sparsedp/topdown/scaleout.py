@@ -84,6 +84,7 @@ from .design import (
     TopDownDesign,
     _optimal_spec,
     chosen_shares,
+    totals_first_levels,
     optimal_split,
     pinned_axes,
     plan_topdown,
@@ -617,7 +618,8 @@ def release_part(spec: _Spec, summaries: Sequence[RootSummary], finals: Sequence
             ups[i - 1] = var[i - 1] = None  # done with the level above: free it
             ec, vc = to_cells(spec.design, est, v)
             del v
-            ci = round_level(cells, s + i, ec, vc, pins[i], h.parents[i], counts, spec.weights)
+            ci = round_level(cells, s + i, ec, vc, pins[i], h.parents[i], counts, spec.weights,
+                             bool(spec.design.totals_first[s + i]) if spec.design.totals_first else False)
             for d_inv, ax in spec.design.invariants:  # each invariant checked at its own level
                 if d_inv == s + i:
                     want = _project_values(cells, pins[i][1], pins[i][0], ax)
@@ -778,7 +780,8 @@ def _plan(h_full: Hierarchy, skel: Hierarchy, shape: list[tuple[int, int]], spli
     design = plan_topdown(skel, split=shares, queries=qs, shape=shape, **common)
     skipped = dict(choice.skipped)
     levels = tuple(replace(lp, skipped=skipped.get(lp.depth)) for lp in design.levels)
-    return replace(design, levels=levels, split_choice=choice)
+    return replace(design, levels=levels, split_choice=choice,
+                   totals_first=totals_first_levels(skel, opt.workload if opt.workload is not None else workload))
 
 
 def _resolve_pins(h: Hierarchy, top_counts: Sequence[np.ndarray], design: TopDownDesign, invariants: Sequence[Any],
@@ -1072,7 +1075,8 @@ def topdown_scaleout(data: Any, out: str | Path, *, rho: float | None = None, ep
             est_c.append(ec)
             var_c.append(vc)
             counts.append(round_level(cells, d, ec, vc, pins[d], top.parents[d] if d else None,
-                                      counts[d - 1] if d else None, weights))
+                                      counts[d - 1] if d else None, weights,
+                                      bool(design.totals_first[d]) if design.totals_first else False))
         top_bad = {"negative": int(sum((c < 0).sum() for c in counts)), "non_integer": 0,
                    "inconsistent": int(sum((top.children_sum(d, counts[d + 1]) != counts[d]).sum() for d in range(s)))}
         inv_bad = 0
