@@ -208,7 +208,14 @@ def shape_classes(h: Hierarchy) -> ShapeClasses:
     """:class:`ShapeClasses` of ``h``: classes bottom-up (a unit's class is its leaf flag and the
     multiset of its children's classes, identified by two independent 64-bit sums of fixed random
     keys per child class -- a collision needs two different multisets to agree on 128 bits), then
-    contexts top-down (one per parent context and child class)."""
+    contexts top-down (one per parent context and child class).  Computed once per hierarchy
+    (cached on it: the shape is immutable)."""
+    if "shape_classes" not in h._cache:
+        h._cache["shape_classes"] = _shape_classes(h)
+    return h._cache["shape_classes"]
+
+
+def _shape_classes(h: Hierarchy) -> ShapeClasses:
     D = h.depth
     keys = np.random.default_rng(0x5eed).integers(1, 2**63 - 1, size=(2, h.units + 2), dtype=np.int64).view(np.uint64)
     cls: list[np.ndarray] = [None] * (D + 1)  # type: ignore[list-item]
