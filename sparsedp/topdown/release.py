@@ -122,26 +122,40 @@ def resolve_invariants(table: HierarchicalTable, design: TopDownDesign,
             for e in range(d + 1):
                 per_level[e].append((axes, cells.marginal(table.counts[e], axes)))
             continue
-        vals = _explicit_values(spec, h, d, axes)
-        for e in range(d, -1, -1):
-            per_level[e].append((axes, vals))
-            if e:
-                vals = h.children_sum(e - 1, vals)
+        push_explicit(per_level, spec, h, d, axes)
     pins = pinned_axes(design)
     out: list[Pin | None] = []
     for d in range(h.depth + 1):
         if pins[d] is None:
             out.append(None)
             continue
-        finest = pins[d]
-        ref = next(v for ax, v in per_level[d] if ax == finest)
-        for ax, v in per_level[d]:
-            if not np.array_equal(_project_values(cells, ref, finest, ax), v):
-                raise InfeasibleConstraintsError(
-                    f"the invariants disagree at level {h.levels[d]!r}: {cells.marginal_name(ax)!r} is not the "
-                    f"sum of {cells.marginal_name(finest)!r} (or of the level below)")
-        out.append((finest, ref))
+        out.append((pins[d], agreed_values(cells, h.levels[d], pins[d], per_level[d])))
     return out
+
+
+def push_explicit(per_level: list[list[tuple[tuple[int, ...], np.ndarray]]], spec: Invariant, h: Hierarchy, d: int,
+                  axes: tuple[int, ...]) -> None:
+    """An invariant's explicit values (checked, :func:`_explicit_values`) at its level ``d`` and,
+    summed up, at every level above, appended to ``per_level``."""
+    vals = _explicit_values(spec, h, d, axes)
+    for e in range(d, -1, -1):
+        per_level[e].append((axes, vals))
+        if e:
+            vals = h.children_sum(e - 1, vals)
+
+
+def agreed_values(cells: CellDomain, level: str, finest: tuple[int, ...],
+                  entries: Sequence[tuple[tuple[int, ...], np.ndarray]]) -> np.ndarray:
+    """The values of the ``finest`` invariant marginal at a level, checked to determine every other
+    invariant's values there (``entries``: ``(axes, values)``); raises
+    :class:`~sparsedp.errors.InfeasibleConstraintsError` when they disagree."""
+    ref = next(v for ax, v in entries if ax == finest)
+    for ax, v in entries:
+        if not np.array_equal(_project_values(cells, ref, finest, ax), v):
+            raise InfeasibleConstraintsError(
+                f"the invariants disagree at level {level!r}: {cells.marginal_name(ax)!r} is not the "
+                f"sum of {cells.marginal_name(finest)!r} (or of the level below)")
+    return ref
 
 
 # -- post-processing ---------------------------------------------------------------------------------

@@ -64,7 +64,6 @@ import numpy as np
 
 from .. import noise as _noise
 from ..errors import (
-    InfeasibleConstraintsError,
     InputBoundError,
     InvalidPrivacyParameterError,
     ShapeError,
@@ -100,13 +99,14 @@ from .hierarchy import (
 )
 from .release import (
     TopDownRelease,
+    agreed_values,
     charge_levels,
     check_weights,
     own_level,
+    push_explicit,
     resolve_contributions,
     round_level,
     to_cells,
-    _explicit_values,
     _project_values,
 )
 from .subtrees import measure_units, noise_seeds, stream, subtree_ranges, unit_plan
@@ -801,23 +801,13 @@ def _resolve_pins(h: Hierarchy, top_counts: Sequence[np.ndarray], design: TopDow
             for e in range(min(d, s) + 1):
                 per_level[e].append((axes, cells.marginal(top_counts[e], axes)))
             continue
-        vals = _explicit_values(spec, h, d, axes)
-        for e in range(d, -1, -1):
-            per_level[e].append((axes, vals))
-            if e:
-                vals = h.children_sum(e - 1, vals)
+        push_explicit(per_level, spec, h, d, axes)
     out: list[np.ndarray | None] = []
     for d, finest in enumerate(pinned_axes(design)):
         if finest is None or not per_level[d]:
             out.append(None)
             continue
-        ref = next(v for ax, v in per_level[d] if ax == finest)
-        for ax, v in per_level[d]:
-            if not np.array_equal(_project_values(cells, ref, finest, ax), v):
-                raise InfeasibleConstraintsError(
-                    f"the invariants disagree at level {h.levels[d]!r}: {cells.marginal_name(ax)!r} is not the "
-                    f"sum of {cells.marginal_name(finest)!r} (or of the level below)")
-        out.append(ref)
+        out.append(agreed_values(cells, h.levels[d], finest, per_level[d]))
     return out
 
 
