@@ -401,12 +401,15 @@ def test_command_line_with_dask(tmp_path, capsys):
             "--rho", "0.5", "--workload", "cells:1,total:2", "--invariant", "county:total"]
     args = parser.parse_args(base + ["--out", str(tmp_path / "r.npz")])
     assert args.func(args) == 0
-    in_process = _error_lines(capsys.readouterr().out)
+    first = capsys.readouterr().out
+    in_process = _error_lines(first)
     args = parser.parse_args(base + ["--executor", "dask", "--workers", "1", "--out", str(tmp_path / "rel")])
     assert args.func(args) == 0
     printed = capsys.readouterr().out
     assert "chunked by state" in printed
     assert len(in_process) == 6 and _error_lines(printed) == in_process  # the same error table, per level
+    # and the same design table, printed from what the chunked release recorded (no second plan)
+    assert _design_lines(printed) == _design_lines(first) and len(_design_lines(first)) > 4
     a, b = load_topdown(tmp_path / "r.npz"), load_topdown(tmp_path / "rel")
     for x, y in zip(a.counts, b.counts):
         assert np.array_equal(x, y)
@@ -416,6 +419,14 @@ def test_command_line_with_dask(tmp_path, capsys):
         args = parser.parse_args(base + bad)
         with pytest.raises(SparseDPError):
             args.func(args)
+
+
+def _design_lines(printed):
+    """The lines of the printed design table (its title and the indented lines after it)."""
+    lines = printed.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("design by level"))
+    end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith("  "))
+    return lines[start:end]
 
 
 def _error_lines(printed):

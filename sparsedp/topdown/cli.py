@@ -56,7 +56,7 @@ from ..privacy import Accountant
 from ..privacy_unit_cli import add_unit_arguments, id_warnings_on_stderr, unit_from_args
 from ..release_file import release_record
 from .design import plan_topdown
-from .hierarchy import HierarchicalTable, Hierarchy, read_table
+from .hierarchy import Hierarchy, read_table
 from .release import topdown
 from .units import read_records, with_bound_choice
 
@@ -189,12 +189,10 @@ def run(args: argparse.Namespace) -> int:
               f"{args.executor}, chunked by {crel.description['subtree_level']}; invariants: "
               f"{', '.join(args.invariant or ()) or 'none'}; violations: {crel.check()}")
         _print_notices(crel.description)
-        hierarchy = source.hierarchy if isinstance(source, HierarchicalTable) else None
-        try:
-            design = chunked_design(crel, hierarchy, rho=args.rho, epsilon=args.epsilon, split=split,
-                                    invariants=list(args.invariant or ()), **plan_args)
-            print(design_table(design))
-            print(error_table(design))
+        try:  # from what the release recorded: no second plan on the driver
+            print(design_table(crel.description))
+            print(chunked_error_table(crel, None, rho=args.rho, epsilon=args.epsilon, split=split,
+                                      invariants=list(args.invariant or ()), **plan_args))
         except SparseDPError as exc:  # the release is written and charged: say why the table is missing
             print(f"note: {exc}")
         print(f"--out: {out}")
@@ -260,15 +258,16 @@ def design_table(design: Any) -> str:
     it is not measured; then, when the design was optimised for a workload
     (:attr:`~sparsedp.topdown.design.TopDownDesign.split_choice`), that level's workload terms with
     their weights and the predicted expected mean absolute error per marginal cell of the GLS
-    estimate next to the plain design's (the equal split measuring each level's cells)."""
-    desc = design.describe()
-    unit = "rho" if design.noise == "gaussian" else "epsilon"
-    choice = design.split_choice
+    estimate next to the plain design's (the equal split measuring each level's cells).  ``design``:
+    a design, or a release's description (what :meth:`TopDownDesign.describe` wrote: a chunked
+    release keeps that, not its design)."""
+    desc = design.describe() if hasattr(design, "describe") else design
+    unit = "rho" if desc["noise"] == "gaussian" else "epsilon"
+    choice = desc.get("split_choice")
     terms: dict[str, list[str]] = {}
-    if choice is not None:
-        for (lev, marg), w, e, e0 in zip(choice.terms, choice.term_weights, choice.predicted_term_mae,
-                                         choice.plain_term_mae):
-            terms.setdefault(lev, []).append(f"{marg} (weight {w:g}) {e:.3g} (plain {e0:.3g})")
+    for t in (choice or {}).get("workload", ()):
+        terms.setdefault(t["level"], []).append(
+            f"{t['marginal']} (weight {t['weight']:g}) {t['predicted_gls_mae']:.3g} (plain {t['plain_design_mae']:.3g})")
     skipped = {item["level"]: item["reason"] for item in desc["skipped"]}
     width = max(len(lv["level"]) for lv in desc["levels"]) + 1
     how = ("optimised for the workload" if choice is not None else "budget split as given")
