@@ -691,7 +691,7 @@ def optimal_split(h: Hierarchy, *, rho: float | None = None, epsilon: float | No
     lw = _check_spec(h, spec)
     D1 = h.depth + 1
     wl = parse_workload(h.cells, spec.workload if spec.workload is not None else workload, D1)
-    kind = "laplace" if (noise == "laplace" or (noise is None and epsilon is not None and rho is None)) else "gaussian"
+    kind = noise_kind(noise, rho, epsilon)
     common = dict(rho=rho, epsilon=epsilon, noise=noise, invariants=invariants, secure=secure,
                   measure_invariants=measure_invariants, contributions_per_person=contributions_per_person,
                   shape=list(shape) if shape is not None else real_shape(h))
@@ -700,7 +700,7 @@ def optimal_split(h: Hierarchy, *, rho: float | None = None, epsilon: float | No
     start = queries if queries is not None else _candidate_queries(h, wl, kind, spec.family)
     mini = miniature(h)  # the reference plans need one unit per kind of unit: plan them small
     ref = plan_topdown(mini, split="equal", queries=start, **common)
-    pins = _pinned(h, [(h.level_index(iv.level), h.cells.axes(iv.marginal)) for iv in map(Invariant.parse, invariants)])
+    pins = pinned_axes(ref)  # the reference plan parsed the invariants (its levels are h's)
     # a marginal the invariants publish exactly at a level has no error there, and a level without
     # information (a twin of the next) has its twin's errors: neither is a term
     live = [(d, ax, u * lw[d]) for d in range(D1) for ax, u in wl[d]
@@ -1033,8 +1033,7 @@ def plan_topdown(h: Hierarchy, *, rho: float | None = None, epsilon: float | Non
     weight goes to the other levels, so the whole budget is spent (``design.spent``);
     ``design.notices()`` names it."""
     k = check_contributions(contributions_per_person)
-    if noise is None:
-        noise = "laplace" if epsilon is not None and rho is None else "gaussian"
+    noise = noise_kind(noise, rho, epsilon)
     if noise not in ("gaussian", "laplace"):
         raise SparseDPError(f"noise must be 'gaussian' or 'laplace', got {noise!r}")
     if noise == "gaussian":
@@ -1106,6 +1105,14 @@ def totals_first_levels(h: Hierarchy, workload: Any) -> tuple[bool, ...]:
     all_ax = h.cells.axes("cells")
     return tuple(any(ax == () and u > 0 for ax, u in lev) and not any(ax == all_ax and u > 0 for ax, u in lev)
                  for lev in wl)
+
+
+def noise_kind(noise: str | None, rho: float | None, epsilon: float | None) -> str:
+    """The noise a release draws: ``noise`` when given, else discrete Laplace for an ``epsilon``
+    alone and discrete Gaussian otherwise (checked by :func:`plan_topdown`)."""
+    if noise is not None:
+        return noise
+    return "laplace" if epsilon is not None and rho is None else "gaussian"
 
 
 def _is_zero(w: Any) -> bool:

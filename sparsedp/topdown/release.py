@@ -55,7 +55,7 @@ from .subtrees import (
     subtree_ranges,
     unit_plan,
 )
-from .units import declared_unit, design_unit_charge, plan_for_unit, unit_cost, unit_description, unit_entry
+from .units import declared_unit, design_unit_charge, level_costs, plan_for_unit, unit_description, unit_entry
 from .rounding import (
     project_children,
     project_marginal,
@@ -587,8 +587,7 @@ def topdown(table: HierarchicalTable, *, rho: float | None = None, epsilon: floa
     if accountant is not None:
         if not isinstance(accountant, Accountant):
             raise InvalidPrivacyParameterError(f"accountant must be an Accountant, got {type(accountant).__name__}")
-        accountant.check_all([lp.plan.cost if pu is None else unit_cost(lp.plan.cost, pu, design.noise)
-                              for lp in design.measured])
+        accountant.check_all(level_costs(design, pu))
     for c in table.counts:  # the checks every plan makes, for all levels before the first charge
         if c.size and (c.min() < 0 or float(c.max()) > MAX_MAGNITUDE):  # pragma: no cover - checked on construction
             raise NegativeCountError("counts must be non-negative integers below 2^50")

@@ -110,6 +110,7 @@ from .release import (
     _project_values,
 )
 from .subtrees import measure_units, noise_seeds, stream, subtree_ranges, unit_plan
+from .units import level_costs
 
 __all__ = ["SubtreeData", "TableSource", "ParquetSource", "SyntheticNation", "ChunkedTopDownRelease",
            "topdown_scaleout", "load_chunked", "split_subtrees", "full_error_summary", "MANIFEST"]
@@ -992,7 +993,7 @@ def topdown_scaleout(data: Any, out: str | Path, *, rho: float | None = None, ep
         del whole
         timings["plan"] = time.perf_counter() - t0  # the design and its errors (data-free), the invariants
         if accountant is not None:  # the exact sum of the levels' charges (a float sum may round above it)
-            accountant.check_all([lp.plan.cost for lp in design.measured])
+            accountant.check_all(level_costs(design, None))
         n_s = len(infos)
         top_seed, seeds = noise_seeds(rng, n_s)
         seeded = rng is not None

@@ -42,8 +42,9 @@ from ..errors import SparseDPError
 from ..privacy import LedgerEntry, PrivacyCost, sequential
 from ..privacy_unit import PrivacyUnit, scaled_up
 from ..validation import budget_fraction
+from .design import noise_kind
 
-__all__ = ["declared_unit", "per_record_budget", "plan_for_unit", "design_unit_cost", "design_unit_charge", "unit_cost", "unit_entry",
+__all__ = ["declared_unit", "per_record_budget", "plan_for_unit", "design_unit_charge", "level_costs", "unit_cost", "unit_entry",
            "unit_description", "resolve_records_unit", "with_bound_choice", "read_unit_ids", "probe_unit",
            "read_records"]
 
@@ -76,7 +77,7 @@ def plan_for_unit(plan: Callable[[float | None, float | None], Any], unit: Priva
     (:func:`per_record_budget`), lowered by a float step while the levels' costs, each rounded up
     when made per unit, would add up to more than the budget.  A budget the planner refuses is
     passed on as given (its error names it)."""
-    kind = noise or ("laplace" if epsilon is not None and rho is None else "gaussian")
+    kind = noise_kind(noise, rho, epsilon)
     budget = epsilon if kind == "laplace" else rho
     if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not math.isfinite(budget) or budget <= 0:
         return plan(rho, epsilon)
@@ -89,17 +90,18 @@ def plan_for_unit(plan: Callable[[float | None, float | None], Any], unit: Priva
     raise SparseDPError("cannot fit the per-unit cost in the budget")  # pragma: no cover - a float step suffices
 
 
-def design_unit_cost(design: Any, unit: PrivacyUnit) -> PrivacyCost:
-    """What a per-record design costs one unit: its measured levels' costs made per unit, added."""
-    return sequential(*(unit_cost(lp.plan.cost, unit, design.noise) for lp in design.measured))
-
-
 def design_unit_charge(design: Any, unit: PrivacyUnit) -> Fraction:
     """What an :class:`~sparsedp.privacy.Accountant` charges one unit for the design, exactly: the
     sum of each measured level's per-unit cost as the number it reads (a float sum of the costs
     can round above it)."""
-    costs = (unit_cost(lp.plan.cost, unit, design.noise) for lp in design.measured)
-    return sum((budget_fraction(c.epsilon if design.noise == "laplace" else c.rho) for c in costs), Fraction(0))
+    return sum((budget_fraction(c.epsilon if design.noise == "laplace" else c.rho) for c in level_costs(design, unit)),
+               Fraction(0))
+
+
+def level_costs(design: Any, unit: PrivacyUnit | None) -> list[PrivacyCost]:
+    """What each measured level of ``design`` charges, in order: its plan's cost, made per unit
+    (:func:`unit_cost`) when ``unit`` is given."""
+    return [lp.plan.cost if unit is None else unit_cost(lp.plan.cost, unit, design.noise) for lp in design.measured]
 
 
 def unit_cost(cost: PrivacyCost, unit: PrivacyUnit, noise: str) -> PrivacyCost:
