@@ -74,11 +74,24 @@ class Steps:
         return out
 
 
+def _reports(steps: Steps, rel):
+    """error_report -> confidence_intervals (twice: the second reuses the report): what a user
+    reads first, on a live release or a ReleaseResult."""
+    rep = steps("error_report", rel.error_report)
+    steps("confidence_intervals", rel.confidence_intervals)
+    steps("confidence_intervals again", rel.confidence_intervals)
+    return rep
+
+
 def _query_roundtrip(steps: Steps, rel, tmp: Path, rows: slice) -> dict:
     """to_release -> save -> load -> query: the shared tail of every kind."""
+    return _save_load_query(steps, steps("to_release", rel.to_release), tmp, rows)
+
+
+def _save_load_query(steps: Steps, rr, tmp: Path, rows: slice) -> dict:
+    """save -> load -> query of a ReleaseResult ``rr``."""
     import sparsedp
 
-    rr = steps("to_release", rel.to_release)
     path = steps("save", rr.save, tmp / "release.npz")
     loaded = steps("load_release", sparsedp.load_release, path)
     table = steps("query (rows + intervals)", loaded.table, 0.95, "auto", rows)
@@ -99,9 +112,7 @@ def run_prefix(log_n: int, tmp: Path, noise: str = "laplace") -> dict:
     budget = {"epsilon": 1} if noise == "laplace" else {"rho": 1, "noise": noise}
     mech = steps("plan (MatrixMechanism)", sparsedp.MatrixMechanism, W, res.strategy, **budget)
     rel = steps("run", mech.run, x)
-    rep = steps("error_report", rel.error_report)
-    steps("confidence_intervals", rel.confidence_intervals)
-    steps("confidence_intervals again", rel.confidence_intervals)
+    rep = _reports(steps, rel)
     tail = _query_roundtrip(steps, rel, tmp, slice(n // 2, n // 2 + 1000))
     total = float(np.sum(tail["release"].variances))
     opt = float(res.error.total)
@@ -128,9 +139,7 @@ def run_histogram(log_n: int, tmp: Path) -> dict:
     x = rng.integers(0, 100, n)
     mech = steps("plan (MatrixMechanism)", sparsedp.MatrixMechanism, W, strategies.hierarchical(n, 16), epsilon=1)
     rel = steps("run", mech.run, x)
-    rep = steps("error_report", rel.error_report)
-    steps("confidence_intervals", rel.confidence_intervals)
-    steps("confidence_intervals again", rel.confidence_intervals)
+    rep = _reports(steps, rel)
     tail = _query_roundtrip(steps, rel, tmp, slice(0, 1000))
     return {"kind": "histogram", "n": n, "strategy": "hierarchical(k=16)", "queries": int(pairs.shape[0]),
             "solver": rel.reconstruction.solver, "report_method": rep.method,
@@ -145,7 +154,6 @@ def run_topdown(log_n: int, tmp: Path) -> dict:
     """The 2020 voting-district table (157,050 districts x 16 cells; ``log_n`` unused): read ->
     ``topdown(rho=1)`` -> to_release -> report -> intervals -> save -> load -> the last 1,600
     answers (100 districts x 16 cells)."""
-    import sparsedp
     from sparsedp.topdown import read_table, topdown
 
     steps = Steps()
@@ -153,23 +161,17 @@ def run_topdown(log_n: int, tmp: Path) -> dict:
                   attributes=("age", "race"), root="nation")
     rel = steps("topdown (rho = 1)", topdown, table, rho=1.0, rng=np.random.default_rng(0))
     rr = steps("to_release", rel.to_release)
-    rep = steps("error_report", rr.error_report)
-    steps("confidence_intervals", rr.confidence_intervals)
-    steps("confidence_intervals again", rr.confidence_intervals)
-    path = steps("save", rr.save, tmp / "release.npz")
-    loaded = steps("load_release", sparsedp.load_release, path)
-    n = len(loaded)
-    table_rows = steps("query (rows + intervals)", loaded.table, 0.95, "auto", slice(n - 1600, n))
+    rep = _reports(steps, rr)
+    n = len(rr)
+    tail = _save_load_query(steps, rr, tmp, slice(n - 1600, n))
     return {"kind": "topdown", "n": n, "strategy": "TopDown, 4 levels", "report_method": rep.method,
-            "variance_method": rr.variance_method, "file_mib": round(path.stat().st_size / 2**20, 1),
-            "loaded_equal": bool(np.array_equal(np.asarray(loaded.answers), np.asarray(rr.answers))),
-            "query_rows": int(table_rows["answer"].size), "steps": steps.rows}
+            "variance_method": rr.variance_method, "file_mib": tail["file_mib"], "loaded_equal": tail["loaded_equal"],
+            "query_rows": tail["query_rows"], "steps": steps.rows}
 
 
 def run_marginals(log_n: int, tmp: Path) -> dict:
     """All 2- and 3-way marginals of 4 attributes of 100 values (``log_n`` unused), 10^6 synthetic
     records, ``rho = 1/2``: release -> report -> intervals -> to_release -> save -> load -> query."""
-    import sparsedp
     from sparsedp.marginals import Domain, marginals_up_to, release_marginals, synthetic_records
 
     steps = Steps()
@@ -178,17 +180,11 @@ def run_marginals(log_n: int, tmp: Path) -> dict:
     work = [S for S in marginals_up_to(dom, 3) if len(S) >= 2]
     rel = steps("release_marginals (rho = 1/2)", release_marginals, X, dom, work, 0.5)
     rr = steps("to_release", rel.to_release)
-    rep = steps("error_report", rr.error_report)
-    steps("confidence_intervals", rr.confidence_intervals)
-    steps("confidence_intervals again", rr.confidence_intervals)
-    path = steps("save", rr.save, tmp / "release.npz")
-    loaded = steps("load_release", sparsedp.load_release, path)
-    table_rows = steps("query (rows + intervals)", loaded.table, 0.95, "auto", slice(0, 10_000))
-    return {"kind": "marginals", "n": len(loaded), "strategy": f"residuals of {len(work)} marginals, 4 x 100",
-            "report_method": rep.method, "variance_method": rr.variance_method,
-            "file_mib": round(path.stat().st_size / 2**20, 1),
-            "loaded_equal": bool(np.array_equal(np.asarray(loaded.answers), np.asarray(rr.answers))),
-            "query_rows": int(table_rows["answer"].size), "steps": steps.rows}
+    rep = _reports(steps, rr)
+    tail = _save_load_query(steps, rr, tmp, slice(0, 10_000))
+    return {"kind": "marginals", "n": len(rr), "strategy": f"residuals of {len(work)} marginals, 4 x 100",
+            "report_method": rep.method, "variance_method": rr.variance_method, "file_mib": tail["file_mib"],
+            "loaded_equal": tail["loaded_equal"], "query_rows": tail["query_rows"], "steps": steps.rows}
 
 
 KINDS = {"prefix": run_prefix, "prefix-gaussian": run_prefix_gaussian, "histogram": run_histogram,
