@@ -688,7 +688,6 @@ def test_audit_of_the_measurement_of_all_levels(states, skipped, kw):
 @pytest.mark.parametrize("kw, error", [
     (dict(invariants=[Invariant("vtd", "total", "ones")]), UnsupportedStructureError),  # county leaves above
     (dict(invariants=[Invariant("state", "total", np.array([1, 2]))]), ShapeError),
-    (dict(invariants=["state:age", "county:race"]), UnsupportedStructureError),
     (dict(invariants=["tract:total"]), ShapeError),
     (dict(invariants=["state:sex"]), ShapeError),
     (dict(split=[1, 1, 0, 1]), SparseDPError),  # the counties with no districts are leaves

@@ -224,15 +224,13 @@ class TopDownDesign:
 
         h = self.hierarchy
         C = h.cells.size
-        comp = h.cells.component_attributes()
-        pins = pinned_axes(self)
+        pins = pinned_marginals(self)
         own, own_var = [], []
         for d in range(h.depth + 1):
             info = self.information(d) if self.levels[d].plan is not None else np.zeros(C)
             with np.errstate(divide="ignore"):
                 v = np.broadcast_to(np.where(info > 0, 1.0 / info, np.inf), (h.sizes[d], C)).copy()
-            if pins[d] is not None:
-                v[:, [set(a) <= set(pins[d]) for a in comp]] = 0.0
+            v[:, pinned_components(h.cells, pins[d])] = 0.0
             own.append(np.zeros((h.sizes[d], C)))
             own_var.append(v)
         return tuple(hierarchy_gls(h, own, own_var).variance)
@@ -505,7 +503,7 @@ class _LevelErrorModel:
         else:
             self.g = (lambda u: np.array([discrete_gaussian_variance(float(t)) for t in u])) if ref.secure else (
                 lambda u: u * u)
-        pins = pinned_axes(ref)
+        pins = pinned_marginals(ref)
         blocks, coef, u0, beta0 = [], [], [], []
         for lp in ref.levels:
             for b, var in zip(lp.blocks, lp.block_variances()):
@@ -523,8 +521,7 @@ class _LevelErrorModel:
         self.u0, self.beta0 = np.array(u0), np.array(beta0)
         self.g0 = self.g(self.u0)
         coef_m = np.array(coef).reshape(len(blocks), C)
-        pinned = np.array([[pins[d] is not None and set(a) <= set(pins[d]) for a in comp]
-                           for d in range(h.depth + 1)])
+        pinned = np.array([pinned_components(h.cells, pins[d]) for d in range(h.depth + 1)])
         sig = np.concatenate([coef_m, pinned.astype(np.float64)], axis=0).T  # (C, blocks + levels)
         _, first, group = np.unique(sig, axis=0, return_index=True, return_inverse=True)
         group = np.asarray(group).reshape(-1)
@@ -700,11 +697,11 @@ def optimal_split(h: Hierarchy, *, rho: float | None = None, epsilon: float | No
     start = queries if queries is not None else _candidate_queries(h, wl, kind, spec.family)
     mini = miniature(h)  # the reference plans need one unit per kind of unit: plan them small
     ref = plan_topdown(mini, split="equal", queries=start, **common)
-    pins = pinned_axes(ref)  # the reference plan parsed the invariants (its levels are h's)
+    pins = pinned_marginals(ref)  # the reference plan parsed the invariants (its levels are h's)
     # a marginal the invariants publish exactly at a level has no error there, and a level without
     # information (a twin of the next) has its twin's errors: neither is a term
     live = [(d, ax, u * lw[d]) for d in range(D1) for ax, u in wl[d]
-            if u * lw[d] > 0 and (pins[d] is None or not set(ax) <= set(pins[d])) and ref.levels[d].skipped is None]
+            if u * lw[d] > 0 and not _inside(ax, pins[d]) and ref.levels[d].skipped is None]
     if not live:
         raise SparseDPError("nothing to measure: the invariants publish every marginal of the workload exactly")
     terms = [(d, ax) for d, ax, _ in live]
@@ -918,22 +915,24 @@ def _largest_set_norm(rows: np.ndarray, k: int, p: int) -> float | None:
     return best * (1.0 + 2.0**-40)
 
 
-def _block_components(cells: CellDomain, key: Any, pinned: tuple[int, ...] | None) -> tuple[int, ...] | None:
+def _block_components(cells: CellDomain, key: Any, pinned: Marginals | None) -> tuple[int, ...] | None:
     """The basis components a strategy query measures directly (``None``: a marginal, measured as
     its sums): a residual's components (those whose contrast set is its ``axes``), or the cells'
-    components that the ``pinned`` invariant marginal does not determine."""
+    components that the ``pinned`` invariant marginals (the level's, :func:`pinned_marginals`) do
+    not determine."""
     comp = cells.component_attributes()
     if isinstance(key, Residual):
         return tuple(k for k, a in enumerate(comp) if a == key.axes)
-    if pinned is not None and tuple(key) == cells.axes("cells"):
-        return tuple(k for k, a in enumerate(comp) if not set(a) <= set(pinned))
+    if pinned and tuple(key) == cells.axes("cells"):
+        return tuple(int(k) for k in np.flatnonzero(~pinned_components(cells, pinned)))
     return None
 
 
 def _plan_level(h: Hierarchy, d: int, budget: float, queries: list[tuple[tuple[int, ...], Any]], noise: str,
-                secure: bool, pinned: tuple[int, ...] | None, contributions: int = 1) -> LevelPlan:
-    """The plan of level ``d``.  ``pinned``: the invariant marginal at this level when its
-    components are not to be measured (the cells query then measures the other components only).
+                secure: bool, pinned: Marginals | None, contributions: int = 1) -> LevelPlan:
+    """The plan of level ``d``.  ``pinned``: the invariant marginals at this level
+    (:func:`pinned_marginals`) when their components are not to be measured (the cells query then
+    measures the other components only).
     ``contributions``: cells of a unit one person may be counted in; above 1 every query's scale
     is calibrated to :func:`person_sensitivity` within its share of the level's budget."""
     cells = h.cells
@@ -954,7 +953,7 @@ def _plan_level(h: Hierarchy, d: int, budget: float, queries: list[tuple[tuple[i
         axes = key_axes(ax)
         m = len(comps) if comps is not None else cells.marginal_size(axes)
         name = (query_name(cells, ax) if comps is None or isinstance(ax, Residual)
-                else f"cells | {cells.marginal_name(pinned)}")
+                else f"cells | {' & '.join(cells.marginal_name(p) for p in pinned or ())}")
         blocks.append(QueryBlock(axes, name, b, start, m, comps, query_name(cells, ax)))
         start += n * m
     if not blocks:
@@ -1057,7 +1056,7 @@ def plan_topdown(h: Hierarchy, *, rho: float | None = None, epsilon: float | Non
     for spec in invariants:
         iv = Invariant.parse(spec)
         inv.append((h.level_index(iv.level), h.cells.axes(iv.marginal)))
-    pins = _pinned(h, inv)
+    pins = _pinned_marginals(h, inv)
     qs = _informative_queries(h, parse_queries(h.cells, queries, h.depth + 1), pins)
     given = _level_weights(h, split)
     # the optimiser's reference plan found the levels without information; a zero share it chose
@@ -1123,19 +1122,15 @@ def _is_zero(w: Any) -> bool:
 
 
 def _informative_queries(h: Hierarchy, qs: list[list[tuple[tuple[int, ...], Any]]],
-                         pins: Sequence[tuple[int, ...] | None]) -> list[list[tuple[tuple[int, ...], Any]]]:
-    """Per level, its queries without those the level's invariants determine (a marginal inside the
+                         pins: Sequence[Marginals]) -> list[list[tuple[tuple[int, ...], Any]]]:
+    """Per level, its queries without those the level's invariants determine (a marginal inside a
     pinned one: measuring it would spend budget on values published exactly); the level's budget
     is then shared among the others."""
-    out = []
-    for d, q in enumerate(qs):
-        pin = pins[d]
-        out.append([(ax, w) for ax, w in q if pin is None or not set(key_axes(ax)) <= set(pin)])
-    return out
+    return [[(ax, w) for ax, w in q if not _inside(key_axes(ax), pins[d])] for d, q in enumerate(qs)]
 
 
 def uninformative_levels(h: Hierarchy, qs: Sequence[Sequence[tuple[tuple[int, ...], Any]]],
-                         pins: Sequence[tuple[int, ...] | None],
+                         pins: Sequence[Marginals],
                          shape: Sequence[tuple[int, int]] | None = None,
                          weighted: Sequence[bool] | None = None) -> dict[int, str]:
     """The levels that carry no information, ``{depth: why}``, from the public design only (the
@@ -1156,7 +1151,7 @@ def uninformative_levels(h: Hierarchy, qs: Sequence[Sequence[tuple[tuple[int, ..
     out: dict[int, str] = {}
     for d in range(h.depth + 1):
         if not qs[d]:
-            what = "every cell" if pins[d] == h.cells.axes("cells") else "every query it would measure"
+            what = "every cell" if h.cells.axes("cells") in pins[d] else "every query it would measure"
             out[d] = f"the invariants determine {what}"
     for d in range(h.depth):
         if d in out or d + 1 in out or shape[d][1] or shape[d][0] != shape[d + 1][0]:
@@ -1166,7 +1161,7 @@ def uninformative_levels(h: Hierarchy, qs: Sequence[Sequence[tuple[tuple[int, ..
         if pins[d] == pins[d + 1] and upper <= lower and (weighted is None or weighted[d + 1]):
             out[d] = f"its units equal those of {h.levels[d + 1]!r}, which is measured"
         elif (not shape[d + 1][1] and (weighted is None or weighted[d])
-              and {ax for ax in lower if pins[d] is None or not set(key_axes(ax)) <= set(pins[d])} <= upper):
+              and {ax for ax in lower if not _inside(key_axes(ax), pins[d])} <= upper):
             out[d + 1] = f"its units equal those of {h.levels[d]!r}, which is measured"
     return dict(sorted(out.items()))
 
@@ -1174,9 +1169,44 @@ def uninformative_levels(h: Hierarchy, qs: Sequence[Sequence[tuple[tuple[int, ..
 def pinned_axes(design: TopDownDesign) -> list[tuple[int, ...] | None]:
     """Per level, the finest invariant marginal that holds there (invariants hold at their level and
     every level above it); ``None`` where none does.  Two invariants that meet at a level must be
-    nested (``total`` inside ``age`` inside ``cells``): crossed ones (``age`` and ``race``) are not
-    supported."""
+    nested (``total`` inside ``age`` inside ``cells``): crossed ones (``age`` and ``race``) raise
+    :class:`~sparsedp.errors.UnsupportedStructureError` -- what the chunked release, which rounds
+    one pinned marginal per level, reads (:func:`pinned_marginals` has them all)."""
     return _pinned(design.hierarchy, design.invariants)
+
+
+#: the invariant marginals pinned at one level: their axes, none inside another (an antichain)
+Marginals = tuple[tuple[int, ...], ...]
+
+
+def pinned_marginals(design: TopDownDesign) -> list[Marginals]:
+    """Per level, the invariant marginals that hold there and are inside no other one that does
+    (invariants hold at their level and every level above it): ``()`` where none does, one
+    marginal for nested invariants (``total`` inside ``age``: ``((age,),)``, what
+    :func:`pinned_axes` says), several for crossed ones (``age`` and ``race``: neither contains
+    the other, both pinned).  A component of the cells' basis (a contrast on the attributes ``a``)
+    is then exact iff ``a`` is inside one of them (:func:`pinned_components`)."""
+    return _pinned_marginals(design.hierarchy, design.invariants)
+
+
+def _pinned_marginals(h: Hierarchy, invariants: Sequence[tuple[int, tuple[int, ...]]]) -> list[Marginals]:
+    out: list[Marginals] = []
+    for d in range(h.depth + 1):
+        found = {tuple(ax) for dd, ax in invariants if dd >= d}
+        out.append(tuple(sorted(ax for ax in found if not any(set(ax) < set(b) for b in found))))
+    return out
+
+
+def _inside(axes: Sequence[int], marginals: Marginals | None) -> bool:
+    """Whether the marginal on ``axes`` is inside one of ``marginals`` (determined by them)."""
+    return any(set(axes) <= set(m) for m in marginals or ())
+
+
+def pinned_components(cells: CellDomain, marginals: Marginals | None) -> np.ndarray:
+    """Per component of the cells' basis, whether the invariant ``marginals`` determine it: its
+    contrast set is inside one of them (the residual basis: the marginal on ``S`` is a function of
+    exactly the components on subsets of ``S``)."""
+    return np.array([_inside(a, marginals) for a in cells.component_attributes()], dtype=bool)
 
 
 def _pinned(h: Hierarchy, invariants: Sequence[tuple[int, tuple[int, ...]]]) -> list[tuple[int, ...] | None]:
@@ -1200,13 +1230,12 @@ def _pinned(h: Hierarchy, invariants: Sequence[tuple[int, tuple[int, ...]]]) -> 
 def _check_identifiable(design: TopDownDesign) -> None:
     """Every leaf's components must be measured at its level or pinned by an invariant."""
     h = design.hierarchy
-    pins = pinned_axes(design)
-    comp = h.cells.component_attributes()
+    pins = pinned_marginals(design)
     for d in range(h.depth + 1):
         if not h.leaves(d).any():
             continue
         info = design.information(d)
-        pinned = np.array([pins[d] is not None and set(a) <= set(pins[d]) for a in comp])
+        pinned = pinned_components(h.cells, pins[d])
         if np.any((info == 0) & ~pinned):
             raise SparseDPError(f"level {h.levels[d]!r} has leaves and its queries do not determine every cell: "
                                 "measure the cells there (queries including 'cells')")

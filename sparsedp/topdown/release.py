@@ -42,7 +42,8 @@ from ..privacy_unit import ONE_ROW
 from ..releases import AxisLabel, ReleaseMethods, ReleaseResult, load_release, register_reader
 from .intervals import count_report
 from ..validation import MAX_MAGNITUDE
-from .design import Invariant, TopDownDesign, pinned_axes, plan_topdown
+from .design import Invariant, TopDownDesign, pinned_marginals, plan_topdown
+from .crossed import CrossedRounding, project_crossed, round_crossed
 from .gls import hierarchy_gls, rowmul
 from .hierarchy import CellDomain, HierarchicalTable, Hierarchy, check_contributions
 from .table_file import full_codes
@@ -69,6 +70,27 @@ __all__ = ["TopDownRelease", "topdown", "release_from_measurements", "estimate_f
            "resolve_invariants", "load_topdown", "topdown_from_result"]
 
 Pin = tuple[tuple[int, ...], np.ndarray]
+#: what is pinned at one level: ``None``, one marginal and its values (nested invariants), or
+#: several (crossed invariants: none inside another; :func:`~sparsedp.topdown.design.pinned_marginals`)
+LevelPins = Pin | tuple[Pin, ...] | None
+
+
+def level_pins(pin: LevelPins) -> tuple[Pin, ...]:
+    """A level's pinned marginals and their values as a tuple (``()``: none)."""
+    if pin is None:
+        return ()
+    if len(pin) == 2 and isinstance(pin[1], np.ndarray):
+        return (pin,)  # type: ignore[return-value]
+    return tuple(pin)  # type: ignore[arg-type]
+
+
+def pin_values(cells: CellDomain, pin: LevelPins, axes: tuple[int, ...]) -> np.ndarray:
+    """The values of the marginal on ``axes`` that a level's pins determine (summed down from the
+    first pinned marginal containing it)."""
+    for ax, vals in level_pins(pin):
+        if set(axes) <= set(ax):
+            return _project_values(cells, vals, ax, axes)
+    raise ShapeError(f"{cells.marginal_name(axes)!r} is not pinned at this level")  # pragma: no cover
 
 
 # -- invariants ------------------------------------------------------------------------------------
@@ -102,10 +124,12 @@ def _project_values(cells: CellDomain, values: np.ndarray, axes: tuple[int, ...]
 
 
 def resolve_invariants(table: HierarchicalTable, design: TopDownDesign,
-                       invariants: Sequence[Any] = ()) -> list[Pin | None]:
-    """Per level, the finest invariant marginal that holds there and its values (``None`` where
-    none): from the data, or the explicit values of ``invariants`` (the same list given to
-    :func:`plan_topdown`), checked (non-negative integers; levels that meet agree).  Raises
+                       invariants: Sequence[Any] = ()) -> list[LevelPins]:
+    """Per level, the invariant marginals pinned there (:func:`~sparsedp.topdown.design.pinned_marginals`)
+    and their values: ``None`` where none, ``(axes, values)`` for one (nested invariants), a tuple
+    of those for crossed ones; from the data, or the explicit values of ``invariants`` (the same
+    list given to :func:`plan_topdown`), checked (non-negative integers; levels that meet agree;
+    crossed marginals agree on what they share).  Raises
     :class:`~sparsedp.errors.InfeasibleConstraintsError` when they do not."""
     h = design.hierarchy
     cells = h.cells
@@ -123,13 +147,14 @@ def resolve_invariants(table: HierarchicalTable, design: TopDownDesign,
                 per_level[e].append((axes, cells.marginal(table.counts[e], axes)))
             continue
         push_explicit(per_level, spec, h, d, axes)
-    pins = pinned_axes(design)
-    out: list[Pin | None] = []
-    for d in range(h.depth + 1):
-        if pins[d] is None:
+    out: list[LevelPins] = []
+    for d, marginals in enumerate(pinned_marginals(design)):
+        if not marginals:
             out.append(None)
-            continue
-        out.append((pins[d], agreed_values(cells, h.levels[d], pins[d], per_level[d])))
+        elif len(marginals) == 1:
+            out.append((marginals[0], agreed_values(cells, h.levels[d], marginals[0], per_level[d])))
+        else:
+            out.append(agreed_pins(cells, h.levels[d], marginals, per_level[d]))
     return out
 
 
@@ -158,10 +183,28 @@ def agreed_values(cells: CellDomain, level: str, finest: tuple[int, ...],
     return ref
 
 
+def agreed_pins(cells: CellDomain, level: str, marginals: Sequence[tuple[int, ...]],
+                entries: Sequence[tuple[tuple[int, ...], np.ndarray]]) -> tuple[Pin, ...]:
+    """Crossed invariants at a level: each pinned marginal's values (:func:`agreed_values` over the
+    ``entries`` inside it), checked to agree pairwise on the marginal they share (``age`` and
+    ``race``: the same totals); raises :class:`~sparsedp.errors.InfeasibleConstraintsError` when
+    they do not."""
+    pins = tuple((m, agreed_values(cells, level, m, [(ax, v) for ax, v in entries if set(ax) <= set(m)]))
+                 for m in marginals)
+    for i, (a, va) in enumerate(pins):
+        for b, vb in pins[i + 1:]:
+            common = tuple(k for k in a if k in b)
+            if not np.array_equal(_project_values(cells, va, a, common), _project_values(cells, vb, b, common)):
+                raise InfeasibleConstraintsError(
+                    f"the invariants disagree at level {level!r}: {cells.marginal_name(a)!r} and "
+                    f"{cells.marginal_name(b)!r} give different {cells.marginal_name(common)!r}")
+    return pins
+
+
 # -- post-processing ---------------------------------------------------------------------------------
 
 
-def own_level(design: TopDownDesign, d: int, n: int, y: np.ndarray | None, pin: Pin | None
+def own_level(design: TopDownDesign, d: int, n: int, y: np.ndarray | None, pin: LevelPins
               ) -> tuple[np.ndarray, np.ndarray]:
     """Level ``d``'s units (``n`` of them, measured as ``y``: the level plan's rows for these
     units, or ``None`` when the level is not measured): each unit's GLS estimate of its components
@@ -195,8 +238,7 @@ def own_level(design: TopDownDesign, d: int, n: int, y: np.ndarray | None, pin: 
         e = np.zeros((n, C))
     with np.errstate(divide="ignore"):
         v = np.broadcast_to(np.where(info > 0, 1.0 / info, np.inf), (n, C)).copy()
-    if pin is not None:
-        axes, values = pin
+    for axes, values in level_pins(pin):  # crossed marginals agree on the components they share
         N = C // cells.marginal_size(axes)
         spread = values[:, cells.cell_to_marginal(axes)] / N
         mask = np.array([set(a) <= set(axes) for a in comp])
@@ -205,7 +247,7 @@ def own_level(design: TopDownDesign, d: int, n: int, y: np.ndarray | None, pin: 
     return e, v
 
 
-def _own_estimates(design: TopDownDesign, ys: Sequence[np.ndarray | None], pins: Sequence[Pin | None]
+def _own_estimates(design: TopDownDesign, ys: Sequence[np.ndarray | None], pins: Sequence[LevelPins]
                    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Per level, :func:`own_level` of all its units."""
     h = design.hierarchy
@@ -233,7 +275,7 @@ def check_weights(weights: Any) -> str:
     return weights
 
 
-def round_level(cells: CellDomain, d: int, est: np.ndarray, var: np.ndarray, pin: Pin | None,
+def round_level(cells: CellDomain, d: int, est: np.ndarray, var: np.ndarray, pin: LevelPins,
                 parents: np.ndarray | None, above: np.ndarray | None, weights: str = "variance",
                 totals_first: bool = False) -> np.ndarray:
     """The non-negative integer counts of one level's units: the root (``d == 0``: ``parents`` and
@@ -244,7 +286,15 @@ def round_level(cells: CellDomain, d: int, est: np.ndarray, var: np.ndarray, pin
     first (the children's totals adding up to their parent's, weighted by the sum of their cells'
     variances), then its cells with that total as an exact row sum (the transportation problem,
     slower: a linear program per block of families).  Per parent: the same for a family whether
-    its level is rounded whole or by parts."""
+    its level is rounded whole or by parts.  Crossed pins (several marginals): :func:`round_crossed_level`,
+    refused (:class:`~sparsedp.errors.InfeasibleConstraintsError`) when a parent's cells would have
+    to change (:func:`integer_counts` does that)."""
+    if len(level_pins(pin)) > 1:
+        r = round_crossed_level(cells, d, est, var, pin, parents, above, weights)
+        if r.fallbacks:
+            raise InfeasibleConstraintsError(f"{r.fallbacks} parent(s) have no integer table of children meeting the "
+                                             "crossed invariants and their cells (integer_counts changes them)")
+        return r.counts
     w = _weights(var, weights)
     if pin is not None and pin[0] == cells.axes("cells"):
         return pin[1].astype(np.int64)
@@ -267,18 +317,59 @@ def round_level(cells: CellDomain, d: int, est: np.ndarray, var: np.ndarray, pin
     return round_transport(x, w, parents, above, c2m, pin[1])
 
 
+def round_crossed_level(cells: CellDomain, d: int, est: np.ndarray, var: np.ndarray, pin: LevelPins,
+                        parents: np.ndarray | None, above: np.ndarray | None, weights: str = "variance",
+                        keep: Sequence[tuple[int, ...]] = ()) -> CrossedRounding:
+    """A level with crossed pins (:mod:`sparsedp.topdown.crossed`): each parent's children (the
+    root's cells when ``d == 0``) projected onto the crossed invariants and the parent's cells
+    (cyclic Dykstra), then the closest integer table (a mixed integer program); a parent with no
+    such table gets the sums of its children (its marginals on ``keep`` unchanged)."""
+    w = _weights(var, weights)
+    groups = [(cells.cell_to_marginal(ax), vals) for ax, vals in level_pins(pin)]
+    if d == 0:
+        return round_crossed(project_crossed(est, w, groups), w, groups)
+    x = project_crossed(est, w, groups, parents, above)
+    return round_crossed(x, w, groups, parents, above, [cells.cell_to_marginal(ax) for ax in keep])
+
+
 def integer_counts(design: TopDownDesign, estimate: Sequence[np.ndarray], variance: Sequence[np.ndarray],
-                   pins: Sequence[Pin | None], weights: str = "variance") -> tuple[np.ndarray, ...]:
+                   pins: Sequence[LevelPins], weights: str = "variance",
+                   report: dict[str, int] | None = None) -> tuple[np.ndarray, ...]:
     """Non-negative integer counts, top-down, every parent the sum of its children, invariants exact
-    (module :mod:`sparsedp.topdown.rounding`; :func:`round_level` per level)."""
+    (module :mod:`sparsedp.topdown.rounding`; :func:`round_level` per level; crossed invariants
+    :func:`round_crossed_level`, where a parent whose cells no integer table of children meets
+    becomes the sum of its children and every ancestor the sum of theirs).  ``report``: filled
+    with ``crossed_fallbacks``, how many parents that changed (a function of the estimate and the
+    invariants: post-processing)."""
     check_weights(weights)
     h = design.hierarchy
     out: list[np.ndarray] = []
+    fallbacks = 0
+    keep = pinned_marginals(design)[0]  # every invariant holds at the root: the ancestors keep these
     for d in range(h.depth + 1):
+        if len(level_pins(pins[d])) > 1:
+            r = round_crossed_level(h.cells, d, estimate[d], variance[d], pins[d], h.parents[d] if d else None,
+                                    out[d - 1] if d else None, weights, keep)
+            if r.fallbacks:
+                out[d - 1] = r.parent_counts  # type: ignore[assignment]
+                resum_ancestors(h, out, d - 1)
+                fallbacks += r.fallbacks
+            out.append(r.counts)
+            continue
         out.append(round_level(h.cells, d, estimate[d], variance[d], pins[d], h.parents[d] if d else None,
                                out[d - 1] if d else None, weights,
                                bool(design.totals_first[d]) if design.totals_first else False))
+    if report is not None:
+        report["crossed_fallbacks"] = fallbacks
     return tuple(out)
+
+
+def resum_ancestors(h: Hierarchy, counts: list[np.ndarray], d: int) -> None:
+    """Every level above ``d`` made again the sum of its children (its leaves unchanged), in place."""
+    for e in range(d - 1, -1, -1):
+        inner = ~h.leaves(e)
+        counts[e] = counts[e].copy()
+        counts[e][inner] = h.children_sum(e, counts[e + 1])[inner]
 
 
 def to_cells(design: TopDownDesign, est: np.ndarray, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -287,7 +378,7 @@ def to_cells(design: TopDownDesign, est: np.ndarray, var: np.ndarray) -> tuple[n
     return rowmul(est, B), rowmul(var, B * B)
 
 
-def estimate_from_measurements(design: TopDownDesign, ys: Sequence[np.ndarray | None], pins: Sequence[Pin | None]
+def estimate_from_measurements(design: TopDownDesign, ys: Sequence[np.ndarray | None], pins: Sequence[LevelPins]
                                ) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
     """Post-processing only: the GLS estimate of every level's ``(units, cells)`` counts from the
     levels' measurements ``ys`` (``None``: not measured), the public design and the invariants, and
@@ -298,14 +389,14 @@ def estimate_from_measurements(design: TopDownDesign, ys: Sequence[np.ndarray | 
     return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
 
 
-def release_from_measurements(design: TopDownDesign, ys: Sequence[np.ndarray | None], pins: Sequence[Pin | None],
-                              weights: str = "variance") -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...],
-                                                                  tuple[np.ndarray, ...]]:
+def release_from_measurements(design: TopDownDesign, ys: Sequence[np.ndarray | None], pins: Sequence[LevelPins],
+                              weights: str = "variance", report: dict[str, int] | None = None
+                              ) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
     """Post-processing only: ``(counts, estimate, variance)`` per level from the measurements
-    (:func:`estimate_from_measurements`, then :func:`integer_counts`)."""
+    (:func:`estimate_from_measurements`, then :func:`integer_counts`, which fills ``report``)."""
     check_weights(weights)
     est, var = estimate_from_measurements(design, ys, pins)
-    return integer_counts(design, est, var, pins, weights), est, var
+    return integer_counts(design, est, var, pins, weights, report), est, var
 
 
 # -- the release -----------------------------------------------------------------------------------
@@ -596,17 +687,19 @@ def topdown(table: HierarchicalTable, *, rho: float | None = None, epsilon: floa
     ledger = charge_levels(design, accountant, seeded, design.hierarchy.sizes, pu)
     private = not seeded
     ys = measure_levels(design, table.counts, s, rng)
-    counts, est, var = release_from_measurements(design, ys, pins, weights)
+    report: dict[str, int] = {}
+    counts, est, var = release_from_measurements(design, ys, pins, weights, report)
     h = design.hierarchy
     published = tuple({"level": h.levels[d], "marginal": h.cells.marginal_name(ax),
-                       "values": _project_values(h.cells, pins[d][1], pins[d][0], ax)}  # type: ignore[index]
-                      for d, ax in design.invariants)
+                       "values": pin_values(h.cells, pins[d], ax)} for d, ax in design.invariants)
     desc = design.describe()
     desc.update(hierarchy=h.describe(), weights=weights,
                 non_private=("the invariants are the true values, published exactly by request (not private); the "
                              "units and cells are the public domain" if design.invariants else
                              "the units and cells are the public domain"),
                 units_observed=bool(table.units_observed), privacy_unit=ONE_ROW.describe())
+    if any(len(level_pins(p)) > 1 for p in pins):  # crossed invariants: how often the parents were re-summed
+        desc["rounding"] = {"crossed_fallbacks": int(report.get("crossed_fallbacks", 0))}
     if pu is not None:
         desc = unit_description(desc, pu, design.noise, float(design_unit_charge(design, pu)))
     return TopDownRelease(h, counts, est, var, tuple(ys) if keep_noisy else (), published, tuple(ledger), private,
