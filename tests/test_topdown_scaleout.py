@@ -43,6 +43,21 @@ def _county_totals(t):
     return t.counts[2].sum(axis=1, keepdims=True)
 
 
+def _moved_county_totals(t):
+    """The table's county totals with one person moved between two counties of one state: every
+    state's total (and the nation's) is the data's, two counties' are not."""
+    totals = _county_totals(t).copy()
+    parents = np.asarray(t.hierarchy.parents[2])
+    state = int(np.flatnonzero(np.bincount(parents) >= 2)[0])
+    first, second = np.flatnonzero(parents == state)[:2]
+    totals[first] += 1
+    totals[second] -= 1
+    if totals[second] < 0:  # keep the values counts: move the person the other way
+        totals[first] -= 2
+        totals[second] += 2
+    return totals
+
+
 @pytest.fixture(scope="module")
 def cluster():
     ex = DaskExecutor.local(n_workers=2, threads_per_worker=1, processes=False)
@@ -167,6 +182,53 @@ def test_explicit_invariant_values(tmp_path):
     first = topdown_scaleout(t, tmp_path / "rel3", rho=0.7, rng=2, invariants=[Invariant("county", "total", totals)],
                              progress=False)
     assert np.array_equal(first.to_topdown().counts[2].sum(axis=1, keepdims=True), totals)
+
+
+@pytest.mark.parametrize("invariants", [
+    # explicit values finer than the data's: the workers pin the explicit county x age values
+    lambda t: ["county:total", Invariant("county", "age", t.cells.marginal(t.counts[2], t.cells.axes("age")))],
+    # the data's finer than explicit values: the workers pin their own counties' age marginal
+    lambda t: ["county:age", Invariant("county", "total", _county_totals(t)), "state:total"],
+    # explicit values at the subtree level and below it, the data's at every level
+    lambda t: [Invariant("state", "total", t.counts[1].sum(axis=1)), "county:cells",
+               Invariant("county", "race", t.cells.marginal(t.counts[2], t.cells.axes("race")))],
+])
+def test_explicit_values_meeting_invariants_from_the_data_below_the_subtree_level(tmp_path, invariants):
+    """Below the subtree level, where explicit invariant values meet an invariant taken from the
+    data, every part is read once more before the charge to check, subtree by subtree, that they
+    agree; the workers then pin the finest of them, and the release is the in-process one bit for
+    bit (counts, estimates, variances, ledger)."""
+    t = table(4, high=12)
+    cfg = dict(rho=0.8, invariants=invariants(t))
+    acc_a, acc_b = _budget(cfg), _budget(cfg)
+    a = topdown(t, rng=5, accountant=acc_a, **cfg)
+    b = topdown_scaleout(t, tmp_path / "rel", rng=5, accountant=acc_b, executor="threads", per_part=2,
+                         progress=False, **cfg)
+    _same_run(a, b, acc_a, acc_b)
+    assert [(e.label, e.cost.rho, e.rows, e.columns) for e in a.ledger] == [
+        (e["label"], e["rho"], e["rows"], e["columns"]) for e in b.ledger]
+    assert "check invariants" in b.timings  # the agreement was read before the charge
+    bt = b.to_topdown()
+    assert np.array_equal(bt.counts[2].sum(axis=1), t.counts[2].sum(axis=1))  # every county total is kept
+
+
+def test_explicit_values_disagreeing_with_the_data_below_the_subtree_level(tmp_path, monkeypatch):
+    """Explicit county totals that are not the data's (every state total is) meet an invariant from
+    the data below the subtree level: InfeasibleConstraintsError, as in process, naming the subtree,
+    before any noise, charge or file."""
+    t = table(4, high=12)
+    invariants = ["vtd:age", Invariant("county", "total", _moved_county_totals(t))]
+    with pytest.raises(InfeasibleConstraintsError):
+        topdown(t, rho=0.8, rng=1, invariants=invariants)
+    calls = []
+    real = MeasurementPlan.measure
+    monkeypatch.setattr(MeasurementPlan, "measure", lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+    acc = Accountant(rho=1.0)
+    with pytest.raises(InfeasibleConstraintsError, match="subtree .*disagree at level 'county'"):
+        topdown_scaleout(t, tmp_path / "rel", rho=0.8, rng=1, invariants=invariants, accountant=acc,
+                         executor="threads", per_part=2, progress=False)
+    assert acc.spent == 0 and not acc.ledger and not calls
+    assert not (tmp_path / "rel").exists() and not list(tmp_path.iterdir())  # no output, no scratch
 
 
 @pytest.mark.parametrize("cfg", [dict(rho=0.5), dict(rho=0.5, invariants=["county:total"]),
@@ -343,9 +405,11 @@ class _BadSource:
 
 @pytest.mark.parametrize("make, kw, error", [
     (lambda t: _BadSource(t), {}, NegativeCountError),
-    # below the subtree level, an invariant from the data meeting explicit values: known only on the workers
-    (lambda t: t, dict(invariants=["vtd:total", Invariant("county", "total", _county_totals(table(1, high=6)))]),
-     UnsupportedStructureError),
+    # below the subtree level, explicit values that disagree with an invariant from the data: read on the workers
+    (lambda t: t, dict(invariants=["vtd:total", Invariant("county", "total", _moved_county_totals(table(1, high=6)))]),
+     InfeasibleConstraintsError),
+    # crossed invariants: the chunked release rounds one pinned marginal per level
+    (lambda t: t, dict(invariants=["county:age", "county:race"]), UnsupportedStructureError),
     (lambda t: t, dict(invariants=[Invariant("state", "total", np.array([[1], [2], [-3]]))]),
      InfeasibleConstraintsError),  # explicit values: non-negative integers
     (lambda t: t, dict(invariants=[Invariant("state", "total", np.array([[1], [2]]))]), ShapeError),

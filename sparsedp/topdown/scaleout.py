@@ -20,7 +20,9 @@ count).  On the driver, in this order:
    the whole public structure gathered from the parts, then planned on the skeleton with its
    shares), its error summary on the whole structure (data-free), the invariants (levels ``0 ..
    s`` from the roots' counts or explicit values, deeper explicit values; those deeper and from the
-   data are taken by each task from its own subtrees), the generator, the accountant;
+   data are taken by each task from its own subtrees), the generator, the accountant; where,
+   below ``s``, explicit values meet an invariant taken from the data, every part is read again
+   to check, subtree by subtree, that they agree (as in process: the error before any charge);
 3. **charge** every measured level once, one ledger entry each (its whole-level rows);
 4. **measure**: the top levels on the driver from the top stream; every subtree on a worker from
    its own stream (:mod:`sparsedp.topdown.subtrees`), then the subtree's part of the GLS upward
@@ -64,11 +66,11 @@ import numpy as np
 
 from .. import noise as _noise
 from ..errors import (
+    InfeasibleConstraintsError,
     InputBoundError,
     InvalidPrivacyParameterError,
     ShapeError,
     SparseDPError,
-    UnsupportedStructureError,
 )
 from ..executors import DaskExecutor, get_executor
 from ..privacy import Accountant
@@ -459,6 +461,58 @@ def validate_part(part: Any, ex: _Expect) -> list[RootInfo]:
     return out
 
 
+@dataclass(frozen=True)
+class _Meet:
+    """A level below ``s`` where explicit invariant values meet invariants taken from the data:
+    the marginals of those from the data (``data``), and the explicit ones' agreed values on the
+    finest explicit marginal ``axes`` (the whole level's rows, checked among themselves on the
+    driver)."""
+
+    data: tuple[tuple[int, ...], ...]
+    axes: tuple[int, ...]
+    values: np.ndarray
+
+
+@dataclass(frozen=True)
+class _Agreement:
+    """What the pre-charge agreement tasks share (small, picklable): per level ``s .. depth``, its
+    name, its pinned (finest) invariant marginal, and where explicit values meet invariants taken
+    from the data, the marginals of those from the data (``data``) and the explicit values' finest
+    marginal (``explicit``; ``None``: nothing to check there)."""
+
+    cells: CellDomain
+    names: tuple[str, ...]
+    finest: tuple[tuple[int, ...] | None, ...]
+    data: tuple[tuple[tuple[int, ...], ...], ...]
+    explicit: tuple[tuple[int, ...] | None, ...]
+
+
+def agree_part(ag: _Agreement, part: Any, rows: Sequence[Sequence[np.ndarray | None]]) -> int:
+    """Check, before any charge, that the explicit invariant values below the subtree level agree
+    with the invariants taken from the data where they meet: per subtree ``j`` of the part and per
+    level ``s + i`` where ``rows[j][i]`` is given (the subtree's rows of the explicit values on
+    ``ag.explicit[i]``), the marginals of the subtree's own counts and those rows go through
+    :func:`~sparsedp.topdown.release.agreed_values` -- the check of
+    :func:`~sparsedp.topdown.resolve_invariants` on the subtree's units (a level agrees iff every
+    subtree's rows do).  ``O(units x cells)`` per subtree, vectorised; no noise.  Raises
+    :class:`~sparsedp.errors.InfeasibleConstraintsError` naming the subtree; returns the number of
+    subtrees read."""
+    subs = part.read()
+    if len(subs) != len(rows):
+        raise SparseDPError("a part changed between validation and the check of the invariants")
+    for sub, per in zip(subs, rows):
+        for i, given in enumerate(per):
+            axes, finest = ag.explicit[i], ag.finest[i]
+            if given is None or axes is None or finest is None:
+                continue
+            entries = [(ax, ag.cells.marginal(sub.counts[i], ax)) for ax in ag.data[i]] + [(axes, given)]
+            try:
+                agreed_values(ag.cells, ag.names[i], finest, entries)
+            except InfeasibleConstraintsError as exc:
+                raise InfeasibleConstraintsError(f"subtree {sub.path}: {exc}") from exc
+    return len(subs)
+
+
 @dataclass(frozen=True, eq=False)
 class _Spec:
     """What the measurement and release tasks share (small, picklable)."""
@@ -725,24 +779,13 @@ def _skeleton(top: Hierarchy, infos: list[RootInfo], levels: tuple[str, ...]) ->
 def _check_plan_args(split: Any, invariants: Sequence[Any], s: int, levels: tuple[str, ...], rng: Any) -> None:
     """The plan's arguments that need no data, checked before anything is read: the split's form
     (weights, ``"equal"``, ``"optimal"`` or an :class:`~sparsedp.topdown.OptimalSplit`), the
-    invariants' levels, the generator.  A level below ``s`` where an invariant from the data meets
-    one with explicit values is refused: their agreement would be known only on the workers, after
-    the charge."""
+    invariants' levels, the generator."""
     _optimal_spec(split)  # ShapeError for an unknown string, before any part is read
-    kinds: list[set[bool]] = [set() for _ in levels]  # per level, whether its invariants are explicit
     for spec in invariants:
-        iv = Invariant.parse(spec)
-        lev = iv.level
+        lev = Invariant.parse(spec).level
         d = levels.index(lev) if isinstance(lev, str) and lev in levels else lev
         if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or not 0 <= int(d) < len(levels):
             raise ShapeError(f"unknown level {lev!r}: the hierarchy has {levels}")
-        for e in range(int(d) + 1):
-            kinds[e].add(iv.values is not None)
-    for e in range(s + 1, len(levels)):
-        if len(kinds[e]) > 1:
-            raise UnsupportedStructureError(
-                f"at level {levels[e]!r}, below the subtree level {levels[s]!r}, an invariant taken from the data "
-                "meets one with explicit values: give both from the data, both explicit, or a deeper subtree_level")
     if isinstance(rng, _noise.SecureRandomBits):
         raise SparseDPError("the chunked release takes rng=None (OS entropy) or a seed, not a SecureRandomBits")
     noise_seeds(rng if not isinstance(rng, np.random.Generator) else None, 0)
@@ -786,30 +829,61 @@ def _plan(h_full: Hierarchy, skel: Hierarchy, shape: list[tuple[int, int]], spli
 
 
 def _resolve_pins(h: Hierarchy, top_counts: Sequence[np.ndarray], design: TopDownDesign, invariants: Sequence[Any],
-                  s: int) -> list[np.ndarray | None]:
+                  s: int) -> tuple[list[np.ndarray | None], list[_Meet | None]]:
     """Per level of the whole hierarchy ``h`` (public structure), the values of the invariant
     marginal pinned there (:func:`~sparsedp.topdown.design.pinned_axes`) where the driver has them:
     levels ``0 .. s`` (from the subtree roots' counts ``top_counts``, or explicit values summed up),
-    and deeper levels with explicit values; ``None`` where nothing is pinned or the workers take the
-    values from their own counts.  Checked as :func:`~sparsedp.topdown.resolve_invariants` does
-    (explicit values: non-negative integers of the level's shape; invariants that meet agree), so
-    bad values are refused before any charge."""
+    and deeper levels where the finest marginal pinned has explicit values; ``None`` where nothing
+    is pinned or the workers take the values from their own counts.  Checked as
+    :func:`~sparsedp.topdown.resolve_invariants` does (explicit values: non-negative integers of the
+    level's shape; invariants that meet agree), so bad values are refused before any charge.  A
+    level below ``s`` where explicit values meet invariants taken from the data gets a
+    :class:`_Meet` (second list): the explicit ones are checked among themselves here, and against
+    each subtree's own counts by :func:`agree_part`, still before the charge."""
     cells = h.cells
     specs = [Invariant.parse(x) for x in invariants]
     per_level: list[list[tuple[tuple[int, ...], np.ndarray]]] = [[] for _ in range(h.depth + 1)]
+    from_data: list[list[tuple[int, ...]]] = [[] for _ in range(h.depth + 1)]  # below s: on the workers
     for spec, (d, axes) in zip(specs, design.invariants):
         if spec.values is None:
             for e in range(min(d, s) + 1):
                 per_level[e].append((axes, cells.marginal(top_counts[e], axes)))
+            for e in range(s + 1, d + 1):
+                if axes not in from_data[e]:
+                    from_data[e].append(axes)
             continue
         push_explicit(per_level, spec, h, d, axes)
-    out: list[np.ndarray | None] = []
-    for d, finest in enumerate(pinned_axes(design)):
+    values: list[np.ndarray | None] = []
+    meets: list[_Meet | None] = []
+    for d, finest in enumerate(pinned_axes(design)):  # crossed invariants refused here
         if finest is None or not per_level[d]:
-            out.append(None)
+            values.append(None)
+            meets.append(None)
             continue
-        out.append(agreed_values(cells, h.levels[d], finest, per_level[d]))
+        # the finest marginal the driver holds there (all of them nested in ``finest``)
+        mine = max((ax for ax, _ in per_level[d]), key=len)
+        agreed = agreed_values(cells, h.levels[d], mine, per_level[d])
+        values.append(agreed if mine == finest else None)
+        meets.append(_Meet(tuple(from_data[d]), mine, agreed) if from_data[d] else None)
+    return values, meets
+
+
+def _subtree_starts(infos: Sequence[RootInfo], levels: int) -> list[np.ndarray]:
+    """Per level ``s .. depth`` (``levels`` of them), the index within the whole level of each
+    subtree's first unit (its units are consecutive there, subtrees in order)."""
+    out = []
+    for i in range(levels):
+        sizes = np.array([info.sizes[i] for info in infos], dtype=np.int64)
+        out.append(np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64))
     return out
+
+
+def _subtree_rows(values: Sequence[np.ndarray | None], starts: Sequence[np.ndarray], info: RootInfo,
+                  g: int) -> list[np.ndarray | None]:
+    """Subtree ``g``'s rows (views) of per-level arrays of the whole levels ``s .. depth``
+    (``None`` kept): ``info.sizes[i]`` rows from ``starts[i][g]``."""
+    return [None if v is None else v[int(starts[i][g]):int(starts[i][g]) + int(info.sizes[i])]
+            for i, v in enumerate(values)]
 
 
 def full_error_summary(design: TopDownDesign, h: Hierarchy) -> list[dict[str, Any]]:
@@ -902,7 +976,8 @@ def topdown_scaleout(data: Any, out: str | Path, *, rho: float | None = None, ep
     ``split`` (``None``, the default, ``"optimal"`` or an :class:`~sparsedp.topdown.OptimalSplit`:
     the optimised design for ``workload``, chosen on the whole public structure; ``"equal"`` or
     weights), ``queries``, ``workload``, ``invariants`` (at any level, from the data or with
-    explicit values; below the subtree level, not both kinds at one level).  The description's
+    explicit values; where both meet, their agreement is checked before any charge, below the
+    subtree level by the tasks on their own subtrees).  The description's
     ``error_summary`` is the design's on the whole hierarchy (:func:`full_error_summary`).
     ``subtree_level``: a level name or index (default 1); for the same seed and subtree level the
     release is bit for bit :func:`~sparsedp.topdown.topdown`'s.  ``contributions_per_person``:
@@ -987,11 +1062,23 @@ def topdown_scaleout(data: Any, out: str | Path, *, rho: float | None = None, ep
         for d in range(s - 1, -1, -1):
             top_counts[d] = top.children_sum(d, top_counts[d + 1])
         pin_axes = pinned_axes(design)
-        pin_values = _resolve_pins(whole, top_counts, design, invariants, s)
+        pin_values, meets = _resolve_pins(whole, top_counts, design, invariants, s)
         pins = [None if pin_axes[d] is None else (pin_axes[d], pin_values[d]) for d in range(s + 1)]
         errors = full_error_summary(design, whole)  # data-free: the whole structure's, not the skeleton's
         del whole
         timings["plan"] = time.perf_counter() - t0  # the design and its errors (data-free), the invariants
+        index = [[gidx[(q, j)] for j in range(in_part[q])] for q in range(len(parts))]
+        starts = _subtree_starts(infos, len(levels) - s)
+        if any(m is not None for m in meets):  # below s, explicit values meet invariants from the data
+            t0 = time.perf_counter()
+            agree = _Agreement(cells, levels[s:], tuple(pin_axes[s:]),
+                               tuple(() if m is None else m.data for m in meets[s:]),
+                               tuple(None if m is None else m.axes for m in meets[s:]))
+            explicit = [None if m is None else m.values for m in meets[s:]]
+            _run(ex, agree_part, [[agree] * len(parts), parts,
+                                  [[_subtree_rows(explicit, starts, infos[g], g) for g in idx] for idx in index]],
+                 "check", progress)
+            timings["check invariants"] = time.perf_counter() - t0
         if accountant is not None:  # the exact sum of the levels' charges (a float sum may round above it)
             accountant.check_all(level_costs(design, None))
         n_s = len(infos)
@@ -1018,22 +1105,9 @@ def topdown_scaleout(data: Any, out: str | Path, *, rho: float | None = None, ep
                   for d, lp in enumerate(design.levels[:s])]
         spec = _Spec(design, s, tuple(unit_plan(lp) for lp in design.levels[s:]), tuple(pin_axes[s:]), weights,
                      "topdown", any(pin_axes[d] is not None and pin_values[d] is None for d in range(s + 1, len(levels))))
-        index = [[gidx[(q, j)] for j in range(in_part[q])] for q in range(len(parts))]
         part_seeds = [[seeds[g] for g in idx] for idx in index]
-        starts = [np.zeros(1, dtype=np.int64)]  # per level s .. depth, each subtree's first unit
-        for d in range(s + 1, len(levels)):
-            sizes = np.array([i.sizes[d - s] for i in infos], dtype=np.int64)
-            starts.append(np.concatenate(([0], np.cumsum(sizes)[:-1])))
-
-        def given(g: int) -> list[np.ndarray | None]:  # subtree g's rows of the pins the driver holds
-            out: list[np.ndarray | None] = [None if pin_values[s] is None else pin_values[s][g:g + 1]]
-            for d in range(s + 1, len(levels)):
-                v = pin_values[d]
-                lo = int(starts[d - s][g])
-                out.append(None if v is None else v[lo:lo + infos[g].sizes[d - s]])
-            return out
-
-        part_given = [[given(g) for g in idx] for idx in index]
+        # per subtree, its rows of the pins the driver holds
+        part_given = [[_subtree_rows(pin_values[s:], starts, infos[g], g) for g in idx] for idx in index]
         res = _run(ex, measure_part, [[spec] * len(parts), parts, index, part_seeds, [scratch_dir] * len(parts),
                                       part_given], "measure", progress)
         by_g: dict[int, RootSummary] = {r.g: r for rs in res for r in rs}
