@@ -255,6 +255,15 @@ def test_disagreeing_crossed_invariants_are_refused_before_any_charge():
                 accountant=acc, rng=gen)
     with pytest.raises(InfeasibleConstraintsError, match="disagree"):  # explicit values against the data's
         topdown(t, rho=1.0, invariants=["state:age", Invariant("state", "race", wrong)], accountant=acc, rng=gen)
+    # three official marginals that agree pairwise (every one-way margin (1, 1)) but no table has:
+    # age = race and race = sex, yet age != sex
+    ar, rs, as_ = (np.zeros((3, 6), dtype=np.int64), np.zeros((3, 6), dtype=np.int64), np.zeros((3, 4), dtype=np.int64))
+    ar[0, [0, 4]] = 1  # (young, a), (old, b)
+    rs[0, [0, 3]] = 1  # (a, f), (b, m)
+    as_[0, [1, 2]] = 1  # (young, m), (old, f)
+    with pytest.raises(InfeasibleConstraintsError, match="no table"):
+        topdown(t, rho=1.0, invariants=[Invariant("state", "age+race", ar), Invariant("state", "race+sex", rs),
+                                        Invariant("state", "age+sex", as_)], accountant=acc, rng=gen)
     assert acc.history == () and gen.bit_generator.state == state
     # official values that differ from the data but agree are kept exactly
     official_age = age + 1

@@ -218,8 +218,10 @@ def _solve(x: np.ndarray, w: np.ndarray, groups: Sequence[Grouped], parents: np.
     up2 = np.concatenate([upper, np.full(2 * k, np.inf)])
     least = _milp(np.r_[np.zeros(nv), np.ones(2 * k)], A2, b2, up2)
     if least is None:
-        raise InfeasibleConstraintsError("no non-negative integer table meets the crossed invariants of a unit's "
-                                         "children (official values no table has?)")
+        raise InfeasibleConstraintsError(
+            "no non-negative integer table of a parent's children meets their crossed invariants with the parent's "
+            "marginals that the invariants of the levels above fix (an invariant only above the parent's level "
+            "finer than the crossed ones)")
     bound = float(np.round(least[nv:].sum()))
     cap = sp.csr_matrix(np.r_[np.zeros(nv), np.ones(2 * k)][None, :])
     s = _milp(np.r_[cost, np.zeros(2 * k)], A2, b2, up2, (cap, bound))

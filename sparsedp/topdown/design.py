@@ -1265,7 +1265,8 @@ def _pinned(h: Hierarchy, invariants: Sequence[tuple[int, tuple[int, ...]]]) -> 
 
                 raise UnsupportedStructureError(
                     f"invariants on {h.cells.marginal_name(ax)!r} and {h.cells.marginal_name(finest)!r} meet at level "
-                    f"{h.levels[d]!r} and neither contains the other: crossed invariants are not supported")
+                    f"{h.levels[d]!r} and neither contains the other: the chunked release does not support crossed "
+                    "invariants (the in-process release, sparsedp.topdown.topdown, does)")
         out[d] = finest
     return out
 

@@ -155,7 +155,24 @@ def resolve_invariants(table: HierarchicalTable, design: TopDownDesign,
             out.append((marginals[0], agreed_values(cells, h.levels[d], marginals[0], per_level[d])))
         else:
             out.append(agreed_pins(cells, h.levels[d], marginals, per_level[d]))
+            if len(marginals) > 2 and any(sp_ is not None and sp_.values is not None for sp_ in specs):
+                check_tables_exist(cells, h.levels[d], out[-1])
     return out
+
+
+def check_tables_exist(cells: CellDomain, level: str, pins: LevelPins) -> None:
+    """Three or more crossed marginals can agree pairwise and still have no table of counts (two
+    always have one: per cell of what they share, a transportation problem); official values for
+    them are checked here, before any charge, by the rounding's integer program on every unit
+    (:func:`~sparsedp.topdown.crossed.round_crossed`).  Values from the data always have one."""
+    groups = [(cells.cell_to_marginal(ax), vals) for ax, vals in level_pins(pins)]
+    n = groups[0][1].shape[0]
+    try:
+        round_crossed(np.zeros((n, cells.size)), np.ones((n, cells.size)), groups)
+    except InfeasibleConstraintsError:
+        raise InfeasibleConstraintsError(
+            f"the invariants at level {level!r} agree on what they share, but no table of non-negative integer "
+            "counts has them all") from None
 
 
 def push_explicit(per_level: list[list[tuple[tuple[int, ...], np.ndarray]]], spec: Invariant, h: Hierarchy, d: int,
