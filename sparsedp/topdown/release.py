@@ -147,17 +147,27 @@ def resolve_invariants(table: HierarchicalTable, design: TopDownDesign,
                 per_level[e].append((axes, cells.marginal(table.counts[e], axes)))
             continue
         push_explicit(per_level, spec, h, d, axes)
-    out: list[LevelPins] = []
-    for d, marginals in enumerate(pinned_marginals(design)):
-        if not marginals:
-            out.append(None)
-        elif len(marginals) == 1:
-            out.append((marginals[0], agreed_values(cells, h.levels[d], marginals[0], per_level[d])))
-        else:
-            out.append(agreed_pins(cells, h.levels[d], marginals, per_level[d]))
-            if len(marginals) > 2 and any(sp_ is not None and sp_.values is not None for sp_ in specs):
-                check_tables_exist(cells, h.levels[d], out[-1])
-    return out
+    explicit = any(sp_ is not None and sp_.values is not None for sp_ in specs)
+    return [level_values(cells, h.levels[d], marginals, per_level[d], explicit)
+            for d, marginals in enumerate(pinned_marginals(design))]
+
+
+def level_values(cells: CellDomain, level: str, marginals: Sequence[tuple[int, ...]],
+                 entries: Sequence[tuple[tuple[int, ...], np.ndarray]], explicit: bool) -> LevelPins:
+    """One level's pins from the values of the invariants that hold there (``entries``:
+    ``(axes, values)``) and its pinned ``marginals`` (:func:`~sparsedp.topdown.design.pinned_marginals`):
+    ``None`` for none, ``(axes, values)`` for one (:func:`agreed_values`), a tuple of those for
+    crossed ones (:func:`agreed_pins`; with ``explicit`` values among the invariants and three or
+    more marginals, :func:`check_tables_exist`).  What :func:`resolve_invariants` and the chunked
+    release (on the driver) compute per level."""
+    if not marginals:
+        return None
+    if len(marginals) == 1:
+        return (marginals[0], agreed_values(cells, level, marginals[0], entries))
+    pins = agreed_pins(cells, level, marginals, entries)
+    if len(marginals) > 2 and explicit:
+        check_tables_exist(cells, level, pins)
+    return pins
 
 
 def check_tables_exist(cells: CellDomain, level: str, pins: LevelPins) -> None:
