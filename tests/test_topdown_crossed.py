@@ -282,7 +282,10 @@ def test_the_certified_loss_of_a_crossed_design_is_within_the_charge():
     _loss_within_charge(table(8), dict(rho=0.8, invariants=["state:age", "county:race"]))
 
 
-def test_the_chunked_release_refuses_crossed_invariants_before_any_charge(tmp_path, monkeypatch):
+def test_the_chunked_release_refuses_crossed_invariants_below_its_subtree_level_before_any_charge(tmp_path,
+                                                                                                 monkeypatch):
+    """The chunked release rounds crossed invariants on its driver (levels down to the subtree level;
+    tests/test_topdown_scaleout.py): crossed ones meeting below it are refused before any charge."""
     from sparsedp.topdown.scaleout import topdown_scaleout
 
     t = table(1, high=6)
@@ -290,8 +293,33 @@ def test_the_chunked_release_refuses_crossed_invariants_before_any_charge(tmp_pa
     real = MeasurementPlan.measure
     monkeypatch.setattr(MeasurementPlan, "measure", lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
     acc = Accountant(rho=1.0)
-    with pytest.raises(UnsupportedStructureError, match="crossed"):
-        topdown_scaleout(t, tmp_path / "rel", rho=0.5, rng=1, invariants=["state:age", "state:race"],
+    with pytest.raises(UnsupportedStructureError, match="crossed.*subtree_level='county'"):
+        topdown_scaleout(t, tmp_path / "rel", rho=0.5, rng=1, invariants=["county:age", "county:race"],
                          accountant=acc, progress=False)
     assert acc.spent == 0 and not acc.ledger and not calls
     assert not (tmp_path / "rel").exists()
+
+
+def test_command_line_releases_crossed_invariants_exactly(tmp_path, capsys):
+    """The in-process command takes crossed invariants like any others (``--invariant`` twice)."""
+    from test_topdown import small_frame
+
+    from sparsedp.cli import main
+
+    frame = small_frame(2)
+    frame.to_csv(tmp_path / "t.csv", index=False)
+    out = tmp_path / "units.csv"
+    assert main(["topdown", str(tmp_path / "t.csv"), "--geo", "state,county,vtd", "--counts", "vap_*,u18_*",
+                 "--attributes", "age,race", "--rho", "1", "--invariant", "state:age", "--invariant", "state:race",
+                 "--seed", "3", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "state:age" in printed and "state:race" in printed
+    got = pd.read_csv(out, dtype={"state": str, "county": str, "vtd": str})
+    states = got[got["level"] == "state"].sort_values("state")
+    truth = frame.groupby("state")[[c for c in frame.columns if c.startswith(("vap_", "u18_"))]].sum().sort_index()
+    for prefix in ("vap_", "u18_"):  # each state's age
+        cols = [c for c in truth.columns if c.startswith(prefix)]
+        np.testing.assert_array_equal(states[cols].sum(axis=1).to_numpy(), truth[cols].sum(axis=1).to_numpy())
+    for race in ("a", "b", "c"):  # and race, exactly
+        cols = [f"vap_{race}", f"u18_{race}"]
+        np.testing.assert_array_equal(states[cols].sum(axis=1).to_numpy(), truth[cols].sum(axis=1).to_numpy())
