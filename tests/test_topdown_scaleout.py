@@ -231,6 +231,128 @@ def test_explicit_values_disagreeing_with_the_data_below_the_subtree_level(tmp_p
     assert not (tmp_path / "rel").exists() and not list(tmp_path.iterdir())  # no output, no scratch
 
 
+# -- crossed invariants: rounded on the driver, at or above the subtree level ----------------------
+
+
+def _crossed_table(seed=4, high=12):
+    """An age x race x sex table (state > county > district, some counties leaves)."""
+    from test_topdown_crossed import cross_table
+
+    return cross_table(seed, high=high)
+
+
+def _official(t, level, marg, bump=0):
+    """The data's values of ``marg`` at ``level`` (explicit, as official figures), the first cell of
+    every unit raised by ``bump``."""
+    d = t.hierarchy.level_index(level)
+    vals = t.cells.marginal(t.counts[d], t.cells.axes(marg)).copy()
+    vals[:, 0] += bump
+    return Invariant(level, marg, vals)
+
+
+CROSSED = [
+    (lambda t: ["state:age", "state:race"], 1),  # crossed at the subtree level
+    (lambda t: ["state:age", "state:race", "county:total"], "county"),  # above it, nested at it
+    (lambda t: ["county:age+sex", "county:race", "state:total"], "county"),
+    (lambda t: ["state:age", "state:race", "state:sex"], 1),  # three marginals
+    # official values, not the data's (raised alike: they agree on what they share), kept exactly
+    (lambda t: [_official(t, "state", "age", 2), _official(t, "state", "race", 2)], "county"),
+    (lambda t: ["state:age", _official(t, "state", "race"), "nation:sex"], 1),  # the data's met by official ones
+]
+
+
+@pytest.mark.parametrize("make, level", CROSSED, ids=[str(i) for i in range(len(CROSSED))])
+def test_crossed_invariants_at_and_above_the_subtree_level(tmp_path, make, level):
+    """Crossed invariants meeting at or above the subtree level are rounded on the driver (with the
+    in-process rounding of :mod:`sparsedp.topdown.crossed`): the chunked release is the in-process
+    one bit for bit (counts, estimates, variances, charge, ledger, description with its rounding
+    report), and every invariant holds exactly at its level and above."""
+    t = _crossed_table()
+    invariants = make(t)
+    for cfg in (dict(rho=0.6), dict(epsilon=1.0)):
+        acc_a, acc_b = _budget(cfg), _budget(cfg)
+        a = topdown(t, rng=6, subtree_level=level, accountant=acc_a, invariants=invariants, **cfg)
+        b = topdown_scaleout(t, tmp_path / f"rel{len(cfg)}{list(cfg)[0]}", rng=6, subtree_level=level,
+                             accountant=acc_b, invariants=invariants, per_part=2, progress=False, **cfg)
+        _same_run(a, b, acc_a, acc_b)
+        assert b.description["rounding"] == a.description["rounding"]
+        assert b.description["subtree_level"] == t.hierarchy.levels[t.hierarchy.level_index(level)]
+        bt = b.to_topdown()
+        for inv in invariants:
+            iv = Invariant.parse(inv)
+            d, ax = t.hierarchy.level_index(iv.level), t.cells.axes(iv.marginal)
+            want = t.cells.marginal(t.counts[d], ax) if iv.values is None else np.asarray(iv.values)
+            for e in range(d, -1, -1):  # at its level and every level above
+                assert np.array_equal(t.cells.marginal(bt.counts[e], ax), want), (inv, e)
+                want = t.hierarchy.children_sum(e - 1, want) if e else want
+
+
+def _fallback_table(states=4):
+    """nation > state > county > district, age x race cells: in every state one county holds one
+    (adult, a) person and the other one (minor, b), each in the first of its two districts.  With
+    the counties' age and race invariant, a state's (and the nation's) cells rounded to (adult, b)
+    + (minor, a) -- as noisy estimates often are -- leave its counties no integer table: the
+    fallback makes the state the sum of its counties and the nation the sum of its states."""
+    import pandas as pd
+
+    rows = []
+    for st in range(states):
+        for county, cell in (("001", "vap_a"), ("002", "u18_b")):
+            for vtd in ("0001", "0002"):
+                row = {"state": f"{st + 1:02d}", "county": county, "vtd": vtd, "vap_a": 0, "vap_b": 0, "u18_a": 0,
+                       "u18_b": 0}
+                row[cell] = int(vtd == "0001")
+                rows.append(row)
+    return HierarchicalTable.from_counts(pd.DataFrame(rows), ["state", "county", "vtd"], "vap_*,u18_*",
+                                         attributes=("age", "race"), root="nation")
+
+
+def test_the_crossed_fallback_on_the_driver_is_the_in_process_one(tmp_path):
+    """A release whose crossed rounding falls back (a state and the nation summed again from the
+    counties, on the driver) is still the in-process release bit for bit, the fallbacks counted
+    alike; the districts below are rounded from the counties' final counts, every invariant exact."""
+    t = _fallback_table()
+    inv = ["county:age", "county:race"]
+    seed = next((r for r in range(30)
+                 if topdown(t, rho=0.05, rng=r, subtree_level="county", invariants=inv)
+                 .description["rounding"]["crossed_fallbacks"]), None)
+    assert seed is not None  # half the states' tables round the wrong way at this noise
+    acc_a, acc_b = Accountant(rho=0.05), Accountant(rho=0.05)
+    a = topdown(t, rho=0.05, rng=seed, subtree_level="county", invariants=inv, accountant=acc_a)
+    b = topdown_scaleout(t, tmp_path / "rel", rho=0.05, rng=seed, subtree_level="county", invariants=inv,
+                         accountant=acc_b, per_part=3, progress=False)
+    _same_run(a, b, acc_a, acc_b)
+    assert b.description["rounding"] == a.description["rounding"] and a.description["rounding"]["crossed_fallbacks"]
+    bt = b.to_topdown()
+    for d in (0, 1, 2):  # the counties' marginals fix them, and the sums above
+        assert np.array_equal(bt.counts[d], t.counts[d])
+
+
+@pytest.mark.parametrize("invariants, level, need", [
+    (["county:age", "county:race"], 1, "county"),
+    (["vtd:age", "county:race", "state:total"], "state", "county"),  # nested in the root's total
+    (["vtd:age", "vtd:race"], "county", "vtd"),
+    (["state:age", "state:race", "vtd:race+sex", "county:age+sex"], 1, "county"),  # the deepest meeting
+])
+def test_crossed_invariants_below_the_subtree_level_are_refused_before_anything(tmp_path, monkeypatch, invariants,
+                                                                                level, need):
+    """Crossed invariants meeting below the subtree level (a fallback there would change a subtree's
+    root after the parts are split) are refused before any part is read, any noise drawn or budget
+    charged, naming the subtree level that takes them."""
+    import sparsedp.topdown.scaleout as sc
+
+    calls = []
+    real = MeasurementPlan.measure
+    monkeypatch.setattr(MeasurementPlan, "measure", lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+    monkeypatch.setattr(sc, "validate_part", lambda *a: calls.append("read"))
+    acc = Accountant(rho=1.0)
+    with pytest.raises(UnsupportedStructureError, match=f"below the subtree level.*subtree_level='{need}'"):
+        topdown_scaleout(_crossed_table(), tmp_path / "rel", rho=0.5, rng=1, invariants=invariants,
+                         subtree_level=level, accountant=acc, progress=False)
+    assert acc.spent == 0 and not acc.ledger and not calls
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("cfg", [dict(rho=0.5), dict(rho=0.5, invariants=["county:total"]),
                                  dict(epsilon=1.0, split=[1, 1, 2, 3], invariants=["vtd:age"])])
 def test_the_error_summary_is_the_whole_hierarchy_s(tmp_path, cfg):

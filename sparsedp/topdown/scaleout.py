@@ -29,8 +29,10 @@ count).  On the driver, in this order:
    pass (with the invariants of its levels); the measurements go to a scratch file, the root's
    upward estimate and variance (one vector of components each) back to the driver;
 5. **top**: the driver finishes the upward pass, runs the downward pass over the top levels, and
-   rounds the top levels (levels ``0 .. s``: the subtree roots' counts are fixed here, with the
-   invariants); it writes them;
+   rounds the top levels (levels ``0 .. s``, as :func:`~sparsedp.topdown.release.integer_counts`
+   does: the subtree roots' counts are fixed here, with the invariants -- crossed ones too, whose
+   fallback sums a parent and its ancestors again; crossed invariants meeting below ``s`` are
+   refused before anything is read); it writes them;
 6. **release**: every task reads back its subtrees' measurements, repeats the (deterministic)
    upward pass, runs the downward pass from its root's estimate, rounds its levels given its
    root's integer counts (and its levels' invariants: a part is read again when they come from the
@@ -71,6 +73,7 @@ from ..errors import (
     InvalidPrivacyParameterError,
     ShapeError,
     SparseDPError,
+    UnsupportedStructureError,
 )
 from ..executors import DaskExecutor, get_executor
 from ..privacy import Accountant
@@ -87,7 +90,8 @@ from .design import (
     chosen_shares,
     totals_first_levels,
     optimal_split,
-    pinned_axes,
+    pinned_components,
+    pinned_marginals,
     plan_topdown,
 )
 from .gls import Upward, class_variances, downward_level, shape_classes, upward_level
@@ -100,16 +104,20 @@ from .hierarchy import (
     expand_columns,
 )
 from .release import (
+    LevelPins,
     TopDownRelease,
     agreed_values,
     charge_levels,
     check_weights,
+    integer_counts,
+    level_pins,
+    level_values,
     own_level,
+    pin_values,
     push_explicit,
     resolve_contributions,
     round_level,
     to_cells,
-    _project_values,
 )
 from .subtrees import measure_units, noise_seeds, stream, subtree_ranges, unit_plan
 from .units import level_costs
@@ -520,8 +528,9 @@ class _Spec:
     design: TopDownDesign  # the skeleton's: per-level plans, blocks, information
     s: int
     ups: tuple[Any, ...]  # UnitPlan per level s .. depth (None: not measured)
-    #: per level ``s .. depth``, the invariant marginal pinned there (``None``: none is); level ``s``'s
-    #: values come from the driver, a deeper level's from the subtree's own counts or the explicit values
+    #: per level ``s .. depth``, the invariant marginal pinned there (``None``: none is, or crossed ones
+    #: at level ``s``); level ``s``'s pins (crossed ones included) come from the driver, a deeper
+    #: level's values from the subtree's own counts or the explicit values
     pin_axes: tuple[tuple[int, ...] | None, ...]
     weights: str
     label: str
@@ -558,43 +567,41 @@ def _upward_all(h: Hierarchy, own: list, var: list) -> list[Upward]:
     return ups
 
 
-def _subtree_pins(spec: _Spec, sub: SubtreeData | None, root: np.ndarray | None,
-                  given: Sequence[np.ndarray | None]) -> list[Any]:
-    """Per level ``s .. depth`` of one subtree, its pin ``(axes, values)`` (``None``: no invariant
-    there): the root's ``root`` values (from the driver), a deeper level's explicit values
-    ``given[i]`` (sliced by the driver) or, from the data, the marginal of the subtree's own counts
-    ``sub.counts[i]`` -- the rows of that level's pin in the whole hierarchy, as
+def _subtree_pins(spec: _Spec, sub: SubtreeData | None, given: Sequence[LevelPins]) -> list[LevelPins]:
+    """Per level ``s .. depth`` of one subtree, its pins (``None``: no invariant there): the
+    driver's rows ``given[i]`` (the root's pins, crossed ones included; a deeper level's explicit
+    values) or, from the data, ``(axes, values)`` with the marginal of the subtree's own counts
+    ``sub.counts[i]`` -- the rows of that level's pins in the whole hierarchy, as
     :func:`~sparsedp.topdown.resolve_invariants` computes them."""
     cells = spec.design.hierarchy.cells
-    out: list[Any] = [None if spec.pin_axes[0] is None or root is None else (spec.pin_axes[0], root)]
-    for i, ax in enumerate(spec.pin_axes[1:], start=1):
-        if ax is None:
+    out: list[LevelPins] = []
+    for i, ax in enumerate(spec.pin_axes):
+        if given[i] is not None:
+            out.append(given[i])
+        elif ax is None or i == 0:  # the root's pins are always the driver's
             out.append(None)
-        elif i < len(given) and given[i] is not None:
-            out.append((ax, given[i]))
         else:
             out.append((ax, cells.marginal(sub.counts[i], ax)))  # type: ignore[union-attr]
     return out
 
 
 def measure_part(spec: _Spec, part: Any, index: Sequence[int], seeds: Sequence[Any], scratch: str,
-                 given: Sequence[Sequence[np.ndarray | None]] | None = None) -> list[RootSummary]:
+                 given: Sequence[Sequence[LevelPins]]) -> list[RootSummary]:
     """Measure the part's subtrees (``index``: their global numbers at level ``s``; ``seeds``: their
-    streams; ``given``: per subtree, per level ``s .. depth``, the invariant's values where the
-    driver has them -- the root's, explicit ones -- else ``None``), no charge (the driver charged
+    streams; ``given``: per subtree, per level ``s .. depth``, its rows of the pins the driver
+    holds -- the root's, explicit values below -- else ``None``), no charge (the driver charged
     every level); run each subtree's upward pass; keep the measurements and the subtree's shape in
     a scratch file unique to this attempt."""
     subs = part.read()
-    if len(subs) != len(index):
+    if len(subs) != len(index) or len(given) != len(index):
         raise SparseDPError("a part changed between validation and measurement")
-    given = given if given is not None else [[None] * len(spec.ups)] * len(subs)
     out = []
     cache: dict = {}
     for sub, g, seed, giv in zip(subs, index, seeds, given):
         h = sub.hierarchy
         gen = stream(seed)
         ys = [None if up is None else measure_units(cache, up, sub.counts[i], gen) for i, up in enumerate(spec.ups)]
-        own, var = _own_all(spec, h, ys, _subtree_pins(spec, sub, giv[0], giv))
+        own, var = _own_all(spec, h, ys, _subtree_pins(spec, sub, giv))
         ups = _upward_all(h, own, var)
         path = os.path.join(scratch, f"subtree{g:07d}-{uuid.uuid4().hex}.npz")
         arrays: dict[str, np.ndarray] = {}  # the public geography and the noisy measurements only
@@ -620,7 +627,6 @@ class _RootFinal:
     var: np.ndarray
     outside: np.ndarray
     counts: np.ndarray
-    pin: np.ndarray | None = None  # the root's invariant marginal (published exactly), if one is pinned
 
 
 def _load_scratch(spec: _Spec, path: str) -> tuple[Hierarchy, list]:
@@ -634,8 +640,8 @@ def _load_scratch(spec: _Spec, path: str) -> tuple[Hierarchy, list]:
 
 
 def release_part(spec: _Spec, summaries: Sequence[RootSummary], finals: Sequence[_RootFinal],
-                 offsets: Sequence[Sequence[int]], out: str, part: Any = None,
-                 given: Sequence[Sequence[np.ndarray | None]] | None = None) -> dict[str, Any]:
+                 offsets: Sequence[Sequence[int]], out: str, part: Any,
+                 given: Sequence[Sequence[LevelPins]]) -> dict[str, Any]:
     """The final values of the part's subtrees (levels below ``s``): the downward pass from each
     root's estimate, the rounding from its integer counts (with the invariants of its levels),
     written to ``out`` (``.npz``); small metadata back (units per level, violations counted).
@@ -650,14 +656,13 @@ def release_part(spec: _Spec, summaries: Sequence[RootSummary], finals: Sequence
     per_level = np.zeros(D + 1, dtype=np.int64)
     bad = {"negative": 0, "non_integer": 0, "inconsistent": 0, "invariant_violations": 0}
     subs: list[Any] = part.read() if spec.reads_part and part is not None else [None] * len(summaries)
-    if len(subs) != len(summaries):
+    if len(subs) != len(summaries) or len(given) != len(summaries):
         raise SparseDPError("a part changed between measurement and release")
-    given = given if given is not None else [[None] * len(spec.ups)] * len(summaries)
     for summary, fin, off, sub, giv in zip(summaries, finals, offsets, subs, given):
         if sub is not None and int(sub.counts[0].sum()) != summary.total:
             raise SparseDPError(f"subtree {sub.path} changed between measurement and release")
         h, ys = _load_scratch(spec, summary.path)
-        pins = _subtree_pins(spec, sub, fin.pin, giv)
+        pins = _subtree_pins(spec, sub, giv)
         own, var = _own_all(spec, h, ys, pins)
         ups: list[Any] = _upward_all(h, own, var)
         del own, ys  # the downward pass needs the upward pass and the own variances only
@@ -677,7 +682,7 @@ def release_part(spec: _Spec, summaries: Sequence[RootSummary], finals: Sequence
                              bool(spec.design.totals_first[s + i]) if spec.design.totals_first else False)
             for d_inv, ax in spec.design.invariants:  # each invariant checked at its own level
                 if d_inv == s + i:
-                    want = _project_values(cells, pins[i][1], pins[i][0], ax)
+                    want = pin_values(cells, pins[i], ax)
                     bad["invariant_violations"] += int((cells.marginal(ci, ax) != want).sum())
             if i == 1:
                 have = h.children_sum(0, ci)
@@ -776,19 +781,51 @@ def _skeleton(top: Hierarchy, infos: list[RootInfo], levels: tuple[str, ...]) ->
     return Hierarchy(tuple(levels), par, tuple(codes), top.cells)
 
 
-def _check_plan_args(split: Any, invariants: Sequence[Any], s: int, levels: tuple[str, ...], rng: Any) -> None:
+def _check_plan_args(split: Any, invariants: Sequence[Any], s: int, levels: tuple[str, ...], cells: CellDomain,
+                     rng: Any) -> None:
     """The plan's arguments that need no data, checked before anything is read: the split's form
     (weights, ``"equal"``, ``"optimal"`` or an :class:`~sparsedp.topdown.OptimalSplit`), the
-    invariants' levels, the generator."""
+    invariants' levels and marginals (crossed ones meeting at or above the subtree level only:
+    :func:`_check_crossed`), the generator."""
     _optimal_spec(split)  # ShapeError for an unknown string, before any part is read
+    found = []
     for spec in invariants:
-        lev = Invariant.parse(spec).level
+        iv = Invariant.parse(spec)
+        lev = iv.level
         d = levels.index(lev) if isinstance(lev, str) and lev in levels else lev
         if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or not 0 <= int(d) < len(levels):
             raise ShapeError(f"unknown level {lev!r}: the hierarchy has {levels}")
+        found.append((int(d), cells.axes(iv.marginal)))
+    _check_crossed(found, s, levels, cells)
     if isinstance(rng, _noise.SecureRandomBits):
         raise SparseDPError("the chunked release takes rng=None (OS entropy) or a seed, not a SecureRandomBits")
     noise_seeds(rng if not isinstance(rng, np.random.Generator) else None, 0)
+
+
+def _check_crossed(found: Sequence[tuple[int, tuple[int, ...]]], s: int, levels: tuple[str, ...],
+                   cells: CellDomain) -> None:
+    """Crossed invariants (``(depth, axes)`` of each; two marginals neither inside the other, such
+    as ``age`` and ``race``) hold together at the shallower one's level and every level above it,
+    and a level where they meet is rounded by :func:`~sparsedp.topdown.release.integer_counts`,
+    whose fallback (a parent without an integer table of children becomes their sum) changes the
+    parent and every ancestor.  The chunked release rounds levels ``0 .. s`` on the driver -- there
+    it is the same rounding -- but a subtree's root is final once the parts are split: crossed
+    invariants meeting below the subtree level ``s`` raise
+    :class:`~sparsedp.errors.UnsupportedStructureError` naming the shallowest subtree level that
+    takes them (the deepest level where two crossed invariants meet), before anything is read."""
+    need, worst = s, None
+    for i, (da, a) in enumerate(found):
+        for db, b in found[i + 1:]:
+            if set(a) <= set(b) or set(b) <= set(a) or min(da, db) <= need:
+                continue
+            need, worst = min(da, db), (a, b)
+    if worst is not None:
+        a, b = worst
+        raise UnsupportedStructureError(
+            f"the invariants on {cells.marginal_name(a)!r} and {cells.marginal_name(b)!r} are crossed (neither "
+            f"contains the other) and meet at level {levels[need]!r}, below the subtree level {levels[s]!r}: the "
+            f"chunked release rounds crossed invariants on the driver, at or above the subtree level -- choose "
+            f"subtree_level={levels[need]!r} or deeper (or the in-process release, sparsedp.topdown.topdown)")
 
 
 def _full_structure(top: Hierarchy, infos: Sequence[RootInfo], levels: tuple[str, ...]) -> Hierarchy:
@@ -829,14 +866,16 @@ def _plan(h_full: Hierarchy, skel: Hierarchy, shape: list[tuple[int, int]], spli
 
 
 def _resolve_pins(h: Hierarchy, top_counts: Sequence[np.ndarray], design: TopDownDesign, invariants: Sequence[Any],
-                  s: int) -> tuple[list[np.ndarray | None], list[_Meet | None]]:
-    """Per level of the whole hierarchy ``h`` (public structure), the values of the invariant
-    marginal pinned there (:func:`~sparsedp.topdown.design.pinned_axes`) where the driver has them:
-    levels ``0 .. s`` (from the subtree roots' counts ``top_counts``, or explicit values summed up),
-    and deeper levels where the finest marginal pinned has explicit values; ``None`` where nothing
-    is pinned or the workers take the values from their own counts.  Checked as
-    :func:`~sparsedp.topdown.resolve_invariants` does (explicit values: non-negative integers of the
-    level's shape; invariants that meet agree), so bad values are refused before any charge.  A
+                  s: int) -> tuple[list[LevelPins], list[_Meet | None]]:
+    """Per level of the whole hierarchy ``h`` (public structure), its pins (the marginals of
+    :func:`~sparsedp.topdown.design.pinned_marginals` and their values) where the driver has them:
+    levels ``0 .. s`` (from the subtree roots' counts ``top_counts``, or explicit values summed up;
+    crossed invariants too, :func:`~sparsedp.topdown.release.level_values`), and deeper levels
+    (one pinned marginal at most: :func:`_check_crossed`) where the finest marginal pinned has
+    explicit values; ``None`` where nothing is pinned or the workers take the values from their own
+    counts.  Checked as :func:`~sparsedp.topdown.resolve_invariants` does (explicit values:
+    non-negative integers of the level's shape; invariants that meet agree; crossed ones agree on
+    what they share and, official, have a table), so bad values are refused before any charge.  A
     level below ``s`` where explicit values meet invariants taken from the data gets a
     :class:`_Meet` (second list): the explicit ones are checked among themselves here, and against
     each subtree's own counts by :func:`agree_part`, still before the charge."""
@@ -853,17 +892,23 @@ def _resolve_pins(h: Hierarchy, top_counts: Sequence[np.ndarray], design: TopDow
                     from_data[e].append(axes)
             continue
         push_explicit(per_level, spec, h, d, axes)
-    values: list[np.ndarray | None] = []
+    values: list[LevelPins] = []
     meets: list[_Meet | None] = []
-    for d, finest in enumerate(pinned_axes(design)):  # crossed invariants refused here
-        if finest is None or not per_level[d]:
+    explicit = any(spec.values is not None for spec in specs)
+    for d, marginals in enumerate(pinned_marginals(design)):
+        if d <= s:  # every invariant holding here has its values on the driver
+            values.append(level_values(cells, h.levels[d], marginals, per_level[d], explicit))
+            meets.append(None)
+            continue
+        if not marginals or not per_level[d]:
             values.append(None)
             meets.append(None)
             continue
+        finest = marginals[0]
         # the finest marginal the driver holds there (all of them nested in ``finest``)
         mine = max((ax for ax, _ in per_level[d]), key=len)
         agreed = agreed_values(cells, h.levels[d], mine, per_level[d])
-        values.append(agreed if mine == finest else None)
+        values.append((finest, agreed) if mine == finest else None)
         meets.append(_Meet(tuple(from_data[d]), mine, agreed) if from_data[d] else None)
     return values, meets
 
@@ -878,12 +923,18 @@ def _subtree_starts(infos: Sequence[RootInfo], levels: int) -> list[np.ndarray]:
     return out
 
 
-def _subtree_rows(values: Sequence[np.ndarray | None], starts: Sequence[np.ndarray], info: RootInfo,
-                  g: int) -> list[np.ndarray | None]:
-    """Subtree ``g``'s rows (views) of per-level arrays of the whole levels ``s .. depth``
+def _subtree_rows(values: Sequence[Any], starts: Sequence[np.ndarray], info: RootInfo, g: int) -> list[Any]:
+    """Subtree ``g``'s rows (views) of per-level arrays or pins of the whole levels ``s .. depth``
     (``None`` kept): ``info.sizes[i]`` rows from ``starts[i][g]``."""
-    return [None if v is None else v[int(starts[i][g]):int(starts[i][g]) + int(info.sizes[i])]
-            for i, v in enumerate(values)]
+    return [_rows(v, int(starts[i][g]), int(starts[i][g]) + int(info.sizes[i])) for i, v in enumerate(values)]
+
+
+def _rows(v: Any, lo: int, hi: int) -> Any:
+    """Rows ``lo:hi`` (views) of an array, or of each marginal's values of a level's pins."""
+    if v is None or isinstance(v, np.ndarray):
+        return None if v is None else v[lo:hi]
+    pins = tuple((ax, vals[lo:hi]) for ax, vals in level_pins(v))
+    return pins[0] if len(pins) == 1 else pins
 
 
 def full_error_summary(design: TopDownDesign, h: Hierarchy) -> list[dict[str, Any]]:
@@ -897,13 +948,12 @@ def full_error_summary(design: TopDownDesign, h: Hierarchy) -> list[dict[str, An
     cells)`` as :meth:`TopDownDesign.error_summary` on ``h`` would hold."""
     C = h.cells.size
     comp = h.cells.component_attributes()
-    pins = pinned_axes(design)
+    pins = pinned_marginals(design)
     own_var = []
     for d, lp in enumerate(design.levels):
         info = design.information(d) if lp.plan is not None else np.zeros(C)
         v = np.where(info > 0, 1.0 / np.where(info > 0, info, 1.0), np.inf)
-        if pins[d] is not None:
-            v[[set(a) <= set(pins[d]) for a in comp]] = 0.0
+        v[pinned_components(h.cells, pins[d])] = 0.0
         own_var.append(v)
     sc = shape_classes(h)
     var = class_variances(sc, own_var)
@@ -977,7 +1027,10 @@ def topdown_scaleout(data: Any, out: str | Path, *, rho: float | None = None, ep
     the optimised design for ``workload``, chosen on the whole public structure; ``"equal"`` or
     weights), ``queries``, ``workload``, ``invariants`` (at any level, from the data or with
     explicit values; where both meet, their agreement is checked before any charge, below the
-    subtree level by the tasks on their own subtrees).  The description's
+    subtree level by the tasks on their own subtrees; crossed ones -- neither marginal inside the
+    other -- where they meet at or above the subtree level, rounded on the driver: those meeting
+    below it raise :class:`~sparsedp.errors.UnsupportedStructureError` naming the subtree level to
+    choose).  The description's
     ``error_summary`` is the design's on the whole hierarchy (:func:`full_error_summary`).
     ``subtree_level``: a level name or index (default 1); for the same seed and subtree level the
     release is bit for bit :func:`~sparsedp.topdown.topdown`'s.  ``contributions_per_person``:
@@ -1002,7 +1055,7 @@ def topdown_scaleout(data: Any, out: str | Path, *, rho: float | None = None, ep
     s = int(s)
     weights = check_weights(weights)
     invariants = list(invariants)
-    _check_plan_args(split, invariants, s, levels, rng)
+    _check_plan_args(split, invariants, s, levels, cells, rng)
     declared = source.table.contributions_per_person if isinstance(source, TableSource) else getattr(
         source, "contributions_per_person", 1)
     k = resolve_contributions(check_contributions(declared), contributions_per_person)
@@ -1061,9 +1114,10 @@ def topdown_scaleout(data: Any, out: str | Path, *, rho: float | None = None, ep
         top_counts[s] = np.stack([i.counts for i in infos]).astype(np.int64)
         for d in range(s - 1, -1, -1):
             top_counts[d] = top.children_sum(d, top_counts[d + 1])
-        pin_axes = pinned_axes(design)
-        pin_values, meets = _resolve_pins(whole, top_counts, design, invariants, s)
-        pins = [None if pin_axes[d] is None else (pin_axes[d], pin_values[d]) for d in range(s + 1)]
+        # below s one pinned marginal at most (_check_crossed); at or above s crossed ones are rounded here
+        pin_axes = [m[0] if len(m) == 1 else None for m in pinned_marginals(design)]
+        values, meets = _resolve_pins(whole, top_counts, design, invariants, s)
+        pins = values[:s + 1]
         errors = full_error_summary(design, whole)  # data-free: the whole structure's, not the skeleton's
         del whole
         timings["plan"] = time.perf_counter() - t0  # the design and its errors (data-free), the invariants
@@ -1104,10 +1158,10 @@ def topdown_scaleout(data: Any, out: str | Path, *, rho: float | None = None, ep
         ys_top = [None if lp.plan is None else lp.plan.measure(top_counts[d].ravel(), rng=gen, label=lp.label).y
                   for d, lp in enumerate(design.levels[:s])]
         spec = _Spec(design, s, tuple(unit_plan(lp) for lp in design.levels[s:]), tuple(pin_axes[s:]), weights,
-                     "topdown", any(pin_axes[d] is not None and pin_values[d] is None for d in range(s + 1, len(levels))))
+                     "topdown", any(pin_axes[d] is not None and values[d] is None for d in range(s + 1, len(levels))))
         part_seeds = [[seeds[g] for g in idx] for idx in index]
-        # per subtree, its rows of the pins the driver holds
-        part_given = [[_subtree_rows(pin_values[s:], starts, infos[g], g) for g in idx] for idx in index]
+        # per subtree, its rows of the pins the driver holds (its root's at level s, crossed ones included)
+        part_given = [[_subtree_rows(values[s:], starts, infos[g], g) for g in idx] for idx in index]
         res = _run(ex, measure_part, [[spec] * len(parts), parts, index, part_seeds, [scratch_dir] * len(parts),
                                       part_given], "measure", progress)
         by_g: dict[int, RootSummary] = {r.g: r for rs in res for r in rs}
@@ -1134,21 +1188,23 @@ def topdown_scaleout(data: Any, out: str | Path, *, rho: float | None = None, ep
             e, v, outside = downward_level(top.parents[d], ups[d - 1], est[d - 1], outside, own_var[d - 1], ups[d])
             est.append(e)
             var.append(v)
-        est_c, var_c, counts = [], [], []
+        est_c, var_c = [], []
         for d in range(s + 1):
             ec, vc = to_cells(design, est[d], var[d])
             est_c.append(ec)
             var_c.append(vc)
-            counts.append(round_level(cells, d, ec, vc, pins[d], top.parents[d] if d else None,
-                                      counts[d - 1] if d else None, weights,
-                                      bool(design.totals_first[d]) if design.totals_first else False))
+        # the in-process rounding of levels 0 .. s (integer_counts reads the design's hierarchy, invariants and
+        # totals_first): crossed invariants and their fallback, which sums a parent and its ancestors again, stay
+        # here -- the subtrees' roots leave with their final counts
+        report: dict[str, int] = {}
+        counts = list(integer_counts(replace(design, hierarchy=top), est_c, var_c, pins, weights, report))
         top_bad = {"negative": int(sum((c < 0).sum() for c in counts)), "non_integer": 0,
                    "inconsistent": int(sum((top.children_sum(d, counts[d + 1]) != counts[d]).sum() for d in range(s)))}
         inv_bad = 0
         published = []
         for d, ax in design.invariants:  # those below s are checked by the release tasks
             if d <= s:
-                vals = _project_values(cells, pins[d][1], pins[d][0], ax)  # type: ignore[index]
+                vals = pin_values(cells, pins[d], ax)
                 inv_bad += int((cells.marginal(counts[d], ax) != vals).sum())
             published.append({"level": levels[d], "marginal": cells.marginal_name(ax)})
         timings["top"] = time.perf_counter() - t0
@@ -1156,8 +1212,7 @@ def topdown_scaleout(data: Any, out: str | Path, *, rho: float | None = None, ep
         # 6. every part: the downward pass, the rounding, its output
         t0 = time.perf_counter()
         _write_units(out_dir / "top.npz", top, counts, est_c, var_c)
-        finals = [_RootFinal(est[s][g], var[s][g], outside[g], counts[s][g],
-                             None if pin_values[s] is None else pin_values[s][g:g + 1]) for g in range(n_s)]
+        finals = [_RootFinal(est[s][g], var[s][g], outside[g], counts[s][g]) for g in range(n_s)]
         offs = [[[int(g)] + [int(starts[i][g]) for i in range(1, len(levels) - s)] for g in idx] for idx in index]
         files = [str(out_dir / "parts" / f"part-{q:05d}.npz") for q in range(len(parts))]
         metas = _run(ex, release_part, [[spec] * len(parts), [[by_g[g] for g in idx] for idx in index],
@@ -1183,6 +1238,8 @@ def topdown_scaleout(data: Any, out: str | Path, *, rho: float | None = None, ep
                              "units and cells are the public domain" if design.invariants else
                              "the units and cells are the public domain"),
                 units_observed=False)
+    if any(len(level_pins(p)) > 1 for p in pins):  # crossed invariants: how often the parents were re-summed
+        desc["rounding"] = {"crossed_fallbacks": int(report.get("crossed_fallbacks", 0))}
     timings["total"] = time.perf_counter() - t_start
     manifest = {"format": FORMAT, "kind": "topdown", "layout": "chunked by subtree", "private": not seeded,
                 "noise": design.noise, "secure": design.secure, "ledger": [e.as_dict() for e in ledger],
