@@ -323,3 +323,18 @@ def test_command_line_releases_crossed_invariants_exactly(tmp_path, capsys):
     for race in ("a", "b", "c"):  # and race, exactly
         cols = [f"vap_{race}", f"u18_{race}"]
         np.testing.assert_array_equal(states[cols].sum(axis=1).to_numpy(), truth[cols].sum(axis=1).to_numpy())
+
+
+def test_the_integer_program_runs_when_the_relaxation_is_fractional():
+    """``x1 + x2 = x2 + x3 = x1 + x3 = 1``: the linear relaxation's only point is (1/2, 1/2, 1/2)
+    and there is no integer one; with a slack ``x4`` in the first row the integer optimum costs 1
+    where the relaxation costs 0 -- the branch and bound decides both."""
+    import scipy.sparse as sp
+
+    from sparsedp.topdown.crossed import _milp
+
+    A = sp.csr_matrix(np.array([[1, 1, 0], [0, 1, 1], [1, 0, 1]], dtype=float))
+    assert _milp(np.zeros(3), A, np.ones(3), np.ones(3)) is None
+    A4 = sp.csr_matrix(np.array([[1, 1, 0, 1], [0, 1, 1, 0], [1, 0, 1, 0]], dtype=float))
+    s = _milp(np.array([0.0, 0.0, 0.0, 1.0]), A4, np.ones(3), np.ones(4))
+    np.testing.assert_array_equal(s, [0, 0, 1, 1])

@@ -72,26 +72,44 @@ def project_crossed(est: np.ndarray, w: np.ndarray, groups: Sequence[Grouped], p
                     parent_counts: np.ndarray | None = None, tol: float = 1e-9, max_iter: int = 2000) -> np.ndarray:
     """The ``(units, cells)`` table in ``{X >= 0, grouped row sums = values_k for every k}`` (and,
     with ``parents``, ``{column sums per parent = parent_counts}``) closest to ``est`` in
-    ``sum w (X - est)^2``: cyclic Dykstra over the families (each one's correction kept apart), until
-    a cycle moves no value by more than ``tol`` times the largest count (at least 1), at most
-    ``max_iter`` cycles (an empty intersection stops there: :func:`round_crossed` decides)."""
+    ``sum w (X - est)^2``: cyclic Dykstra over the families of constraints (each one's correction
+    kept apart), family by family of units (a parent's children; a unit alone at the root): a
+    family stops once a cycle moves none of its values by more than ``tol`` times its largest
+    count (at least 1), and later cycles leave it out, at most ``max_iter`` cycles (an empty
+    intersection stops there: :func:`round_crossed` decides)."""
     x = np.asarray(est, dtype=np.float64).copy()
+    n = x.shape[0]
     if x.size == 0:
         return x
-    steps = [lambda v, c2m=c2m, vals=vals: project_marginal(v, w, c2m, vals) for c2m, vals in groups]
-    big = max([float(np.max(vals, initial=0)) for _, vals in groups] + [1.0])
-    if parents is not None and parent_counts is not None:
-        steps.insert(0, lambda v: project_children(v, w, parents, parent_counts))
-        big = max(big, float(np.max(parent_counts, initial=0)))
-    inc = [np.zeros_like(x) for _ in steps]
+    nested = parents is not None and parent_counts is not None
+    fam_of = np.asarray(parents) if nested else np.arange(n)
+    n_fam = parent_counts.shape[0] if nested else n  # type: ignore[union-attr]
+    big = np.ones(n_fam)
+    for _, vals in groups:
+        np.maximum.at(big, fam_of, np.max(vals, axis=1, initial=0))
+    if nested:
+        big = np.maximum(big, np.max(parent_counts, axis=1, initial=0))
+    inc = [np.zeros_like(x) for _ in range(len(groups) + nested)]
+    active = np.zeros(n_fam, dtype=bool)
+    active[fam_of] = True
     for _ in range(max_iter):
-        before = x
-        for j, step in enumerate(steps):
-            y = step(x + inc[j])
-            inc[j] = x + inc[j] - y
-            x = y
-        if np.max(np.abs(x - before)) <= tol * big:
+        rows = np.flatnonzero(active[fam_of])
+        if rows.size == 0:
             break
+        fam, local = np.unique(fam_of[rows], return_inverse=True)
+        before = xr = x[rows]
+        wr = w[rows]
+        steps = [lambda v, c2m=c2m, vals=vals: project_marginal(v, wr, c2m, vals[rows]) for c2m, vals in groups]
+        if nested:
+            steps.insert(0, lambda v: project_children(v, wr, local, parent_counts[fam]))  # type: ignore[index]
+        for j, step in enumerate(steps):
+            y = step(xr + inc[j][rows])
+            inc[j][rows] = xr + inc[j][rows] - y
+            xr = y
+        x[rows] = xr
+        gap = np.zeros(fam.size)
+        np.maximum.at(gap, local, np.abs(xr - before).max(axis=1))
+        active[fam[gap <= tol * big[fam]]] = False
     return x
 
 
