@@ -27,6 +27,8 @@ a level rounded whole or subtree by subtree (the chunked release) gives the same
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -186,38 +188,119 @@ def round_marginal(x: np.ndarray, c2m: np.ndarray, values: np.ndarray) -> np.nda
     return out
 
 
+def _newton_groups(z: np.ndarray, iw: np.ndarray, totals: np.ndarray, act: np.ndarray, A: np.ndarray | None,
+                   gsum: Callable[[np.ndarray], np.ndarray], spread: Callable[[np.ndarray], np.ndarray],
+                   max_steps: int = 64) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every group's weighted simplex projection ``x = max(0, z - lam_g * iw)`` with ``sum x =
+    totals_g`` (``iw = 1 / w``; ``gsum``: an array's per-group sums, ``spread``: a per-group array
+    back to the entries), by Newton's method on ``lam`` from the active set ``act`` (``A``: its
+    per-group ``sum iw``, ``None``: compute it).
+
+    ``phi(lam) = sum max(0, z - lam iw) - t`` is convex, piecewise linear and decreasing; a step
+    ``lam = (sum_act z - t) / sum_act iw`` is exact once the active set it produces is the one it
+    came from, and after the first step the iterates approach the root from one side (finitely many
+    steps).  Between Dykstra passes the active set barely changes: usually one step.  A group
+    without an active entry starts from all its entries active (``lam`` below the root); a group of
+    total 0 is 0.  Each group's steps depend on its own values alone (the same bits whatever the
+    other groups are).  Returns ``(x, act, A)``."""
+    zero = totals <= 0
+    if A is None:
+        A = gsum(iw * act)
+    for _ in range(max_steps):
+        S = gsum(z * act)
+        cold = A <= 0
+        if cold.any():
+            A, S = np.where(cold, gsum(iw), A), np.where(cold, gsum(z), S)
+        lam = (S - totals) / A
+        lam[zero] = np.inf
+        u = z - spread(lam) * iw
+        new = u > 0
+        if np.array_equal(new, act):
+            break
+        act = new
+        A = gsum(iw * act)
+    return np.maximum(u, 0.0, out=u), new, A
+
+
 def project_transport(est: np.ndarray, w: np.ndarray, parents: np.ndarray, parent_counts: np.ndarray,
                       c2m: np.ndarray, values: np.ndarray, tol: float = 1e-9, max_iter: int = 5000) -> np.ndarray:
     """2-D: each parent's children x cells table onto ``{X >= 0, column sums = the parent's cells,
-    grouped row sums = values}`` (weighted), by Dykstra's alternating projections, family by
-    family: a family stops once its own largest gap between the two projections is at most
-    ``tol`` times its parent's largest count (at least 1), and later passes leave it out.  So a
-    family's result depends on its own values alone -- the same bits whether its level is
-    projected whole or subtree by subtree -- and the families that converge early cost nothing
-    more."""
+    grouped row sums = values}`` (weighted; children sorted by parent), by Dykstra's alternating
+    projections, family by family: a family stops once its own largest gap between the two
+    projections is at most ``tol`` times its parent's largest count (at least 1), and later passes
+    leave it out.  So a family's result depends on its own values alone -- the same bits whether
+    its level is projected whole or subtree by subtree -- and the families that converge early cost
+    nothing more.
+
+    Each pass's two simplex projections (per (parent, cell) and per (child, marginal cell)) are
+    Newton steps from the previous pass's active sets (:func:`_newton_groups`; no sorting), the
+    per-family sums segmented reductions over the family's consecutive rows.  The families that
+    stopped are kept in the working arrays (their result already written) until they are a
+    quarter of its rows, then the arrays are compacted."""
     x = est.astype(np.float64, copy=True)
-    p = np.zeros_like(x)
-    q = np.zeros_like(x)
-    n_par = parent_counts.shape[0]
+    n, C = x.shape
     if x.size == 0:
         return x
-    scale = np.maximum(1.0, np.abs(parent_counts).max(axis=1)) if parent_counts.size else np.ones(n_par)
-    active = np.zeros(n_par, dtype=bool)
-    active[parents] = True
+    n_par = parent_counts.shape[0]
+    scale = np.maximum(1.0, np.abs(parent_counts).max(axis=1))
+    m = int(c2m.max()) + 1
+    kids = np.bincount(parents, minlength=n_par)
+    fam = np.flatnonzero(kids > 0)
+    rows = np.arange(n)
+    xa, pa, qa = x.copy(), np.zeros_like(x), np.zeros_like(x)
+    iw = 1.0 / np.asarray(w, dtype=np.float64)
+    tr = np.asarray(values, dtype=np.float64).reshape(n, m)
+    tc = parent_counts[fam].astype(np.float64)
+    act_c, act_r = np.zeros((n, C), dtype=bool), np.zeros((n, C), dtype=bool)
+    A_c = A_r = None
+    if m == 1:
+        def rsum(a: np.ndarray) -> np.ndarray:
+            return a.sum(axis=1, keepdims=True)
+
+        def rspread(lam: np.ndarray) -> np.ndarray:
+            return lam
+    else:
+        cols = [np.flatnonzero(c2m == k) for k in range(m)]
+
+        def rsum(a: np.ndarray) -> np.ndarray:
+            return np.stack([a[:, c].sum(axis=1) for c in cols], axis=1)
+
+        def rspread(lam: np.ndarray) -> np.ndarray:
+            return lam[:, c2m]
+    frozen = np.zeros(fam.size, dtype=bool)
+    fk = kids[fam]
     for _ in range(max_iter):
-        rows = np.flatnonzero(active[parents])
-        if rows.size == 0:
-            break
-        fam, local = np.unique(parents[rows], return_inverse=True)
-        xr, wr = x[rows], w[rows]
-        y = project_children(xr + p[rows], wr, local, parent_counts[fam])
-        p[rows] = xr + p[rows] - y
-        xn = project_marginal(y + q[rows], wr, c2m, values[rows])
-        q[rows] = y + q[rows] - xn
-        gap = np.zeros(fam.size)
-        np.maximum.at(gap, local, np.abs(xn - y).max(axis=1))
-        x[rows] = xn
-        active[fam[gap <= tol * scale[fam]]] = False
+        starts = np.concatenate(([0], np.cumsum(fk)))[:-1]
+        local = np.repeat(np.arange(fam.size), fk)
+
+        def csum(a: np.ndarray) -> np.ndarray:
+            return np.add.reduceat(a, starts, axis=0)
+
+        def cspread(lam: np.ndarray) -> np.ndarray:
+            return lam[local]
+
+        z = xa + pa
+        y, act_c, A_c = _newton_groups(z, iw, tc, act_c, A_c, csum, cspread)
+        pa = z - y
+        z = y + qa
+        xa, act_r, A_r = _newton_groups(z, iw, tr, act_r, A_r, rsum, rspread)
+        qa = z - xa
+        gap = np.maximum.reduceat(np.abs(xa - y), starts, axis=0).max(axis=1)
+        done = (gap <= tol * scale[fam]) & ~frozen
+        if done.any():
+            drow = done[local]
+            x[rows[drow]] = xa[drow]
+            frozen |= done
+            if frozen.all():
+                return x
+            if 16 * int(fk[frozen].sum()) >= rows.size:  # compact: the stopped families leave the arrays
+                keep = ~frozen
+                kr = keep[local]
+                rows, xa, pa, qa, iw, tr = rows[kr], xa[kr], pa[kr], qa[kr], iw[kr], tr[kr]
+                act_c, act_r, A_r = act_c[kr], act_r[kr], A_r[kr]
+                fam, tc, fk, A_c, frozen = fam[keep], tc[keep], fk[keep], A_c[keep], frozen[keep]
+    live = ~frozen[np.repeat(np.arange(fam.size), fk)]
+    x[rows[live]] = xa[live]
     return x
 
 

@@ -1,0 +1,150 @@
+"""The 2-D rounding of the TopDown release (sparsedp.topdown.rounding): the transport projection
+against a slow reference, family independence, edge cases, and the controlled rounding's
+objective against the linear program."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sparsedp.topdown.rounding import (
+    _round_transport_block,
+    project_children,
+    project_marginal,
+    project_transport,
+    round_transport,
+)
+
+
+def reference_projection(est, w, parents, parent_counts, c2m, values, passes=100000):
+    """Plain Dykstra (sort-based simplex projections, no stopping rule) for many passes: the
+    weighted projection onto the transportation polytope to about machine precision."""
+    x = est.astype(np.float64, copy=True)
+    p, q = np.zeros_like(x), np.zeros_like(x)
+    for _ in range(passes):
+        y = project_children(x + p, w, parents, parent_counts)
+        p = x + p - y
+        xn = project_marginal(y + q, w, c2m, values)
+        q = y + q - xn
+        if np.abs(xn - x).max() <= 1e-13 * max(1.0, np.abs(x).max()):
+            return xn
+        x = xn
+    return x
+
+
+def random_instance(gen, families, C=4, groups=1, noise=2.0, max_kids=6):
+    """Families of 1..max_kids children x C cells with integer truths; the parents' counts and the
+    children's grouped row sums (``groups`` marginal cells) from the truth, a noisy estimate."""
+    kids = gen.integers(1, max_kids + 1, families)
+    parents = np.repeat(np.arange(families), kids)
+    n = parents.size
+    truth = gen.integers(0, 6, (n, C))
+    parent_counts = np.zeros((families, C), dtype=np.int64)
+    np.add.at(parent_counts, parents, truth)
+    c2m = np.arange(C) % groups
+    values = np.stack([truth[:, c2m == k].sum(axis=1) for k in range(groups)], axis=1)
+    est = truth + gen.normal(0, noise, (n, C))
+    w = gen.uniform(0.5, 2.0, (n, C))
+    return est, w, parents, parent_counts, c2m, values
+
+
+@pytest.mark.parametrize("groups", [1, 2])
+def test_the_transport_projection_is_the_weighted_projection(groups):
+    """Against many passes of plain Dykstra: within the stopping rule's tolerance (a relative
+    1e-9 gap per element; the sums of a family meet its counts to that times its size)."""
+    gen = np.random.default_rng(11 + groups)
+    for _ in range(6):
+        est, w, parents, parent_counts, c2m, values = random_instance(gen, 8, C=4, groups=groups)
+        x = project_transport(est, w, parents, parent_counts, c2m, values)
+        ref = reference_projection(est, w, parents, parent_counts, c2m, values)
+        np.testing.assert_allclose(x, ref, atol=1e-6)
+        assert x.min() >= 0
+        col = np.zeros(parent_counts.shape)
+        np.add.at(col, parents, x)
+        np.testing.assert_allclose(col, parent_counts, atol=1e-6)
+        rows = np.stack([x[:, c2m == k].sum(axis=1) for k in range(groups)], axis=1)
+        np.testing.assert_allclose(rows, values, atol=1e-9)
+
+
+def test_the_transport_projection_meets_the_optimality_conditions():
+    """KKT of min sum w (x - e)^2 on the polytope: x = max(0, e - (a_i + b_j) / w) for one a per
+    child and one b per (parent, cell); recovered from the active entries by least squares."""
+    gen = np.random.default_rng(5)
+    est, w, parents, parent_counts, c2m, values = random_instance(gen, 1, C=4, max_kids=5)
+    est[:] += 3.0  # mostly positive: a connected active graph
+    x = project_transport(est, w, parents, parent_counts, c2m, values, tol=1e-13)
+    n, C = x.shape
+    act = x > 1e-9
+    i, j = np.nonzero(act)
+    M = np.zeros((i.size, n + C))
+    M[np.arange(i.size), i] = 1.0
+    M[np.arange(i.size), n + j] = 1.0
+    rhs = ((est - x) * w)[act]
+    sol, *_ = np.linalg.lstsq(M, rhs, rcond=None)
+    np.testing.assert_allclose(M @ sol, rhs, atol=1e-7)
+    lam = sol[:n, None] + sol[None, n:]
+    assert np.all(est[~act] * w[~act] <= lam[~act] + 1e-7)
+
+
+def test_the_transport_projection_of_a_family_depends_on_that_family_alone_with_totals():
+    """Totals as the row sums (the totals-first release), families of one child and of a zero
+    parent among them: the same bits whole as in three parts."""
+    gen = np.random.default_rng(8)
+    est, w, parents, parent_counts, c2m, values = random_instance(gen, 30, C=5, max_kids=7, noise=3.0)
+    zero = parents == 4
+    parent_counts[4] = 0
+    values[zero] = 0
+    whole = project_transport(est, w, parents, parent_counts, c2m, values)
+    cuts = [0, int(np.searchsorted(parents, 9)), int(np.searchsorted(parents, 21)), parents.size]
+    parts = []
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        p = parents[a:b]
+        parts.append(project_transport(est[a:b], w[a:b], p - p[0], parent_counts[p[0]:p[-1] + 1], c2m, values[a:b]))
+    assert np.array_equal(whole, np.concatenate(parts))
+    assert np.all(whole[zero] == 0)
+
+
+def test_transport_edge_cases():
+    gen = np.random.default_rng(2)
+    # one child: its cells are its parent's
+    pc = np.array([[3, 0, 5, 1]])
+    x = project_transport(np.array([[1.2, 0.7, 6.1, -0.4]]), np.ones((1, 4)), np.array([0]), pc, np.zeros(4, int),
+                          np.array([[9]]))
+    np.testing.assert_allclose(x, pc, atol=1e-9)
+    assert np.array_equal(round_transport(x, np.ones((1, 4)), np.array([0]), pc, np.zeros(4, int), np.array([[9]])), pc)
+    # an integral table meeting its sums is its own projection and rounding
+    truth = gen.integers(0, 7, (6, 3))
+    parents = np.array([0, 0, 0, 1, 1, 1])
+    pc = np.stack([truth[:3].sum(axis=0), truth[3:].sum(axis=0)])
+    vals = truth.sum(axis=1, keepdims=True)
+    w = gen.uniform(0.5, 2, truth.shape)
+    x = project_transport(truth.astype(float), w, parents, pc, np.zeros(3, int), vals)
+    np.testing.assert_allclose(x, truth, atol=1e-9)
+    assert np.array_equal(round_transport(x, w, parents, pc, np.zeros(3, int), vals), truth)
+    # no rows
+    assert project_transport(np.zeros((0, 3)), np.ones((0, 3)), np.zeros(0, int), np.zeros((0, 3), int),
+                             np.zeros(3, int), np.zeros((0, 1), int)).shape == (0, 3)
+
+
+def lp_objective(x, w, parents, parent_counts, c2m, values):
+    """The controlled rounding's objective sum w (X - x)^2 of the linear program solved block by
+    block (one block: all families)."""
+    X = _round_transport_block(x, w, parents, parent_counts, c2m, values, window=0)
+    return X, float((w * (X - x) ** 2).sum())
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_controlled_rounding_is_optimal_against_the_linear_program(seed):
+    """The rounding of the projection: integral, both sums exact, each value at its floor or
+    ceiling, and its objective that of one linear program over all families (1e-9 relative)."""
+    gen = np.random.default_rng(100 + seed)
+    est, w, parents, parent_counts, c2m, values = random_instance(gen, 25, C=6, max_kids=9, noise=2.5)
+    x = project_transport(est, w, parents, parent_counts, c2m, values)
+    X = round_transport(x, w, parents, parent_counts, c2m, values, block=40)
+    col = np.zeros(parent_counts.shape, dtype=np.int64)
+    np.add.at(col, parents, X)
+    assert np.array_equal(col, parent_counts) and np.array_equal(X.sum(axis=1, keepdims=True), values)
+    assert np.all((X == np.floor(x + 1e-9)) | (X == np.ceil(x - 1e-9)))
+    _, best = lp_objective(x, w, parents, parent_counts, c2m, values)
+    got = float((w * (X - x) ** 2).sum())
+    assert abs(got - best) <= 1e-9 * max(1.0, best)
