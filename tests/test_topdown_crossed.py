@@ -25,7 +25,7 @@ from sparsedp.topdown import (
     topdown,
 )
 from sparsedp.topdown.crossed import project_crossed, round_crossed
-from sparsedp.topdown.design import pinned_axes, pinned_components, pinned_marginals
+from sparsedp.topdown.design import pinned_components, pinned_marginals
 from sparsedp.topdown.release import round_level
 
 CELLS3 = [f"{a}_{r}_{s}" for a in ("vap", "u18") for r in ("a", "b", "c") for s in ("f", "m")]  # age x race x sex
@@ -55,11 +55,8 @@ def test_pinned_marginals_are_the_maximal_invariants_of_each_level():
     h = cross_table().hierarchy
     design = plan_topdown(h, rho=1.0, invariants=["state:total", "state:age", "county:race+sex"], split="equal")
     assert pinned_marginals(design) == [((0,), (1, 2)), ((0,), (1, 2)), ((1, 2),), ()]
-    with pytest.raises(UnsupportedStructureError, match="crossed"):  # what the chunked release reads
-        pinned_axes(design)
     nested = plan_topdown(h, rho=1.0, invariants=["state:total", "county:age"], split="equal")
     assert pinned_marginals(nested) == [((0,),), ((0,),), ((0,),), ()]
-    assert pinned_axes(nested) == [(0,), (0,), (0,), None]
     # a component is exact iff its contrast set is inside one of the marginals
     comp = h.cells.component_attributes()
     mask = pinned_components(h.cells, ((0,), (1, 2)))
@@ -338,3 +335,14 @@ def test_the_integer_program_runs_when_the_relaxation_is_fractional():
     A4 = sp.csr_matrix(np.array([[1, 1, 0, 1], [0, 1, 1, 0], [1, 0, 1, 0]], dtype=float))
     s = _milp(np.array([0.0, 0.0, 0.0, 1.0]), A4, np.ones(3), np.ones(4))
     np.testing.assert_array_equal(s, [0, 0, 1, 1])
+
+
+def test_a_finer_invariant_above_the_parent_of_crossed_ones_is_refused_when_planned():
+    """``nation:cells`` with ``county:age`` and ``county:race``: a state the rounding had to change
+    would move the nation's pinned cells, so the design is refused before anything is charged; the
+    same marginals pinned at the states too are fine."""
+    h = cross_table().hierarchy
+    with pytest.raises(UnsupportedStructureError, match="'cells' is pinned above level 'state'"):
+        plan_topdown(h, rho=1.0, invariants=["nation:cells", "county:age", "county:race"])
+    plan_topdown(h, rho=1.0, invariants=["state:total", "county:age", "county:race"])
+    plan_topdown(h, rho=1.0, invariants=["nation:cells", "state:age", "state:race"])  # the parent is the root

@@ -15,6 +15,7 @@ import pytest
 
 from sparsedp import Accountant
 from sparsedp.errors import InvalidPrivacyParameterError, ShapeError, SparseDPError
+from sparsedp.validation import budget_fraction
 from sparsedp.topdown import HierarchicalTable, plan_topdown, topdown
 from sparsedp.topdown.design import OptimalSplit, SplitChoice, optimal_split
 
@@ -61,12 +62,12 @@ def objective(design, weights, kind: str) -> float:
 
 
 def default_cap(design, d: int, marg: str) -> float:
-    """The default caps of a workload term (``OptimalSplit``): 1.01 x the plain design's at a level
+    """The default caps of a workload term (``OptimalSplit``): 1.012 x the plain design's at a level
     with leaves, 1.0 above them, 0.998 for the cells of a level above the leaves that measures more
     than its cells."""
     h = design.hierarchy
     if h.leaves(d).any():
-        return 1.01
+        return 1.012
     mixed = any(b.axes != h.cells.axes("cells") and b.budget > 0 for b in design.levels[d].blocks)
     return 0.998 if mixed and marg == "cells" else 1.0
 
@@ -177,7 +178,7 @@ def test_split_depends_on_the_public_design_only_and_is_charged_exactly():
     r2 = topdown(t2, rho=1.0, split="optimal", invariants=["state:total"], rng=2)
     assert r1.design.split == r2.design.split and r1.design.split_choice is not None
     assert acc.spent_exact <= Fraction(1) and float(acc.spent_exact) > 0.999
-    assert sum(Fraction(b) for b in r1.design.split) <= Fraction(1)
+    assert sum(budget_fraction(b) for b in r1.design.split) <= Fraction(1)  # what is charged for them
     assert len(acc.ledger) == 4 and r1.check() == {"negative": 0, "non_integer": 0, "inconsistent": 0,
                                                     "invariant_violations": 0}
     desc = r1.design.describe()
@@ -249,3 +250,20 @@ def test_example_runs_on_a_small_table(tmp_path, monkeypatch, capsys):
     assert "loaded back with sparsedp.load_release" in out and (tmp_path / "r.npz").is_file()
     assert "'negative': 0, 'non_integer': 0, 'inconsistent': 0, 'invariant_violations': 0" in out
     assert "EVALUATION" not in out  # nothing compared with the truth unless asked
+
+
+def test_leaf_cap_bounds_the_leaves_terms_and_is_checked():
+    """``leaf_cap`` bounds the terms of a level with leaves (``None``: ``cap``); a bad one is
+    refused before anything is planned."""
+    h = table().hierarchy
+    for bad in (0, -1.0, float("nan"), True, "1.01"):
+        with pytest.raises(SparseDPError, match="leaf_cap"):
+            plan_topdown(h, rho=1.0, split=OptimalSplit(leaf_cap=bad))
+    loose = plan_topdown(h, rho=1.0, split=OptimalSplit(leaf_cap=1.05), invariants=["state:total"]).split_choice
+    tight = plan_topdown(h, rho=1.0, split=OptimalSplit(leaf_cap=None), invariants=["state:total"]).split_choice
+    for c, bound in ((loose, 1.05), (tight, 1.0)):
+        for (level, marg), e, p in zip(c.terms, c.predicted_term_mae, c.plain_term_mae):
+            if h.leaves(h.level_index(level)).any():
+                assert e <= p * bound * (1 + 1e-5)
+    # what the leaves may give buys the totals: the looser cap's summed relative error is lower
+    assert loose.value < tight.value
