@@ -1218,8 +1218,7 @@ Marginals = tuple[tuple[int, ...], ...]
 def pinned_marginals(design: TopDownDesign) -> list[Marginals]:
     """Per level, the invariant marginals that hold there and are inside no other one that does
     (invariants hold at their level and every level above it): ``()`` where none does, one
-    marginal for nested invariants (``total`` inside ``age``: ``((age,),)``, what
-    :func:`pinned_axes` says), several for crossed ones (``age`` and ``race``: neither contains
+    marginal for nested invariants (``total`` inside ``age``: ``((age,),)``), several for crossed ones (``age`` and ``race``: neither contains
     the other, both pinned).  A component of the cells' basis (a contrast on the attributes ``a``)
     is then exact iff ``a`` is inside one of them (:func:`pinned_components`)."""
     return _pinned_marginals(design.hierarchy, design.invariants)
