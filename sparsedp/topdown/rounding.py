@@ -208,10 +208,10 @@ def _newton_groups(z: np.ndarray, iw: np.ndarray, totals: np.ndarray, act: np.nd
         A = gsum(np.multiply(iw, act, out=out))
     for _ in range(max_steps):
         S = gsum(np.multiply(z, act, out=out))
-        cold = A <= 0
+        cold = (A <= 0) & ~zero
         if cold.any():
             A, S = np.where(cold, gsum(iw), A), np.where(cold, gsum(z), S)
-        lam = (S - totals) / A
+        lam = (S - totals) / np.where(zero, 1.0, A)
         lam[zero] = np.inf
         u = np.subtract(z, np.multiply(spread(lam), iw, out=out), out=out)
         new = u > 0
