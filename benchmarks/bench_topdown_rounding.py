@@ -46,7 +46,8 @@ sys.path.insert(0, str(HERE.parent))
 
 from _results import peak_rss_mib  # noqa: E402
 from bench_topdown import INVARIANT, LEVELS, load  # noqa: E402
-from sparsedp.topdown import plan_topdown, release, topdown  # noqa: E402
+import sparsedp.topdown.release as release  # noqa: E402
+from sparsedp.topdown import plan_topdown, topdown  # noqa: E402
 
 SEED = 7
 DESIGNS: dict[str, dict[str, Any]] = {"default": {}, "totals-first": {"workload": {"total": 1}}}
