@@ -10,7 +10,7 @@ Data: the shared 2020 Census voting-district table (``bench_topdown.load``: nati
   its cells as a transportation problem (the children x cells table of each parent with the
   parent's cells as column sums and the children's totals as row sums): the weighted projection
   onto that polytope (``rounding.project_transport``) and the controlled rounding (one linear
-  program per block of parents, ``rounding.round_transport``).
+  program per parent, ``rounding.round_transport``).
 
 Each design is planned once (data free, not timed), then released ``--reps`` times with the seeds
 ``[7, r]`` (``topdown(table, design=design, rng=..., keep_noisy=False, invariants=[INVARIANT])``),
