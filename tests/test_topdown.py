@@ -297,17 +297,26 @@ def test_tree_kronecker_gls_equals_the_dense_gls_of_all_levels():
     Q = np.ones((1, C))
     E = np.kron(G[1], Q)  # the invariant rows: every state's total
     e = t.counts[1].sum(axis=1).astype(float)
+    assert_dense_constrained_gls(design, est, var, M, v, y, E, e, G, atol=1e-8)
+
+
+def assert_dense_constrained_gls(design, est, var, M, v, y, E, e, G, atol: float) -> None:
+    """``est`` / ``var`` (every level's estimate and variances) are the GLS of the stacked
+    measurement ``y = M x + noise`` (variances ``v``) subject to ``E x = e``, and its exact
+    variances: the KKT system, dense (pseudo-inverse: redundant constraint rows are fine), mapped
+    to each level by ``G[d]`` (leaves below each unit) x the identity on the cells."""
+    h = design.hierarchy
+    C = h.cells.size
     n = M.shape[1]
     K = np.block([[M.T @ (M / v[:, None]), E.T], [E, np.zeros((E.shape[0], E.shape[0]))]])
     Kp = np.linalg.pinv(K)
-    sol = Kp @ np.concatenate([M.T @ (y / v), e])
-    x = sol[:n]
+    x = (Kp @ np.concatenate([M.T @ (y / v), e]))[:n]
     T = Kp[:n, :n] @ M.T / v  # d x / d y
     cov = T @ np.diag(v) @ T.T
     for d in range(h.depth + 1):
         Gd = np.kron(G[d], np.eye(C))
-        np.testing.assert_allclose(est[d].ravel(), Gd @ x, atol=1e-8)
-        np.testing.assert_allclose(var[d].ravel(), np.einsum("ij,jk,ik->i", Gd, cov, Gd), atol=1e-8)
+        np.testing.assert_allclose(est[d].ravel(), Gd @ x, atol=atol)
+        np.testing.assert_allclose(var[d].ravel(), np.einsum("ij,jk,ik->i", Gd, cov, Gd), atol=atol)
         np.testing.assert_allclose(design.gls_variances()[d], var[d], atol=1e-12)
 
 

@@ -10,7 +10,7 @@ import itertools
 import numpy as np
 import pandas as pd
 import pytest
-from test_topdown import _loss_within_charge, full_matrix, leaves_below, table
+from test_topdown import _loss_within_charge, assert_dense_constrained_gls, full_matrix, leaves_below, table
 
 from sparsedp import Accountant
 from sparsedp.errors import InfeasibleConstraintsError, UnsupportedStructureError
@@ -118,17 +118,7 @@ def test_the_gls_is_the_dense_gls_under_crossed_invariants():
         rows.append(np.kron(G[1], Q))
         vals.append(h.cells.marginal(t.counts[1], ax).ravel().astype(float))
     E, e = np.vstack(rows), np.concatenate(vals)  # redundant rows (the state totals twice): pinv
-    n = M.shape[1]
-    K = np.block([[M.T @ (M / v[:, None]), E.T], [E, np.zeros((E.shape[0], E.shape[0]))]])
-    Kp = np.linalg.pinv(K)
-    x = (Kp @ np.concatenate([M.T @ (y / v), e]))[:n]
-    T = Kp[:n, :n] @ M.T / v
-    cov = T @ np.diag(v) @ T.T
-    for d in range(h.depth + 1):
-        Gd = np.kron(G[d], np.eye(C))
-        np.testing.assert_allclose(est[d].ravel(), Gd @ x, atol=1e-7)
-        np.testing.assert_allclose(var[d].ravel(), np.einsum("ij,jk,ik->i", Gd, cov, Gd), atol=1e-7)
-        np.testing.assert_allclose(design.gls_variances()[d], var[d], atol=1e-12)
+    assert_dense_constrained_gls(design, est, var, M, v, y, E, e, G, atol=1e-7)
     for d in (0, 1):  # the pinned marginals are exact
         for marg in ("age", "race"):
             ax = h.cells.axes(marg)
