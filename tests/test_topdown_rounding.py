@@ -168,3 +168,33 @@ def test_the_controlled_rounding_is_the_integer_optimum(seed):
     best = milp_objective(x, w, parents, parent_counts, c2m, values)
     got = float((w * (X - x) ** 2).sum())
     assert abs(got - best) <= 1e-9 * max(1.0, best)
+
+
+def test_newton_groups_that_do_not_settle_are_projected_exactly():
+    """A large group (thousands of children, counts ~1e6) started cold needs several Newton steps;
+    when the step budget runs out before its active set settles, it must still come out as the
+    exact simplex projection, and the groups that did settle must keep theirs (the Newton version
+    without a safeguard returned its scratch buffer for every group: gaps of thousands in a
+    totals-first census release)."""
+    from sparsedp.topdown.rounding import _newton_groups, simplex_project
+
+    gen = np.random.default_rng(3)
+    sizes = np.array([2600, 3])
+    starts = np.r_[0, np.cumsum(sizes)]
+    z = np.concatenate([gen.normal(800.0, 900.0, sizes[0]), [5.0, 1.0, -2.0]])[None, :]
+    iw = 1.0 / gen.uniform(0.5, 2.0, z.shape)
+    totals = np.array([[2.27e6, 4.0]])
+
+    def gsum(a):
+        return np.add.reduceat(a, starts[:-1], axis=1)
+
+    def spread(lam):
+        return np.repeat(lam, sizes, axis=1)
+
+    want = simplex_project(z.ravel(), 1.0 / iw.ravel(), starts, totals.ravel())
+    for steps in (1, 2, 64):
+        x, act, A = _newton_groups(z, iw, totals, np.zeros(z.shape, dtype=bool), None, gsum, spread,
+                                   np.empty_like(z), max_steps=steps)
+        assert np.allclose(x.ravel(), want, rtol=0, atol=1e-6 * 2.27e6)
+        assert np.allclose(gsum(x), totals, rtol=1e-12)
+        assert np.array_equal(act, x > 0)

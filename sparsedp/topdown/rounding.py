@@ -27,6 +27,8 @@ a level rounded whole or subtree by subtree (the chunked release) gives the same
 
 from __future__ import annotations
 
+from typing import Callable
+
 
 import numpy as np
 import scipy.sparse as sp
@@ -187,38 +189,151 @@ def round_marginal(x: np.ndarray, c2m: np.ndarray, values: np.ndarray) -> np.nda
     return out
 
 
+def _newton_groups(z: np.ndarray, iw: np.ndarray, totals: np.ndarray, act: np.ndarray, A: np.ndarray | None,
+                   gsum: Callable[[np.ndarray], np.ndarray], spread: Callable[[np.ndarray], np.ndarray],
+                   out: np.ndarray, max_steps: int = 16) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every group's weighted simplex projection ``x = max(0, z - lam_g * iw)`` with ``sum x =
+    totals_g`` (``iw = 1 / w``; ``gsum``: an array's per-group sums, ``spread``: a per-group array
+    back to the entries), by Newton's method on ``lam`` from the active set ``act`` (``A``: its
+    per-group ``sum iw``, ``None``: compute it); ``x`` is written to ``out`` (scratch meanwhile).
+
+    ``phi(lam) = sum max(0, z - lam iw) - t`` is convex, piecewise linear and decreasing; a step
+    ``lam = (sum_act z - t) / sum_act iw`` is exact once the active set it produces is the one it
+    came from, and after the first step the iterates approach the root from one side.  Between
+    Dykstra passes the active set barely changes: usually one step.  A group without an active
+    entry starts from all its entries active (``lam`` below the root); a group of total 0 is 0.
+
+    Safeguard: in exact arithmetic the steps end, but a large group whose active set moves a lot
+    may need many, and in floating point an entry at a breakpoint can flip in and out forever.  A
+    group whose active set still changed at step ``max_steps`` is projected exactly by sorting
+    (:func:`simplex_project`) instead -- so every group's result is an exact projection (Dykstra
+    needs that), and it depends on the group's own values alone: its own step count decides.
+    Returns ``(x, act, A)``."""
+    zero = totals <= 0
+    if A is None:
+        A = gsum(np.multiply(iw, act, out=out))
+    converged = False
+    for _ in range(max_steps):
+        S = gsum(np.multiply(z, act, out=out))
+        cold = (A <= 0) & ~zero
+        if cold.any():
+            A, S = np.where(cold, gsum(iw), A), np.where(cold, gsum(z), S)
+        lam = (S - totals) / np.where(zero, 1.0, A)
+        lam[zero] = np.inf
+        u = np.subtract(z, np.multiply(spread(lam), iw, out=out), out=out)
+        new = u > 0
+        if np.array_equal(new, act):
+            converged = True
+            break
+        prev, act = act, new
+        if _ + 1 < max_steps:
+            A = gsum(iw * act)
+    np.maximum(u, 0.0, out=u)
+    if not converged:
+        bad = gsum(np.not_equal(new, prev)) > 0
+        if bad.any():
+            _exact_groups(z, iw, totals, bad, spread, u)
+            new = u > 0
+        A = gsum(iw * new)
+    return u, new, A
+
+
+def _exact_groups(z: np.ndarray, iw: np.ndarray, totals: np.ndarray, bad: np.ndarray,
+                  spread: Callable[[np.ndarray], np.ndarray], out: np.ndarray) -> None:
+    """The groups flagged ``bad`` projected exactly by :func:`simplex_project` into ``out`` (their
+    entries gathered group by group: ``spread`` of the group numbers gives each entry's group)."""
+    gid = spread(np.arange(totals.size).reshape(totals.shape))
+    members = np.flatnonzero(bad.ravel()[gid.ravel()])
+    members = members[np.argsort(gid.ravel()[members], kind="stable")]
+    g = gid.ravel()[members]
+    first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    starts = np.r_[first, g.size]
+    t = np.maximum(totals.ravel()[g[first]], 0.0)
+    np.put(out, members, simplex_project(z.ravel()[members], 1.0 / iw.ravel()[members], starts, t))
+
+
+def _row_group_sums(c2m: np.ndarray) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]:
+    """For a cells x units array (transposed), the sums per (marginal cell, unit) ``(m, units)``
+    and the spread of such an array back to the cells (``c2m``: each cell's marginal cell)."""
+    m = int(c2m.max()) + 1
+    if m == 1:
+        return (lambda a: a.sum(axis=0, keepdims=True)), (lambda lam: lam)
+    cols = [np.flatnonzero(c2m == k) for k in range(m)]
+    return (lambda a: np.stack([a[c].sum(axis=0) for c in cols])), (lambda lam: lam[c2m])
+
+
 def project_transport(est: np.ndarray, w: np.ndarray, parents: np.ndarray, parent_counts: np.ndarray,
                       c2m: np.ndarray, values: np.ndarray, tol: float = 1e-9, max_iter: int = 5000) -> np.ndarray:
     """2-D: each parent's children x cells table onto ``{X >= 0, column sums = the parent's cells,
-    grouped row sums = values}`` (weighted), by Dykstra's alternating projections, family by
-    family: a family stops once its own largest gap between the two projections is at most
-    ``tol`` times its parent's largest count (at least 1), and later passes leave it out.  So a
-    family's result depends on its own values alone -- the same bits whether its level is
-    projected whole or subtree by subtree -- and the families that converge early cost nothing
-    more."""
+    grouped row sums = values}`` (weighted; children sorted by parent), by Dykstra's alternating
+    projections, family by family: a family stops once its own largest gap between the two
+    projections is at most ``tol`` times its parent's largest count (at least 1), and later passes
+    leave it out.  So a family's result depends on its own values alone -- the same bits whether
+    its level is projected whole or subtree by subtree -- and the families that converge early cost
+    nothing more.
+
+    Each pass's two simplex projections (per (parent, cell) and per (child, marginal cell)) are
+    Newton steps from the previous pass's active sets (:func:`_newton_groups`; no sorting).  The
+    arrays are held cells x children (each cell's children contiguous: a family's sums are
+    contiguous segment sums, a child's sums adds of whole rows) and updated in place.  The
+    families that stopped stay in the working arrays (their result already written) until they
+    hold a sixteenth of its children; then the arrays are compacted."""
     x = est.astype(np.float64, copy=True)
-    p = np.zeros_like(x)
-    q = np.zeros_like(x)
-    n_par = parent_counts.shape[0]
+    n, C = x.shape
     if x.size == 0:
         return x
-    scale = np.maximum(1.0, np.abs(parent_counts).max(axis=1)) if parent_counts.size else np.ones(n_par)
-    active = np.zeros(n_par, dtype=bool)
-    active[parents] = True
+    n_par = parent_counts.shape[0]
+    scale = np.maximum(1.0, np.abs(parent_counts).max(axis=1))
+    kids = np.bincount(parents, minlength=n_par)
+    fam = np.flatnonzero(kids > 0)
+    fk = kids[fam]
+    rows = np.arange(n)
+    xa = np.ascontiguousarray(x.T)
+    pa, qa, yb = np.zeros_like(xa), np.zeros_like(xa), np.empty_like(xa)
+    iw = np.ascontiguousarray(1.0 / np.asarray(w, dtype=np.float64).T)
+    tr = np.ascontiguousarray(np.asarray(values, dtype=np.float64).reshape(n, -1).T)
+    tc = np.ascontiguousarray(parent_counts[fam].T, dtype=np.float64)
+    act_c, act_r = np.zeros((C, n), dtype=bool), np.zeros((C, n), dtype=bool)
+    A_c = A_r = None
+    rsum, rspread = _row_group_sums(c2m)
+    frozen = np.zeros(fam.size, dtype=bool)
+    starts = np.concatenate(([0], np.cumsum(fk)))[:-1]
+
+    def csum(a: np.ndarray) -> np.ndarray:
+        return np.add.reduceat(a, starts, axis=1)
+
+    def cspread(lam: np.ndarray) -> np.ndarray:
+        return np.repeat(lam, fk, axis=1)
+
     for _ in range(max_iter):
-        rows = np.flatnonzero(active[parents])
-        if rows.size == 0:
-            break
-        fam, local = np.unique(parents[rows], return_inverse=True)
-        xr, wr = x[rows], w[rows]
-        y = project_children(xr + p[rows], wr, local, parent_counts[fam])
-        p[rows] = xr + p[rows] - y
-        xn = project_marginal(y + q[rows], wr, c2m, values[rows])
-        q[rows] = y + q[rows] - xn
-        gap = np.zeros(fam.size)
-        np.maximum.at(gap, local, np.abs(xn - y).max(axis=1))
-        x[rows] = xn
-        active[fam[gap <= tol * scale[fam]]] = False
+        np.add(xa, pa, out=pa)  # z = x + p
+        y, act_c, A_c = _newton_groups(pa, iw, tc, act_c, A_c, csum, cspread, yb)
+        np.subtract(pa, y, out=pa)  # p = z - y
+        np.add(y, qa, out=qa)  # z' = y + q
+        xa, act_r, A_r = _newton_groups(qa, iw, tr, act_r, A_r, rsum, rspread, xa)
+        np.subtract(qa, xa, out=qa)  # q = z' - x
+        gap = np.maximum.reduceat(np.abs(np.subtract(xa, y, out=yb), out=yb), starts, axis=1).max(axis=0)
+        done = (gap <= tol * scale[fam]) & ~frozen
+        if not done.any():
+            continue
+        drow = np.repeat(done, fk)
+        x[rows[drow]] = xa[:, drow].T
+        frozen |= done
+        if frozen.all():
+            return x
+        if 16 * int(fk[frozen].sum()) >= rows.size:  # compact: the stopped families leave the arrays
+            keep = ~frozen
+            kr = np.repeat(keep, fk)
+            # C-ordered copies: ``a[:, idx]`` may come back Fortran-ordered, and numpy sums such an
+            # array in another order (other bits: the result would depend on the other families)
+            rows, fam, fk, frozen = rows[kr], fam[keep], fk[keep], frozen[keep]
+            xa, pa, qa, iw, tr, act_c, act_r, A_r = (np.ascontiguousarray(a[:, kr]) for a in
+                                                     (xa, pa, qa, iw, tr, act_c, act_r, A_r))
+            tc, A_c = np.ascontiguousarray(tc[:, keep]), np.ascontiguousarray(A_c[:, keep])
+            yb = np.empty((C, rows.size))
+            starts = np.concatenate(([0], np.cumsum(fk)))[:-1]
+    live = ~np.repeat(frozen, fk)
+    x[rows[live]] = xa[:, live].T
     return x
 
 
