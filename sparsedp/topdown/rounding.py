@@ -273,11 +273,13 @@ def project_transport(est: np.ndarray, w: np.ndarray, parents: np.ndarray, paren
     nothing more.
 
     Each pass's two simplex projections (per (parent, cell) and per (child, marginal cell)) are
-    Newton steps from the previous pass's active sets (:func:`_newton_groups`; no sorting).  The
+    Newton steps from the previous pass's active sets (:func:`_newton_groups`; no sorting, except
+    for a group whose steps do not settle, projected exactly by sorting instead).  The
     arrays are held cells x children (each cell's children contiguous: a family's sums are
     contiguous segment sums, a child's sums adds of whole rows) and updated in place.  The
     families that stopped stay in the working arrays (their result already written) until they
-    hold a sixteenth of its children; then the arrays are compacted."""
+    hold a sixteenth of its children; then the arrays are compacted (into C-ordered copies, so
+    that every sum runs in the same order whatever the other families)."""
     x = est.astype(np.float64, copy=True)
     n, C = x.shape
     if x.size == 0:
