@@ -639,7 +639,7 @@ def _minimise(model: _LevelErrorModel, P: np.ndarray, lower: np.ndarray, y0: np.
                          "jac": lambda y: -cap[:, None] * jac_terms(y)})
         res = minimize(lambda y: float(vec(y).sum() / sw), y0, jac=lambda y: jac_vec(y).sum(axis=0) / sw,
                        method="SLSQP", bounds=list(zip(lower, np.ones(n))), constraints=cons,
-                       options={"maxiter": 200, "ftol": 1e-12})
+                       options={"maxiter": 200, "ftol": 1e-10})
         return np.clip(res.x, lower, None)
     # minimax: minimise t subject to w_t E_t(y) <= t
     t0 = float(vec(y0).max())
