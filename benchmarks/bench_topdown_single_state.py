@@ -12,6 +12,7 @@ mean (and standard error) over releases; the rho charged (ledger) against the rh
 
     python benchmarks/bench_topdown_single_state.py [--state 55] [--reps 50] [--out FILE]
     python benchmarks/bench_topdown_single_state.py --shared [--reps 50]   # the whole table, root:cells
+    python benchmarks/bench_topdown_single_state.py --paired [--reps 100]  # default vs equal split, paired
 
 ``--shared``: the whole table (nation > state > county > district), the state totals and every
 cell of the nation invariant (``nation:cells``: the root is then determined by the invariants);
@@ -42,7 +43,7 @@ else:
     sys.path.insert(0, str(HERE.parent))
 
 from sparsedp.privacy import Accountant  # noqa: E402
-from sparsedp.topdown import read_table, topdown  # noqa: E402
+from sparsedp.topdown import plan_topdown, read_table, topdown  # noqa: E402
 
 DATA = HERE.parent.parent / "shared" / "datasets" / "census2020_vtd" / "us2020_vtd_race_eth_age.csv.gz"
 COUNTS = "vap_*,u18_*"
@@ -111,6 +112,38 @@ def run_row(path: Path, name: str, geo: str, root: str, reps: int, rho: float, i
     return out
 
 
+def paired_with_equal_split(path: Path, reps: int, rho: float) -> dict[str, Any]:
+    """The state as the root, the default design against the equal split on the same seeds
+    ``[7, r]``: per level the mean per-cell and per-total MAE of each, and their paired difference
+    (default - equal) with its standard error."""
+    table = read_table(path, "county_fips,vtd_code", COUNTS, attributes=("age", "race"), root="state")
+    inv = ["state:total"]
+    designs = {"equal": plan_topdown(table.hierarchy, rho=rho, invariants=inv, split="equal"),
+               "default": plan_topdown(table.hierarchy, rho=rho, invariants=inv)}
+    errs: dict[str, list[list[float]]] = {k: [] for k in designs}
+    for r in range(reps):
+        for k, design in designs.items():
+            rel = topdown(table, design=design, invariants=inv, rng=np.random.default_rng([7, r]), keep_noisy=False)
+            assert sum(rel.check().values()) == 0
+            errs[k].append([float(np.abs(c - t).mean()) for c, t in zip(rel.counts, table.counts)]
+                           + [float(np.abs(c.sum(axis=1) - t.sum(axis=1)).mean()) for c, t in zip(rel.counts, table.counts)])
+    levels = list(table.hierarchy.levels)
+    a, b = np.asarray(errs["default"]), np.asarray(errs["equal"])
+    diff = a - b
+    se = diff.std(axis=0, ddof=1) / np.sqrt(reps)
+    out: dict[str, Any] = {"name": "state as the root, default vs equal split (paired)", "releases": reps,
+                           "levels": levels}
+    for j, what in enumerate(("cell_mae", "total_mae")):
+        sl = slice(j * len(levels), (j + 1) * len(levels))
+        out[what] = {lv: {"default": float(x), "equal": float(y), "paired_diff": float(d), "paired_se": float(e)}
+                     for lv, x, y, d, e in zip(levels, a[:, sl].mean(0), b[:, sl].mean(0), diff[:, sl].mean(0), se[sl])}
+    for lv in levels:
+        c, t = out["cell_mae"][lv], out["total_mae"][lv]
+        print(f"  {lv:10s} cell MAE {c['default']:.4f} vs {c['equal']:.4f} (paired {c['paired_diff']:+.4f} "
+              f"+- {c['paired_se']:.4f})   total MAE {t['default']:.3f} vs {t['equal']:.3f}")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--state", default="55", help="the state's FIPS code (default %(default)s: Wisconsin)")
@@ -118,7 +151,15 @@ def main() -> None:
     ap.add_argument("--rho", type=float, default=1.0)
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     ap.add_argument("--shared", action="store_true", help="the whole table with nation:cells invariant")
+    ap.add_argument("--paired", action="store_true",
+                    help="the state as the root: the default design against the equal split, same seeds")
     args = ap.parse_args()
+    if args.paired:
+        with tempfile.TemporaryDirectory() as tmp:
+            row = paired_with_equal_split(state_csv(args.state, tmp), args.reps, args.rho)
+        if args.out:
+            Path(args.out).write_text(json.dumps({"state": args.state, "rows": [row]}, indent=1) + "\n")
+        return
     if args.shared:
         rows = [run_row(DATA, "shared table, state totals and nation:cells invariant",
                         "state_fips,county_fips,vtd_code", "nation", args.reps, args.rho,
