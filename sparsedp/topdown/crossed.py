@@ -45,7 +45,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import InfeasibleConstraintsError, SparseDPError
-from .rounding import project_children, project_marginal
+from .rounding import project_children, project_marginal, snap_integral, unit_segments
 
 __all__ = ["Grouped", "CrossedRounding", "project_crossed", "round_crossed"]
 
@@ -182,14 +182,11 @@ def _solve(x: np.ndarray, w: np.ndarray, groups: Sequence[Grouped], parents: np.
     ub = np.full((n, C), np.iinfo(np.int64).max, dtype=np.int64)
     for c2m, vals in groups:  # no value above any of its marginal cells
         ub = np.minimum(ub, np.asarray(vals, dtype=np.int64)[:, c2m])
-    near = np.abs(x - np.rint(x)) <= 1e-9
-    xs = np.where(near, np.rint(x), x)
+    xs = snap_integral(x)
     lo = np.clip(np.floor(xs).astype(np.int64) - 1, 0, ub)
     hi = np.clip(np.ceil(xs).astype(np.int64) + 1, lo, ub)
-    seg = (hi - lo).ravel()
+    e_seg, t = unit_segments(lo, hi)
     cells = np.arange(n * C)
-    e_seg = np.repeat(cells, seg)
-    t = lo.ravel()[e_seg] + (np.arange(e_seg.size) - np.repeat(np.cumsum(seg) - seg, seg))
     xv, wv, lov, hiv = x.ravel(), w.ravel(), lo.ravel(), hi.ravel()
     entry = np.concatenate([e_seg, cells, cells])
     sign = np.concatenate([np.ones(e_seg.size), -np.ones(n * C), np.ones(n * C)])

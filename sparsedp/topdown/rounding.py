@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from typing import Callable
 
-
 import numpy as np
 import scipy.sparse as sp
 
@@ -213,7 +212,7 @@ def _newton_groups(z: np.ndarray, iw: np.ndarray, totals: np.ndarray, act: np.nd
     if A is None:
         A = gsum(np.multiply(iw, act, out=out))
     converged = False
-    for _ in range(max_steps):
+    for step in range(max_steps):
         S = gsum(np.multiply(z, act, out=out))
         cold = (A <= 0) & ~zero
         if cold.any():
@@ -226,7 +225,7 @@ def _newton_groups(z: np.ndarray, iw: np.ndarray, totals: np.ndarray, act: np.nd
             converged = True
             break
         prev, act = act, new
-        if _ + 1 < max_steps:
+        if step + 1 < max_steps:
             A = gsum(iw * act)
     np.maximum(u, 0.0, out=u)
     if not converged:
@@ -378,18 +377,32 @@ def round_transport(x: np.ndarray, w: np.ndarray, parents: np.ndarray, parent_co
     return out
 
 
+def snap_integral(x: np.ndarray) -> np.ndarray:
+    """``x`` with every value within ``1e-9`` of an integer made that integer (a projection's
+    rounding error), so that its floor and ceiling are the integer itself."""
+    return np.where(np.abs(x - np.rint(x)) <= 1e-9, np.rint(x), x)
+
+
+def unit_segments(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The unit steps of every value between its bounds ``lo <= hi`` (integer arrays of one shape):
+    per step, the value's flat index and the step's lower end ``t`` (the step from ``t`` to ``t + 1``),
+    the steps of a value consecutive and increasing -- the variables of a rounding's linear program,
+    where a convex cost per step makes them fill in order."""
+    seg = (hi - lo).ravel()
+    entry = np.repeat(np.arange(seg.size), seg)
+    t = lo.ravel()[entry] + (np.arange(entry.size) - np.repeat(np.cumsum(seg) - seg, seg))
+    return entry, t
+
+
 def _round_transport_block(x: np.ndarray, w: np.ndarray, parents: np.ndarray, parent_counts: np.ndarray,
                            c2m: np.ndarray, values: np.ndarray, window: int) -> np.ndarray:
     from scipy.optimize import linprog
 
     n, C = x.shape
-    near = np.abs(x - np.rint(x)) <= 1e-9  # integral up to the projection's rounding: fixed unless widened
-    xs = np.where(near, np.rint(x), x)
+    xs = snap_integral(x)  # an integral value stays fixed unless widened
     lo = np.maximum(0.0, np.floor(xs) - window).astype(np.int64)
     hi = (np.ceil(xs) + window).astype(np.int64)
-    seg = (hi - lo).ravel()
-    entry = np.repeat(np.arange(n * C), seg)
-    t = lo.ravel()[entry] + (np.arange(entry.size) - np.repeat(np.cumsum(seg) - seg, seg))
+    entry, t = unit_segments(lo, hi)
     xv, wv = x.ravel()[entry], np.maximum(w.ravel()[entry], 1e-12)
     cost = wv * (2.0 * (t - xv) + 1.0)  # (t + 1 - x)^2 - (t - x)^2: increasing in t, convex
     unit, cell = entry // C, entry % C
